@@ -1,0 +1,187 @@
+package mpc
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io"
+)
+
+// Dealer material (protocol.md §6, offline phase): one Item per tick holds a
+// matrix triple (d1 = n+m, d2 = n+p, d3 = 1) and a truncation mask (n x 1).
+//
+// Seed compression: P0's shares are uniform in Z_q whatever the secret, so the
+// dealer derives them from an AES-CTR stream under a per-session seed that P0
+// also holds, keyed by the item's nonce. Such an item carries only P1's
+// shares (the corrections) and the nonce; P0 regenerates its part with
+// ExpandP0. P1 never learns the seed.
+
+// Session holds the per-session secret shared by the client (sensor) and the
+// dealer replicas. Everything else is derived from it with domain separation.
+type Session struct {
+	secret [32]byte
+}
+
+// NewSession wraps a 32-byte secret (from crypto/rand in production).
+func NewSession(secret [32]byte) *Session { return &Session{secret: secret} }
+
+func (s *Session) derive(label string) [32]byte {
+	h := sha256.New()
+	h.Write([]byte("duet/v1/"))
+	h.Write([]byte(label))
+	h.Write(s.secret[:])
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// P0Seed is the seed from which P0's shares of compressed items and of the
+// fixed mask U are derived. It is given to P0 only.
+func (s *Session) P0Seed() [32]byte { return s.derive("p0-seed") }
+
+var (
+	nonceFixedU  = [16]byte{'f', 'i', 'x', 'e', 'd', '-', 'U'}
+	nonceFixedU0 = [16]byte{'f', 'i', 'x', 'e', 'd', '-', 'U', '0'}
+)
+
+// FixedU returns the session's fixed mask U for the fixed-mask variant. Only
+// the client side (sensor, dealers) may call it; parties get their shares.
+func (s *Session) FixedU(prm Params) (Matrix, error) {
+	r, c := prm.PhiShape()
+	return prm.Field.RandomMatrix(NewPRG(s.derive("fixed-U"), nonceFixedU), r, c)
+}
+
+// FixedUShare0 derives P0's share of U from P0's seed, so P0 needs nothing but
+// the seed; P1's share is FixedU - FixedUShare0.
+func FixedUShare0(prm Params, p0Seed [32]byte) (Matrix, error) {
+	r, c := prm.PhiShape()
+	return prm.Field.RandomMatrix(NewPRG(p0Seed, nonceFixedU0), r, c)
+}
+
+// FixedUShares returns both shares of the session's fixed U.
+func (s *Session) FixedUShares(prm Params) (u0, u1 Matrix, err error) {
+	u, err := s.FixedU(prm)
+	if err != nil {
+		return
+	}
+	if u0, err = FixedUShare0(prm, s.P0Seed()); err != nil {
+		return
+	}
+	u1 = NewMatrix(u.Rows, u.Cols)
+	prm.Field.MatSub(u1, u, u0)
+	return u0, u1, nil
+}
+
+// Item is one tick's dealer material for both parties. With seed compression
+// P0 is nil and P0's material is ExpandP0(prm, seed, Nonce).
+type Item struct {
+	Nonce [16]byte
+	P0    *TickMaterial
+	P1    TickMaterial
+}
+
+// Dealer generates Items for one loop. Several dealers built from the same
+// Session produce interchangeable items. A Dealer is safe for concurrent use
+// if its reader is.
+type Dealer struct {
+	prm      Params
+	compress bool
+	p0Seed   [32]byte
+	fixedU   Matrix
+}
+
+// NewDealer returns a dealer for the loop's parameters.
+func NewDealer(prm Params, s *Session, compress bool) (*Dealer, error) {
+	if err := prm.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Dealer{prm: prm, compress: compress, p0Seed: s.P0Seed()}
+	if prm.Variant == FixedMask {
+		u, err := s.FixedU(prm)
+		if err != nil {
+			return nil, err
+		}
+		d.fixedU = u
+	}
+	return d, nil
+}
+
+// Next draws one Item; r supplies all fresh randomness (nonce, triple, mask).
+func (d *Dealer) Next(r io.Reader) (Item, error) {
+	var it Item
+	if _, err := io.ReadFull(r, it.Nonce[:]); err != nil {
+		return it, fmt.Errorf("mpc: reading randomness: %w", err)
+	}
+	r0 := r
+	if d.compress {
+		r0 = NewPRG(d.p0Seed, it.Nonce)
+	}
+	m0, m1, err := genMaterial(d.prm, r, r0, d.fixedU)
+	if err != nil {
+		return it, err
+	}
+	it.P1 = m1
+	if !d.compress {
+		it.P0 = &m0
+	}
+	return it, nil
+}
+
+// genMaterial draws the triple and the mask; P0's shares come from r0 in the
+// fixed order U0 (per-tick only), V0, W0, M0, L0 that expandP0 replays.
+func genMaterial(prm Params, r, r0 io.Reader, fixedU Matrix) (m0, m1 TickMaterial, err error) {
+	f := prm.Field
+	rows, cols := prm.PhiShape()
+	if prm.Variant == FixedMask {
+		m0.Triple, m1.Triple, err = f.GenFixedTriple(r, r0, fixedU, 1)
+	} else {
+		m0.Triple, m1.Triple, err = f.GenTriple(r, r0, rows, cols, 1)
+	}
+	if err != nil {
+		return
+	}
+	m0.Mask, m1.Mask, err = f.GenMask(r, r0, prm.N, 1, prm.Kappa(), prm.L, prm.Lambda)
+	return
+}
+
+// ExpandP0 regenerates P0's material of a compressed item from the seed.
+func ExpandP0(prm Params, p0Seed [32]byte, nonce [16]byte) (TickMaterial, error) {
+	f := prm.Field
+	r0 := NewPRG(p0Seed, nonce)
+	rows, cols := prm.PhiShape()
+	var m TickMaterial
+	var err error
+	if prm.Variant == PerTick {
+		if m.Triple.U, err = f.RandomMatrix(r0, rows, cols); err != nil {
+			return m, err
+		}
+	}
+	if m.Triple.V, m.Triple.W, err = f.randVW(r0, rows, cols, 1); err != nil {
+		return m, err
+	}
+	if m.Mask.M, err = f.RandomMatrix(r0, prm.N, 1); err != nil {
+		return m, err
+	}
+	m.Mask.L, err = f.RandomMatrix(r0, prm.N, 1)
+	return m, err
+}
+
+// MaterialElems is the number of field elements in one party's material.
+func MaterialElems(prm Params) int {
+	rows, cols := prm.PhiShape()
+	n := cols + rows + 2*prm.N // V, W, M, L
+	if prm.Variant == PerTick {
+		n += rows * cols // U
+	}
+	return n
+}
+
+// DealerBytesPerTick is the payload a dealer ships per tick (both parties,
+// before encryption and framing): with compression only P1's shares and the
+// 16-byte nonce travel.
+func DealerBytesPerTick(prm Params, compress bool) int {
+	b := MaterialElems(prm) * prm.Field.ByteLen()
+	if compress {
+		return b + 16
+	}
+	return 2*b + 16
+}

@@ -1,0 +1,87 @@
+package mpc
+
+import "io"
+
+// Protocol 1 (protocol.md §4): multiplication [[Z]] = [[X]] [[Y]] with a matrix
+// triple (U, V, W = U V).
+
+// TripleShare is one party's share of a matrix triple. In the fixed-mask
+// variant U is the session's fixed mask and is not part of per-tick material
+// (U is then the zero-size matrix).
+type TripleShare struct {
+	U, V, W Matrix
+}
+
+// GenTriple draws a fresh triple for a d1 x d2 times d2 x d3 product and
+// returns its shares. P0's shares are read from r0 and the triple itself from
+// r; passing the same reader for both is fine (seed compression passes a PRG
+// as r0, see dealer.go).
+func (f *Field) GenTriple(r, r0 io.Reader, d1, d2, d3 int) (t0, t1 TripleShare, err error) {
+	u, err := f.RandomMatrix(r, d1, d2)
+	if err != nil {
+		return t0, t1, err
+	}
+	v, err := f.RandomMatrix(r, d2, d3)
+	if err != nil {
+		return t0, t1, err
+	}
+	w := NewMatrix(d1, d3)
+	f.MatMul(w, u, v)
+	if t0.U, err = f.RandomMatrix(r0, d1, d2); err != nil {
+		return t0, t1, err
+	}
+	if t0.V, t0.W, err = f.randVW(r0, d1, d2, d3); err != nil {
+		return t0, t1, err
+	}
+	t1 = TripleShare{U: NewMatrix(d1, d2), V: NewMatrix(d2, d3), W: NewMatrix(d1, d3)}
+	f.MatSub(t1.U, u, t0.U)
+	f.MatSub(t1.V, v, t0.V)
+	f.MatSub(t1.W, w, t0.W)
+	return t0, t1, nil
+}
+
+// GenFixedTriple draws a fresh (V, W = U V) for the session's fixed mask U
+// (fixed-mask variant of Protocol 1): the shares carry no U.
+func (f *Field) GenFixedTriple(r, r0 io.Reader, u Matrix, d3 int) (t0, t1 TripleShare, err error) {
+	d1, d2 := u.Rows, u.Cols
+	v, err := f.RandomMatrix(r, d2, d3)
+	if err != nil {
+		return t0, t1, err
+	}
+	w := NewMatrix(d1, d3)
+	f.MatMul(w, u, v)
+	if t0.V, t0.W, err = f.randVW(r0, d1, d2, d3); err != nil {
+		return t0, t1, err
+	}
+	t1 = TripleShare{V: NewMatrix(d2, d3), W: NewMatrix(d1, d3)}
+	f.MatSub(t1.V, v, t0.V)
+	f.MatSub(t1.W, w, t0.W)
+	return t0, t1, nil
+}
+
+func (f *Field) randVW(r io.Reader, d1, d2, d3 int) (v, w Matrix, err error) {
+	if v, err = f.RandomMatrix(r, d2, d3); err != nil {
+		return
+	}
+	w, err = f.RandomMatrix(r, d1, d3)
+	return
+}
+
+// MulOpen is Protocol 1, step 1 for one operand: dst = [[X]]_i - [[U]]_i. The
+// party sends dst to the other party; both then hold X - U.
+func (f *Field) MulOpen(dst, x, u Matrix) { f.MatSub(dst, x, u) }
+
+// MulClose is Protocol 1, step 2 for party i, given the opened S = X - U and
+// T = Y - V: dst = [[U]]_i T + S [[V]]_i + [[W]]_i + i S T, computed as
+// [[U]]_i T + S ([[V]]_i + i T) + [[W]]_i to save one product. tmp must have
+// V's shape; dst must not alias any input.
+func (f *Field) MulClose(dst Matrix, i int, s, t Matrix, tr TripleShare, u, tmp Matrix) {
+	if i == 1 {
+		f.MatAdd(tmp, tr.V, t)
+	} else {
+		copy(tmp.Data, tr.V.Data)
+	}
+	f.MatMul(dst, u, t)
+	f.MatMulAdd(dst, s, tmp)
+	f.MatAdd(dst, dst, tr.W)
+}
