@@ -57,17 +57,18 @@ func TestInputDelayIsShift(t *testing.T) {
 			delayed.InputDelay = d
 			pd, p0 := mustNew(t, delayed), mustNew(t, base)
 			m := p0.Inputs()
-			zero := make([]float64, m)
-			for range d {
-				p0.Step(zero)
+			queue := make([][]float64, d) // the inputs p0 gets: d zeros, then u_0, u_1, ...
+			for i := range queue {
+				queue[i] = make([]float64, m)
 			}
 			for tick := range 30 {
 				u := make([]float64, m)
 				for i := range u {
 					u[i] = 4 * (rng.Float64() - 0.5)
 				}
+				queue = append(queue, u)
 				pd.Step(u)
-				p0.Step(u)
+				p0.Step(queue[tick])
 				if got, want := pd.Measure(), p0.Measure(); !reflect.DeepEqual(got, want) {
 					t.Fatalf("%s delay %d tick %d: got y = %v, want %v", base.Kind, d, tick, got, want)
 				}

@@ -68,12 +68,14 @@ func maxAbsDiff(a, b [4]float64) float64 {
 // shrinks like h⁴, which also checks that rk4 is the fourth-order method.
 func TestQubeRK4Converges(t *testing.T) {
 	x1, x2, x4 := runQube(1), runQube(2), runQube(4)
-	if d := maxAbsDiff(x1, x4); d > 1e-7 {
-		t.Errorf("1 ms vs 0.25 ms: got max state difference %g, want <= 1e-7 (x1 = %v, x4 = %v)", d, x1, x4)
+	if d := maxAbsDiff(x1, x4); d > 1e-6 {
+		t.Errorf("1 ms vs 0.25 ms: got max state difference %g, want <= 1e-6 (x1 = %v, x4 = %v)", d, x1, x4)
 	}
 	// err(h) ≈ c h⁴, so err(1 ms)/err(0.5 ms) ≈ 16; both measured against 0.25 ms.
 	e1, e2 := maxAbsDiff(x1, x4), maxAbsDiff(x2, x4)*16/15
-	if ratio := e1 / e2; ratio < 12 || ratio > 20 {
+	ratio := e1 / e2
+	t.Logf("max error vs 0.25 ms: %.3g at 1 ms, %.3g at 0.5 ms, ratio %.2f", e1, e2, ratio)
+	if ratio < 12 || ratio > 20 {
 		t.Errorf("error ratio for halving h: got %.2f (errors %g, %g), want about 16", ratio, e1, e2)
 	}
 }
@@ -120,7 +122,7 @@ func TestQubeEnergyBalance(t *testing.T) {
 	for ms := range 3000 {
 		before := q.x
 		q.Step([]float64{0})
-		// Simpson's rule on the midpoint would need it; the trapezoid is enough.
+		// Trapezoid rule over each 1 ms step: O(h²), far inside the tolerance.
 		lost += 0.001 * (qubeDissipation(before) + qubeDissipation(q.x)) / 2
 		e := qubeEnergy(q.x)
 		if e > prev+1e-12 {
@@ -128,7 +130,8 @@ func TestQubeEnergyBalance(t *testing.T) {
 		}
 		prev = e
 	}
-	if got, want := e0-prev, lost; !relClose(got, want, 1e-3) {
+	t.Logf("energy %.6g J -> %.6g J, dissipated %.6g J, mismatch %.2g relative", e0, prev, lost, (e0-prev-lost)/lost)
+	if got, want := e0-prev, lost; !relClose(got, want, 1e-4) {
 		t.Errorf("energy lost over 3 s: got %v J, want the dissipated %v J", got, want)
 	}
 	if math.Abs(q.State()[1]) < 1 {
