@@ -228,7 +228,7 @@ func (s ControllerSpec) Resolve(v Variant) (Resolved, error) {
 		}
 		for _, name := range []string{PresetM127, PresetP25519} {
 			cand, _ := ParseModulus(name)
-			if sz.Check(cand.Log2()) == nil {
+			if sz.Check(float64(cand.BitLen() - 1)) == nil {
 				f = cand
 				break
 			}
@@ -246,7 +246,7 @@ func (s ControllerSpec) Resolve(v Variant) (Resolved, error) {
 			res.Warnings = append(res.Warnings, fmt.Sprintf(
 				"A is not Schur stable (spectral radius %.4f): the modulus bound of Theorem 1 does not hold and the state may overflow modulus %s",
 				sz.Rho, f.Name()))
-		} else if err := sz.Check(f.Log2()); err != nil {
+		} else if err := sz.Check(float64(f.BitLen() - 1)); err != nil {
 			return res, err
 		}
 	}
