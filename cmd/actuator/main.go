@@ -1,0 +1,26 @@
+// Command actuator reconstructs u_t from the parties' output shares and
+// applies it to the plant. Configuration: DUET_ environment variables (-h).
+package main
+
+import (
+	"context"
+
+	"github.com/duet-mpc/duet/internal/actuator"
+	"github.com/duet-mpc/duet/internal/service"
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+func main() {
+	var cfg actuator.Config
+	service.Main("actuator", func() codec.Role { return codec.RoleActuator }, &cfg, &cfg.Common, func(ctx context.Context, env *service.Env) error {
+		fs, _ := actuator.ParseFailSafe(cfg.FailSafe)
+		a, err := actuator.New(env.NC, env.Sealer, actuator.Options{Loop: cfg.Loop, Deadline: cfg.Deadline, FailSafe: fs,
+			Log: env.Log, Metrics: env.Metrics})
+		if err != nil {
+			return err
+		}
+		ready := a.Ready
+		env.Ready.Store(&ready)
+		return a.Run(ctx)
+	})
+}

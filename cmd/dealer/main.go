@@ -1,0 +1,31 @@
+// Command dealer pre-generates matrix triples and truncation masks into the
+// offline queues; run any number of replicas. Configuration: DUET_
+// environment variables (-h lists them).
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/duet-mpc/duet/internal/dealer"
+	"github.com/duet-mpc/duet/internal/service"
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+func main() {
+	var cfg dealer.Config
+	service.Main("dealer", func() codec.Role { return codec.RoleDealer }, &cfg, &cfg.Common, func(ctx context.Context, env *service.Env) error {
+		name := cfg.Name
+		if name == "" {
+			name, _ = os.Hostname()
+		}
+		d, err := dealer.New(env.NC, env.Sealer, dealer.Options{Name: name, LowWater: cfg.LowWater, Batch: cfg.Batch, Poll: cfg.Poll,
+			Log: env.Log, Metrics: env.Metrics})
+		if err != nil {
+			return err
+		}
+		ready := func() bool { return true }
+		env.Ready.Store(&ready)
+		return d.Run(ctx)
+	})
+}

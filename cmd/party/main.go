@@ -1,0 +1,26 @@
+// Command party is P0 or P1 (DUET_PARTY): it runs Protocol 3 each tick with
+// the other party. Configuration: DUET_ environment variables (-h lists them).
+package main
+
+import (
+	"context"
+
+	"github.com/duet-mpc/duet/internal/party"
+	"github.com/duet-mpc/duet/internal/service"
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+func main() {
+	var cfg party.Config
+	role := func() codec.Role { return codec.PartyRole(cfg.Party) }
+	service.Main("party", role, &cfg, &cfg.Common, func(ctx context.Context, env *service.Env) error {
+		p, err := party.New(env.NC, env.Sealer, party.Options{ID: cfg.Party, Loops: cfg.Loops, Prefetch: cfg.Prefetch,
+			ItemWait: cfg.ItemWait, Log: env.Log, Metrics: env.Metrics})
+		if err != nil {
+			return err
+		}
+		ready := p.Ready
+		env.Ready.Store(&ready)
+		return p.Run(ctx)
+	})
+}

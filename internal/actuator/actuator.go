@@ -1,0 +1,337 @@
+// Package actuator is the client's acting side: it reconstructs u_t from the
+// two parties' output shares, decodes it and applies it to the plant. If both
+// shares have not arrived by the deadline it applies the fail-safe.
+package actuator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// FailSafe is what the actuator applies when a tick misses its deadline.
+type FailSafe string
+
+// Fail-safe policies.
+const (
+	FailSafeHold FailSafe = "hold" // repeat the last applied input
+	FailSafeZero FailSafe = "zero" // apply zero
+)
+
+// ParseFailSafe accepts "hold" and "zero".
+func ParseFailSafe(s string) (FailSafe, error) {
+	switch FailSafe(s) {
+	case FailSafeHold, FailSafeZero:
+		return FailSafe(s), nil
+	}
+	return "", fmt.Errorf("actuator: fail-safe %q, want hold or zero", s)
+}
+
+// Applied describes one applied input (for hooks and the demo).
+type Applied struct {
+	Loop       string
+	Tick       uint64
+	U          []float64
+	Latency    time.Duration // sensor publish to reconstruction (0 on a miss)
+	Miss       bool
+	Item0      uint64 // items the parties used (equal unless something is wrong)
+	Item1      uint64
+}
+
+// Options configure the actuator.
+type Options struct {
+	Loop     string
+	Deadline time.Duration // after the sensor's publish
+	FailSafe FailSafe
+	Log      *slog.Logger
+	Metrics  *metrics.Set
+	OnApply  func(Applied)
+}
+
+type pending struct {
+	sent    int64
+	have    [2]bool
+	item    [2]uint64
+	u       [2]mpc.Matrix
+	done    bool
+	timer   *time.Timer
+}
+
+// Actuator serves one loop.
+type Actuator struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	sealer *codec.Sealer
+	opt    Options
+	prm    mpc.Params
+	guard  *codec.ReplayGuard
+	ready  atomic.Bool
+
+	mu      sync.Mutex
+	ticks   map[uint64]*pending
+	last    []float64
+	lastApp uint64
+	uBuf    mpc.Matrix
+}
+
+// New returns an actuator for one loop.
+func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Actuator, error) {
+	if err := codec.ValidLoopID(opt.Loop); err != nil {
+		return nil, err
+	}
+	if opt.Deadline <= 0 {
+		opt.Deadline = 30 * time.Millisecond
+	}
+	if opt.FailSafe == "" {
+		opt.FailSafe = FailSafeHold
+	}
+	if opt.Log == nil {
+		opt.Log = slog.Default()
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.New("actuator")
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Actuator{nc: nc, js: js, sealer: sealer, opt: opt, guard: codec.NewReplayGuard(), ticks: map[uint64]*pending{}}, nil
+}
+
+// Ready reports whether the set-up has been loaded.
+func (a *Actuator) Ready() bool { return a.ready.Load() }
+
+// Run loads the set-up and serves until ctx ends.
+func (a *Actuator) Run(ctx context.Context) error {
+	kv, err := bus.WaitSetupBucket(ctx, a.js)
+	if err != nil {
+		return err
+	}
+	for {
+		e, err := kv.Get(ctx, bus.SetupKey(a.opt.Loop, codec.RoleActuator))
+		if err == nil {
+			if err = a.applySetup(e.Value()); err == nil {
+				break
+			}
+			a.opt.Metrics.Reject(err)
+			a.opt.Log.Error("set-up record rejected", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	subT, err := a.nc.Subscribe(bus.TickSubject(a.opt.Loop), a.onMsg)
+	if err != nil {
+		return err
+	}
+	defer subT.Unsubscribe()
+	subO, err := a.nc.Subscribe(bus.OutputSubject(a.opt.Loop), a.onMsg)
+	if err != nil {
+		return err
+	}
+	defer subO.Unsubscribe()
+	a.ready.Store(true)
+	<-ctx.Done()
+	return nil
+}
+
+func (a *Actuator) applySetup(data []byte) error {
+	h, body, err := a.sealer.Open(data)
+	if err != nil {
+		return err
+	}
+	if h.Kind != codec.KindSetup || h.From != codec.RoleSensor || h.Loop != a.opt.Loop {
+		return fmt.Errorf("%w: set-up record is %s from %s", codec.ErrHeader, h.Kind, h.From)
+	}
+	var sp codec.SetupPayload
+	if err := codec.Unmarshal(body, &sp); err != nil {
+		return err
+	}
+	prm, err := sp.Params.Params()
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.prm = prm
+	a.last = make([]float64, prm.M)
+	a.uBuf = mpc.NewMatrix(prm.M, 1)
+	a.mu.Unlock()
+	return nil
+}
+
+func (a *Actuator) reject(err error) {
+	a.opt.Metrics.Reject(err)
+	a.opt.Log.Debug("message rejected", "loop", a.opt.Loop, "err", err)
+}
+
+func (a *Actuator) onMsg(m *nats.Msg) {
+	h, body, err := a.sealer.Open(m.Data)
+	if err != nil {
+		a.reject(err)
+		return
+	}
+	if h.Loop != a.opt.Loop {
+		a.reject(fmt.Errorf("%w: loop %q", codec.ErrHeader, h.Loop))
+		return
+	}
+	switch {
+	case h.Kind == codec.KindTick && h.From == codec.RoleSensor:
+		var tp codec.TickPayload
+		if err := a.accept(h, body, &tp); err != nil {
+			return
+		}
+		a.onTick(h.Tick, tp.SentUnixNano)
+	case h.Kind == codec.KindOutput && (h.From == codec.RoleParty0 || h.From == codec.RoleParty1):
+		var op codec.OutputPayload
+		if err := a.accept(h, body, &op); err != nil {
+			return
+		}
+		u, err := op.U.Decode(a.prm.Field, a.prm.M, 1)
+		if err != nil {
+			a.reject(err)
+			return
+		}
+		id := 0
+		if h.From == codec.RoleParty1 {
+			id = 1
+		}
+		a.onShare(h.Tick, id, op.Item, u)
+	default:
+		a.reject(fmt.Errorf("%w: %s from %s is not accepted by the actuator", codec.ErrKind, h.Kind, h.From))
+	}
+}
+
+func (a *Actuator) accept(h codec.Header, body []byte, v any) error {
+	if err := a.guard.Check(h); err != nil {
+		a.reject(err)
+		return err
+	}
+	if err := codec.Unmarshal(body, v); err != nil {
+		a.reject(err)
+		return err
+	}
+	if err := a.guard.Accept(h); err != nil {
+		a.reject(err)
+		return err
+	}
+	return nil
+}
+
+// entry returns the tick's pending record; nil for ticks already applied.
+func (a *Actuator) entry(t uint64) *pending {
+	if t <= a.lastApp {
+		return nil
+	}
+	p := a.ticks[t]
+	if p == nil {
+		p = &pending{}
+		a.ticks[t] = p
+		// Forget ticks that can no longer complete.
+		for k, old := range a.ticks {
+			if k+64 < t {
+				if old.timer != nil {
+					old.timer.Stop()
+				}
+				delete(a.ticks, k)
+			}
+		}
+	}
+	return p
+}
+
+func (a *Actuator) onTick(t uint64, sent int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.entry(t)
+	if p == nil || p.timer != nil {
+		return
+	}
+	p.sent = sent
+	wait := time.Until(time.Unix(0, sent).Add(a.opt.Deadline))
+	p.timer = time.AfterFunc(wait, func() { a.deadline(t) })
+}
+
+func (a *Actuator) onShare(t uint64, id int, item uint64, share mpc.Matrix) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.entry(t)
+	if p == nil || p.done {
+		a.opt.Metrics.Rejects.WithLabelValues("late").Inc()
+		return
+	}
+	p.have[id], p.item[id], p.u[id] = true, item, share
+	if !p.have[0] || !p.have[1] {
+		return
+	}
+	if p.item[0] != p.item[1] {
+		a.opt.Metrics.Mismatches.WithLabelValues(a.opt.Loop).Inc()
+		a.opt.Log.Error("parties used different items", "tick", t, "p0", p.item[0], "p1", p.item[1])
+		return // the deadline applies the fail-safe
+	}
+	a.prm.Field.Reconst(a.uBuf, p.u[0], p.u[1])
+	u := make([]float64, a.prm.M)
+	a.prm.Field.DcdInto(u, a.uBuf.Data, 2*a.prm.L)
+	var lat time.Duration
+	if p.sent != 0 {
+		lat = time.Since(time.Unix(0, p.sent))
+		a.opt.Metrics.TickLatency.WithLabelValues(a.opt.Loop).Observe(lat.Seconds())
+	}
+	a.applyLocked(t, p, u, lat, false)
+}
+
+func (a *Actuator) deadline(t uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.ticks[t]
+	if p == nil || p.done {
+		return
+	}
+	u := make([]float64, a.prm.M)
+	if a.opt.FailSafe == FailSafeHold {
+		copy(u, a.last)
+	}
+	a.opt.Metrics.Misses.WithLabelValues(a.opt.Loop).Inc()
+	a.opt.Log.Debug("deadline missed: fail-safe applied", "loop", a.opt.Loop, "tick", t, "failsafe", a.opt.FailSafe)
+	a.applyLocked(t, p, u, 0, true)
+}
+
+func (a *Actuator) applyLocked(t uint64, p *pending, u []float64, lat time.Duration, miss bool) {
+	p.done = true
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	delete(a.ticks, t)
+	if t > a.lastApp {
+		a.lastApp = t
+	}
+	copy(a.last, u)
+	body, err := codec.Marshal(codec.PlantUPayload{U: u, FailSafe: miss})
+	if err == nil {
+		env, err := a.sealer.Seal(codec.Header{Kind: codec.KindPlantU, Loop: a.opt.Loop, Tick: t, From: codec.RoleActuator, To: codec.RolePlant}, body)
+		if err == nil {
+			err = a.nc.Publish(bus.PlantUSubject(a.opt.Loop), env)
+		}
+		if err != nil {
+			a.opt.Log.Warn("apply", "err", err)
+		}
+	}
+	if !miss {
+		a.opt.Metrics.Ticks.WithLabelValues(a.opt.Loop).Inc()
+	}
+	if a.opt.OnApply != nil {
+		a.opt.OnApply(Applied{Loop: a.opt.Loop, Tick: t, U: u, Latency: lat, Miss: miss, Item0: p.item[0], Item1: p.item[1]})
+	}
+}

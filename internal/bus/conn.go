@@ -1,0 +1,125 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Connect dials NATS with reconnection forever and logs connection events.
+// opts are appended (credentials, TLS, ...).
+func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nats.Option) (*nats.Conn, error) {
+	base := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectBufSize(8 << 20),
+		nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("nats reconnected", "url", c.ConnectedUrl())
+			if onReconnect != nil {
+				onReconnect()
+			}
+		}),
+	}
+	nc, err := nats.Connect(url, append(base, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("nats connect %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// OfflineQueue describes a loop's offline queue.
+type OfflineQueue struct {
+	Loop    string
+	MaxMsgs int64 // backpressure: publishes beyond this fail (DiscardNew)
+}
+
+// EnsureOfflineQueue creates (or updates) the loop's stream and both parties'
+// durable pull consumers. It must run before any dealer publishes: the
+// stream has Interest retention, so an item is kept until both consumers
+// have acknowledged it and one published with no consumer would be lost.
+//
+// Exact pairing: each stream message holds both parties' shares of one item,
+// so the stream sequence pairs the shares by construction; each party reads
+// the stream in order through its own consumer.
+func EnsureOfflineQueue(ctx context.Context, js jetstream.JetStream, q OfflineQueue, replicas int, file bool) (jetstream.Stream, error) {
+	storage := jetstream.MemoryStorage
+	if file {
+		storage = jetstream.FileStorage
+	}
+	if replicas < 1 {
+		replicas = 1
+	}
+	cfg := jetstream.StreamConfig{
+		Name:      OfflineStream(q.Loop),
+		Subjects:  []string{OfflineSubject(q.Loop)},
+		Retention: jetstream.InterestPolicy,
+		Discard:   jetstream.DiscardNew,
+		MaxMsgs:   q.MaxMsgs,
+		Storage:   storage,
+		Replicas:  replicas,
+	}
+	st, err := js.CreateOrUpdateStream(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("offline stream %s: %w", cfg.Name, err)
+	}
+	for i := 0; i < 2; i++ {
+		_, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       ConsumerName(i),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			MaxAckPending: -1,
+			AckWait:       30 * time.Second,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("offline consumer %s/%s: %w", cfg.Name, ConsumerName(i), err)
+		}
+	}
+	return st, nil
+}
+
+// EnsureSetupBucket creates the set-up KV bucket if needed.
+func EnsureSetupBucket(ctx context.Context, js jetstream.JetStream, replicas int, file bool) (jetstream.KeyValue, error) {
+	storage := jetstream.MemoryStorage
+	if file {
+		storage = jetstream.FileStorage
+	}
+	if replicas < 1 {
+		replicas = 1
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: SetupBucket, History: 1, Storage: storage, Replicas: replicas})
+	if err != nil {
+		return nil, fmt.Errorf("kv %s: %w", SetupBucket, err)
+	}
+	return kv, nil
+}
+
+// WaitSetupBucket waits until the bucket exists (created by the sensor).
+func WaitSetupBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	for {
+		kv, err := js.KeyValue(ctx, SetupBucket)
+		if err == nil {
+			return kv, nil
+		}
+		if !errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, context.DeadlineExceeded) {
+			// Transient (no responders while JetStream starts, reconnecting): retry.
+			_ = err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

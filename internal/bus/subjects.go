@@ -1,0 +1,68 @@
+// Package bus holds everything the services share about NATS: subject and
+// stream names (defined here and nowhere else), connection set-up and the
+// JetStream resources of the offline queue.
+package bus
+
+import (
+	"fmt"
+
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+// Subjects. Every subject is keyed by the loop id, so one deployment runs
+// many loops. Payloads are codec envelopes sealed to their recipient.
+//
+//	duet.<loop>.measure.p<i>   sensor -> party i        KindMeasure
+//	duet.<loop>.x.p<i>         other party -> party i   KindMul, KindTrunc
+//	duet.<loop>.out            parties -> actuator      KindOutput
+//	duet.<loop>.tick           sensor -> actuator       KindTick
+//	duet.<loop>.plant.y        sensor -> plant (request/reply) KindPlantY
+//	duet.<loop>.plant.u        actuator -> plant        KindPlantU
+//	duet.offline.<loop>        dealers -> stream DUET_OFFLINE_<loop>
+const Prefix = "duet"
+
+// MeasureSubject carries the share of y_t for party i.
+func MeasureSubject(loop string, party int) string {
+	return fmt.Sprintf("%s.%s.measure.p%d", Prefix, loop, party)
+}
+
+// ExchangeSubject carries the other party's messages to party `to`.
+func ExchangeSubject(loop string, to int) string {
+	return fmt.Sprintf("%s.%s.x.p%d", Prefix, loop, to)
+}
+
+// PartyInbox matches both subjects party i reads (measure and exchange).
+func PartyInbox(loop string, party int) string {
+	return fmt.Sprintf("%s.%s.*.p%d", Prefix, loop, party)
+}
+
+// OutputSubject carries output shares to the actuator.
+func OutputSubject(loop string) string { return Prefix + "." + loop + ".out" }
+
+// TickSubject carries the sensor's tick notices to the actuator.
+func TickSubject(loop string) string { return Prefix + "." + loop + ".tick" }
+
+// PlantYSubject is the plant's measurement request subject.
+func PlantYSubject(loop string) string { return Prefix + "." + loop + ".plant.y" }
+
+// PlantUSubject carries applied inputs to the plant.
+func PlantUSubject(loop string) string { return Prefix + "." + loop + ".plant.u" }
+
+// OfflineSubject is where dealers publish a loop's items.
+func OfflineSubject(loop string) string { return Prefix + ".offline." + loop }
+
+// OfflineStream names a loop's offline queue stream.
+func OfflineStream(loop string) string { return "DUET_OFFLINE_" + loop }
+
+// ConsumerName is party i's durable consumer on a loop's offline stream.
+func ConsumerName(party int) string { return fmt.Sprintf("party%d", party) }
+
+// SetupBucket is the JetStream KV bucket holding each loop's sealed set-up
+// records; the sensor writes them, each record is sealed to its reader.
+const SetupBucket = "duet-setup"
+
+// SetupKey names the set-up record of a loop for one role.
+func SetupKey(loop string, r codec.Role) string { return loop + "." + r.String() }
+
+// DealerSetupWildcard matches every loop's dealer record.
+const DealerSetupWildcard = "*.dealer"

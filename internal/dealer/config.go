@@ -1,0 +1,33 @@
+package dealer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/duet-mpc/duet/internal/config"
+)
+
+// Config is the dealer service's environment. Dealers learn the loops to
+// serve (dimensions, modulus, variant, session secret) from the sensor's
+// sealed records in the set-up KV bucket, not from configuration.
+type Config struct {
+	config.Common
+	Name     string        `envconfig:"NAME" default:"" desc:"replica name for logs (default: host name)"`
+	LowWater int           `envconfig:"LOW_WATER" default:"750" desc:"refill a loop's queue when it holds fewer items (750 = 30 s of 40 ms ticks)"`
+	Batch    int           `envconfig:"BATCH" default:"64" desc:"extra items published per refill round"`
+	Poll     time.Duration `envconfig:"POLL" default:"50ms" desc:"queue depth check interval"`
+}
+
+// Validate checks the values.
+func (c *Config) Validate() error {
+	if c.LowWater < 1 {
+		return fmt.Errorf("DUET_LOW_WATER=%d: want >= 1", c.LowWater)
+	}
+	if c.Batch < 1 || c.Batch > 100000 {
+		return fmt.Errorf("DUET_BATCH=%d: want 1..100000", c.Batch)
+	}
+	if c.Poll <= 0 {
+		return fmt.Errorf("DUET_POLL=%v: want > 0", c.Poll)
+	}
+	return nil
+}

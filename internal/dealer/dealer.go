@@ -1,0 +1,246 @@
+// Package dealer pre-generates matrix triples and truncation masks into each
+// loop's offline JetStream queue. Any number of replicas may run: they learn
+// the loops from the sensor's sealed records in the set-up KV bucket, keep
+// each queue above its low-water mark, and rely on the stream (MaxMsgs with
+// DiscardNew) to stop overfilling when several publish at once.
+package dealer
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// Options configure a dealer replica.
+type Options struct {
+	Name     string        // replica name for logs
+	LowWater int           // refill when the queue holds fewer items than this
+	Batch    int           // items published per refill round
+	Poll     time.Duration // queue depth check interval
+	Log      *slog.Logger
+	Metrics  *metrics.Set
+}
+
+// Dealer is one replica.
+type Dealer struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	sealer *codec.Sealer
+	opt    Options
+
+	mu    sync.Mutex
+	loops map[string]context.CancelFunc
+	epoch map[string]uint64
+}
+
+// New returns a dealer replica.
+func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Dealer, error) {
+	if sealer.Self() != codec.RoleDealer {
+		return nil, fmt.Errorf("dealer: sealer is for %s", sealer.Self())
+	}
+	if opt.LowWater <= 0 {
+		opt.LowWater = 750 // 30 s of 40 ms ticks
+	}
+	if opt.Batch <= 0 {
+		opt.Batch = 64
+	}
+	if opt.Poll <= 0 {
+		opt.Poll = 50 * time.Millisecond
+	}
+	if opt.Log == nil {
+		opt.Log = slog.Default()
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.New("dealer")
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Dealer{nc: nc, js: js, sealer: sealer, opt: opt, loops: map[string]context.CancelFunc{}, epoch: map[string]uint64{}}, nil
+}
+
+// Run watches the set-up bucket for loops and serves them until ctx ends.
+func (d *Dealer) Run(ctx context.Context) error {
+	kv, err := bus.WaitSetupBucket(ctx, d.js)
+	if err != nil {
+		return nil
+	}
+	w, err := kv.Watch(ctx, bus.DealerSetupWildcard)
+	if err != nil {
+		return fmt.Errorf("dealer: watch set-up: %w", err)
+	}
+	defer w.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			if err := d.register(ctx, &wg, e.Key(), e.Value()); err != nil {
+				d.opt.Metrics.Reject(err)
+				d.opt.Log.Error("dealer set-up rejected", "key", e.Key(), "err", err)
+			}
+		}
+	}
+}
+
+func (d *Dealer) register(ctx context.Context, wg *sync.WaitGroup, key string, data []byte) error {
+	h, body, err := d.sealer.Open(data)
+	if err != nil {
+		return err
+	}
+	if h.Kind != codec.KindDealerSetup || h.From != codec.RoleSensor || key != bus.SetupKey(h.Loop, codec.RoleDealer) {
+		return fmt.Errorf("%w: record %s is %s from %s for loop %q", codec.ErrHeader, key, h.Kind, h.From, h.Loop)
+	}
+	var sp codec.DealerSetupPayload
+	if err := codec.Unmarshal(body, &sp); err != nil {
+		return err
+	}
+	prm, err := sp.Params.Params()
+	if err != nil {
+		return err
+	}
+	if len(sp.Secret) != 32 {
+		return fmt.Errorf("%w: session secret has %d bytes", codec.ErrMalformed, len(sp.Secret))
+	}
+	var secret [32]byte
+	copy(secret[:], sp.Secret)
+	gen, err := mpc.NewDealer(prm, mpc.NewSession(secret), sp.Compress)
+	if err != nil {
+		return err
+	}
+	stream, err := d.js.Stream(ctx, bus.OfflineStream(h.Loop))
+	if err != nil {
+		return fmt.Errorf("dealer: stream for loop %s: %w", h.Loop, err)
+	}
+	d.mu.Lock()
+	if d.epoch[h.Loop] == sp.Epoch {
+		d.mu.Unlock()
+		return nil
+	}
+	if cancel := d.loops[h.Loop]; cancel != nil {
+		cancel() // a new epoch replaces the old generator
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	d.loops[h.Loop], d.epoch[h.Loop] = cancel, sp.Epoch
+	d.mu.Unlock()
+	d.opt.Log.Info("serving loop", "dealer", d.opt.Name, "loop", h.Loop, "epoch", sp.Epoch, "compress", sp.Compress)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.serve(lctx, h.Loop, sp.Epoch, prm, gen, stream)
+	}()
+	return nil
+}
+
+// serve keeps one loop's queue above the low-water mark.
+func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.Params, gen *mpc.Dealer, stream jetstream.Stream) {
+	var key [32]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		d.opt.Log.Error("randomness", "err", err)
+		return
+	}
+	rng := mpc.NewPRG(key, [16]byte{})
+	subj := bus.OfflineSubject(loop)
+	tick := time.NewTicker(d.opt.Poll)
+	defer tick.Stop()
+	for {
+		info, err := stream.Info(ctx)
+		if err == nil {
+			depth := int(info.State.Msgs)
+			d.opt.Metrics.QueueDepth.WithLabelValues(loop).Set(float64(depth))
+			if depth < d.opt.LowWater {
+				d.opt.Metrics.LowWater.WithLabelValues(loop).Inc()
+				if full := d.refill(ctx, loop, epoch, prm, gen, rng, subj, d.opt.LowWater-depth+d.opt.Batch); full {
+					// The stream is at MaxMsgs: another replica filled it.
+				}
+				continue
+			}
+		} else if ctx.Err() == nil {
+			d.opt.Log.Debug("stream info", "loop", loop, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// refill publishes up to n items; it reports whether the stream was full.
+func (d *Dealer) refill(ctx context.Context, loop string, epoch uint64, prm mpc.Params, gen *mpc.Dealer, rng interface{ Read([]byte) (int, error) }, subj string, n int) bool {
+	futures := make([]jetstream.PubAckFuture, 0, n)
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		data, err := d.item(loop, epoch, prm, gen, rng)
+		if err != nil {
+			d.opt.Log.Error("generating item", "loop", loop, "err", err)
+			return false
+		}
+		f, err := d.js.PublishAsync(subj, data)
+		if err != nil {
+			break
+		}
+		futures = append(futures, f)
+	}
+	full := false
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+			d.opt.Metrics.ItemsPublished.WithLabelValues(loop).Inc()
+		case err := <-f.Err():
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) || strings.Contains(err.Error(), "maximum messages") {
+				full = true
+			}
+		case <-ctx.Done():
+			return full
+		}
+	}
+	return full
+}
+
+// item draws one item and seals each party's share to it.
+func (d *Dealer) item(loop string, epoch uint64, prm mpc.Params, gen *mpc.Dealer, rng interface{ Read([]byte) (int, error) }) ([]byte, error) {
+	it, err := gen.Next(rng)
+	if err != nil {
+		return nil, err
+	}
+	msg := codec.ItemMsg{Loop: loop, Epoch: epoch, Nonce: it.Nonce}
+	seal := func(to codec.Role, m mpc.TickMaterial) ([]byte, error) {
+		body, err := codec.Marshal(codec.PutMaterial(prm.Field, it.Nonce, m))
+		if err != nil {
+			return nil, err
+		}
+		return d.sealer.Seal(codec.Header{Kind: codec.KindMaterial, Loop: loop, Tick: epoch, From: codec.RoleDealer, To: to}, body)
+	}
+	if it.P0 != nil {
+		if msg.P0, err = seal(codec.RoleParty0, *it.P0); err != nil {
+			return nil, err
+		}
+	}
+	if msg.P1, err = seal(codec.RoleParty1, it.P1); err != nil {
+		return nil, err
+	}
+	return codec.Marshal(msg)
+}

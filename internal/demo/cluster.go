@@ -1,0 +1,388 @@
+// Package demo runs the whole secure control pipeline in one process: an
+// embedded NATS server with JetStream, dealer replicas, P0, P1, the sensor,
+// the actuator and the simulated plant, each on its own NATS connection and
+// talking exactly as the separate binaries do. `duet demo` and the pipeline
+// tests use it.
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/duet-mpc/duet/internal/actuator"
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/dealer"
+	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/internal/party"
+	"github.com/duet-mpc/duet/internal/plantsvc"
+	"github.com/duet-mpc/duet/internal/sensor"
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+	"github.com/duet-mpc/duet/pkg/plant"
+)
+
+// Options configure a cluster.
+type Options struct {
+	Loop       string
+	Controller mpc.ControllerSpec
+	Plant      plant.Spec
+	Variant    mpc.Variant
+	Compress   bool
+	Fast       bool
+	Period     time.Duration
+	Deadline   time.Duration
+	Dealers    int
+	LowWater   int
+	QueueMax   int64
+	Log        *slog.Logger
+}
+
+// TickRecord is everything observed about one tick.
+type TickRecord struct {
+	Tick         uint64
+	Y, UPlain    []float64
+	U            []float64
+	Latency      time.Duration
+	Miss         bool
+	Item0, Item1 uint64
+	Applied      bool
+}
+
+// Cluster is a running in-process deployment.
+type Cluster struct {
+	opt    Options
+	ns     *server.Server
+	url    string
+	store  string
+	ids    map[codec.Role]*codec.Identity
+	pubs   map[codec.Role]string
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	conns  []*nats.Conn
+
+	Sensor   *sensor.Sensor
+	Actuator *actuator.Actuator
+	Parties  [2]*party.Service
+	Metrics  map[string]*metrics.Set
+
+	mu      sync.Mutex
+	records map[uint64]*TickRecord
+	audit   [2]map[uint64]uint64 // tick -> item, per party
+	used    [2]map[uint64]uint64 // item -> tick, per party (reuse detection)
+	reuse   int
+	dealers map[string]context.CancelFunc
+	nDealer int
+}
+
+// StartServer starts an embedded NATS server with JetStream in a temporary
+// store on a random loopback port.
+func StartServer() (*server.Server, string, error) {
+	dir, err := os.MkdirTemp("", "duet-js-")
+	if err != nil {
+		return nil, "", err
+	}
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
+	if err != nil {
+		return nil, "", err
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return nil, "", fmt.Errorf("demo: embedded NATS server did not start")
+	}
+	return ns, dir, nil
+}
+
+// Start brings up every service and performs the set-up.
+func Start(ctx context.Context, opt Options) (*Cluster, error) {
+	if opt.Loop == "" {
+		opt.Loop = "pendulum"
+	}
+	if opt.Dealers <= 0 {
+		opt.Dealers = 2
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opt.LowWater <= 0 {
+		opt.LowWater = 750
+	}
+	if opt.QueueMax <= 0 {
+		opt.QueueMax = int64(2*opt.LowWater + 256)
+	}
+	ns, dir, err := StartServer()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{opt: opt, ns: ns, url: ns.ClientURL(), store: dir, ids: map[codec.Role]*codec.Identity{}, pubs: map[codec.Role]string{},
+		Metrics: map[string]*metrics.Set{}, records: map[uint64]*TickRecord{}, dealers: map[string]context.CancelFunc{}}
+	for i := range c.audit {
+		c.audit[i], c.used[i] = map[uint64]uint64{}, map[uint64]uint64{}
+	}
+	c.ctx, c.cancel = context.WithCancel(ctx)
+	for _, r := range codec.AllRoles {
+		id, err := codec.GenerateIdentity()
+		if err != nil {
+			return nil, err
+		}
+		c.ids[r], c.pubs[r] = id, id.PublicKey()
+	}
+	if err := c.startAll(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) conn(name string) (*nats.Conn, *codec.Sealer, *metrics.Set, error) {
+	return c.connAs(name, roleOf(name))
+}
+
+func roleOf(name string) codec.Role {
+	switch name {
+	case "party0":
+		return codec.RoleParty0
+	case "party1":
+		return codec.RoleParty1
+	case "sensor":
+		return codec.RoleSensor
+	case "actuator":
+		return codec.RoleActuator
+	case "plant":
+		return codec.RolePlant
+	}
+	return codec.RoleDealer
+}
+
+func (c *Cluster) connAs(name string, role codec.Role) (*nats.Conn, *codec.Sealer, *metrics.Set, error) {
+	m := metrics.New(name)
+	nc, err := bus.Connect(c.url, "duet-"+name, c.opt.Log, func() { m.Reconnects.Inc() })
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	s, err := codec.NewSealer(role, c.ids[role], c.pubs)
+	if err != nil {
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	c.mu.Lock()
+	c.conns = append(c.conns, nc)
+	c.Metrics[name] = m
+	c.mu.Unlock()
+	return nc, s, m, nil
+}
+
+func (c *Cluster) goRun(name string, run func(context.Context) error) {
+	c.goRunCtx(c.ctx, name, run)
+}
+
+func (c *Cluster) goRunCtx(ctx context.Context, name string, run func(context.Context) error) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := run(ctx); err != nil && ctx.Err() == nil {
+			c.opt.Log.Error("service stopped", "service", name, "err", err)
+		}
+	}()
+}
+
+func (c *Cluster) startAll() error {
+	o := c.opt
+	// Sensor first: its set-up creates the queue and the consumers before any
+	// dealer can publish.
+	nc, s, m, err := c.conn("sensor")
+	if err != nil {
+		return err
+	}
+	c.Sensor, err = sensor.New(nc, s, sensor.Options{Loop: o.Loop, Controller: o.Controller, Variant: o.Variant, Compress: o.Compress,
+		Period: o.Period, Fast: o.Fast, QueueMax: o.QueueMax, Log: o.Log, Metrics: m, OnTick: c.onTick})
+	if err != nil {
+		return err
+	}
+	if err := c.Sensor.Setup(c.ctx); err != nil {
+		return err
+	}
+	pl, err := plant.New(o.Plant)
+	if err != nil {
+		return err
+	}
+	if pl.Outputs() != c.Sensor.Resolved().Params.P || pl.Inputs() != c.Sensor.Resolved().Params.M {
+		return fmt.Errorf("demo: plant has %d outputs and %d inputs, the controller expects p=%d, m=%d",
+			pl.Outputs(), pl.Inputs(), c.Sensor.Resolved().Params.P, c.Sensor.Resolved().Params.M)
+	}
+	nc, s, m, err = c.conn("plant")
+	if err != nil {
+		return err
+	}
+	wait := 2 * o.Deadline
+	if wait <= 0 {
+		wait = 100 * time.Millisecond
+	}
+	ps, err := plantsvc.New(nc, s, plantsvc.Options{Loop: o.Loop, Plant: pl, Wait: wait, Log: o.Log, Metrics: m})
+	if err != nil {
+		return err
+	}
+	c.goRun("plant", ps.Run)
+	nc, s, m, err = c.conn("actuator")
+	if err != nil {
+		return err
+	}
+	c.Actuator, err = actuator.New(nc, s, actuator.Options{Loop: o.Loop, Deadline: o.Deadline, Log: o.Log, Metrics: m, OnApply: c.onApply})
+	if err != nil {
+		return err
+	}
+	c.goRun("actuator", c.Actuator.Run)
+	for i := 0; i < 2; i++ {
+		if err := c.StartParty(i); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < o.Dealers; i++ {
+		if _, err := c.StartDealer(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StartParty starts party i (again, after StopParty).
+func (c *Cluster) StartParty(i int) error {
+	nc, s, m, err := c.conn(fmt.Sprintf("party%d", i))
+	if err != nil {
+		return err
+	}
+	p, err := party.New(nc, s, party.Options{ID: i, Loops: []string{c.opt.Loop}, Log: c.opt.Log, Metrics: m,
+		Audit: func(_ string, tick, item uint64) { c.onAudit(i, tick, item) }})
+	if err != nil {
+		return err
+	}
+	c.Parties[i] = p
+	c.goRun(fmt.Sprintf("party%d", i), p.Run)
+	return nil
+}
+
+// StartDealer starts one more dealer replica and returns its name.
+func (c *Cluster) StartDealer() (string, error) {
+	c.mu.Lock()
+	c.nDealer++
+	name := fmt.Sprintf("dealer%d", c.nDealer)
+	c.mu.Unlock()
+	nc, s, m, err := c.connAs(name, codec.RoleDealer)
+	if err != nil {
+		return "", err
+	}
+	d, err := dealer.New(nc, s, dealer.Options{Name: name, LowWater: c.opt.LowWater, Log: c.opt.Log, Metrics: m})
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.mu.Lock()
+	c.dealers[name] = func() { cancel(); nc.Close() }
+	c.mu.Unlock()
+	c.goRunCtx(ctx, name, d.Run)
+	return name, nil
+}
+
+// StopDealer stops a dealer replica (its connection closes at once).
+func (c *Cluster) StopDealer(name string) {
+	c.mu.Lock()
+	stop := c.dealers[name]
+	delete(c.dealers, name)
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// Dealers lists the running dealer replicas.
+func (c *Cluster) Dealers() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for n := range c.dealers {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// WaitReady waits until both parties and the actuator are set up and the
+// offline queue holds at least minItems.
+func (c *Cluster) WaitReady(ctx context.Context, minItems int) error {
+	for {
+		if c.Parties[0].Ready() && c.Parties[1].Ready() && c.Actuator.Ready() && c.QueueDepth() >= minItems {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("demo: not ready (party0 %v, party1 %v, actuator %v, queue %d): %w",
+				c.Parties[0].Ready(), c.Parties[1].Ready(), c.Actuator.Ready(), c.QueueDepth(), ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// QueueDepth reads the offline queue depth from the server.
+func (c *Cluster) QueueDepth() int {
+	jsz, err := c.ns.Jsz(&server.JSzOptions{Streams: true, Accounts: true})
+	if err != nil {
+		return 0
+	}
+	for _, a := range jsz.AccountDetails {
+		for _, s := range a.Streams {
+			if s.Name == bus.OfflineStream(c.opt.Loop) {
+				return int(s.State.Msgs)
+			}
+		}
+	}
+	return 0
+}
+
+// RunTicks sends n ticks (blocking) through the sensor.
+func (c *Cluster) RunTicks(ctx context.Context, n uint64) error {
+	s := c.Sensor
+	return s.RunN(ctx, n)
+}
+
+// URL is the embedded server's client URL.
+func (c *Cluster) URL() string { return c.url }
+
+// Server returns the embedded server.
+func (c *Cluster) Server() *server.Server { return c.ns }
+
+// Identity returns a role's identity (tests use it to forge and replay).
+func (c *Cluster) Identity(r codec.Role) *codec.Identity { return c.ids[r] }
+
+// PublicKeys returns every role's public key.
+func (c *Cluster) PublicKeys() map[codec.Role]string { return c.pubs }
+
+// Close stops everything and removes the temporary store.
+func (c *Cluster) Close() {
+	c.cancel()
+	c.mu.Lock()
+	for _, stop := range c.dealers {
+		stop()
+	}
+	c.mu.Unlock()
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+	for _, nc := range c.conns {
+		nc.Close()
+	}
+	c.ns.Shutdown()
+	c.ns.WaitForShutdown()
+	os.RemoveAll(c.store)
+}

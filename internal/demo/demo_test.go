@@ -1,0 +1,218 @@
+package demo
+
+import (
+	"context"
+	"crypto/rand"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/sim"
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+	"github.com/duet-mpc/duet/pkg/plant"
+)
+
+func pendulum(t *testing.T) (mpc.ControllerSpec, plant.Spec) {
+	t.Helper()
+	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := plant.LoadSpec("../../examples/qube-servo2/plant.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, ps
+}
+
+func startCluster(t *testing.T, v mpc.Variant, dealers int) *Cluster {
+	t.Helper()
+	cs, ps := pendulum(t)
+	c, err := Start(context.Background(), Options{Controller: cs, Plant: ps, Variant: v, Compress: true, Fast: true,
+		Period: 40 * time.Millisecond, Deadline: 30 * time.Millisecond, Dealers: dealers, LowWater: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx, 50); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// checkAudit asserts P0 and P1 used the same item on every tick and no item twice.
+func checkAudit(t *testing.T, c *Cluster, minTicks int) {
+	t.Helper()
+	a := c.Audit()
+	if a.Mismatched != 0 || a.Reused != 0 {
+		t.Fatalf("audit: %d ticks with different items, %d items reused", a.Mismatched, a.Reused)
+	}
+	if a.Ticks < minTicks {
+		t.Fatalf("audit: only %d ticks paired, want >= %d", a.Ticks, minTicks)
+	}
+}
+
+func TestLoopBalancesOverNATS(t *testing.T) {
+	for _, v := range []mpc.Variant{mpc.PerTick, mpc.FixedMask} {
+		t.Run(v.String(), func(t *testing.T) {
+			c := startCluster(t, v, 2)
+			if err := c.RunTicks(context.Background(), 500); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			recs := c.Records()
+			s := Summarize(recs)
+			if s.Applied < 495 {
+				t.Fatalf("applied %d of 500 ticks", s.Applied)
+			}
+			maxAlpha := 0.0
+			for _, r := range recs {
+				if r.Tick > 75 && len(r.Y) == 2 {
+					maxAlpha = math.Max(maxAlpha, math.Abs(r.Y[1]))
+				}
+			}
+			if maxAlpha >= 1.5 {
+				t.Fatalf("max |α| after 3 s = %.3f°, want < 1.5°", maxAlpha)
+			}
+			cs, _ := pendulum(t)
+			bound := sim.OutputBound(cs, c.Sensor.Resolved())
+			if s.MaxDiff > bound {
+				t.Fatalf("max |u - uplain| = %g exceeds the bound %g", s.MaxDiff, bound)
+			}
+			if s.Misses > 5 {
+				t.Fatalf("%d misses in fast mode", s.Misses)
+			}
+			checkAudit(t, c, 490)
+			t.Logf("ticks %d misses %d p50 %v p99 %v max|Δu| %.4g (bound %.4g) max|α| %.3f",
+				s.Ticks, s.Misses, s.P50, s.P99, s.MaxDiff, bound, maxAlpha)
+		})
+	}
+}
+
+func TestDealersScaleDuringRun(t *testing.T) {
+	c := startCluster(t, mpc.PerTick, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.RunTicks(ctx, 600) }()
+	// Start two more replicas, then stop replicas while the loop runs.
+	var names []string
+	for i := 0; i < 2; i++ {
+		time.Sleep(150 * time.Millisecond)
+		n, err := c.StartDealer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	time.Sleep(200 * time.Millisecond)
+	first := c.Dealers()[0]
+	c.StopDealer(first)
+	time.Sleep(200 * time.Millisecond)
+	c.StopDealer(names[0])
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	checkAudit(t, c, 560)
+	if n := len(c.Dealers()); n != 1 {
+		t.Fatalf("%d dealers running, want 1", n)
+	}
+}
+
+func counter(c *Cluster, service, reason string) float64 {
+	return testutil.ToFloat64(c.Metrics[service].Rejects.WithLabelValues(reason))
+}
+
+func TestForgedAndReplayedMessagesRejected(t *testing.T) {
+	c := startCluster(t, mpc.PerTick, 2)
+	nc, err := nats.Connect(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	loop := "pendulum"
+	// Capture one genuine sensor -> party0 measurement to replay later.
+	var mu sync.Mutex
+	var captured []byte
+	sub, err := nc.Subscribe(bus.MeasureSubject(loop, 0), func(m *nats.Msg) {
+		mu.Lock()
+		if captured == nil {
+			captured = append([]byte(nil), m.Data...)
+		}
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RunTicks(context.Background(), 50); err != nil {
+		t.Fatal(err)
+	}
+	sub.Unsubscribe()
+	mu.Lock()
+	replay := captured
+	mu.Unlock()
+	if replay == nil {
+		t.Fatal("no measurement captured")
+	}
+	// An impostor with its own key claims to be the sensor.
+	impostor, err := codec.GenerateIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubs := map[codec.Role]string{}
+	for r, p := range c.PublicKeys() {
+		pubs[r] = p
+	}
+	pubs[codec.RoleSensor] = impostor.PublicKey()
+	forger, err := codec.NewSealer(codec.RoleSensor, impostor, pubs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := forger.Seal(codec.Header{Kind: codec.KindMeasure, Loop: loop, Tick: 1 << 40, From: codec.RoleSensor, To: codec.RoleParty0}, []byte{0x80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := make([]byte, 300)
+	rand.Read(junk)
+	for i := 0; i < 5; i++ {
+		nc.Publish(bus.MeasureSubject(loop, 0), replay)
+		nc.Publish(bus.MeasureSubject(loop, 0), forged)
+		nc.Publish(bus.MeasureSubject(loop, 0), junk)
+		nc.Publish(bus.OutputSubject(loop), junk)
+		nc.Publish(bus.ExchangeSubject(loop, 1), replay[:len(replay)/2])
+	}
+	nc.Flush()
+	if err := c.RunTicks(context.Background(), 100); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if got := counter(c, "party0", "replay"); got < 5 {
+		t.Errorf("party0 replay rejects = %v, want >= 5", got)
+	}
+	if got := counter(c, "party0", "auth"); got < 5 {
+		t.Errorf("party0 auth rejects = %v, want >= 5", got)
+	}
+	if got := counter(c, "party0", "malformed") + counter(c, "party0", "version"); got < 5 {
+		t.Errorf("party0 malformed rejects = %v, want >= 5", got)
+	}
+	if got := counter(c, "actuator", "malformed") + counter(c, "actuator", "version"); got < 5 {
+		t.Errorf("actuator malformed rejects = %v, want >= 5", got)
+	}
+	if got := counter(c, "party1", "malformed") + counter(c, "party1", "version"); got < 5 {
+		t.Errorf("party1 malformed rejects = %v, want >= 5", got)
+	}
+	s := Summarize(c.Records())
+	if s.Applied < 145 || s.Misses > 3 {
+		t.Fatalf("loop disturbed: %d applied, %d misses of 150 ticks", s.Applied, s.Misses)
+	}
+	checkAudit(t, c, 145)
+}

@@ -1,0 +1,70 @@
+// Package metrics defines the Prometheus metrics every duet service exports.
+// Each service gets its own registry so that several services can share a
+// process (the demo) without clashing.
+package metrics
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+// Set is one service's metrics.
+type Set struct {
+	Reg *prometheus.Registry
+
+	Rejects        *prometheus.CounterVec   // reason
+	Ticks          *prometheus.CounterVec   // loop
+	Misses         *prometheus.CounterVec   // loop
+	Mismatches     *prometheus.CounterVec   // loop: item id or state version disagreed between parties
+	ItemsConsumed  *prometheus.CounterVec   // loop
+	ItemsDiscarded *prometheus.CounterVec   // loop
+	ItemsPublished *prometheus.CounterVec   // loop
+	QueueDepth     *prometheus.GaugeVec     // loop
+	LowWater       *prometheus.CounterVec   // loop
+	Reconnects     prometheus.Counter
+	TickLatency    *prometheus.HistogramVec // loop, seconds
+}
+
+// LatencyBuckets end at the 40 ms tick period and its deadline.
+var LatencyBuckets = []float64{50e-6, 100e-6, 150e-6, 200e-6, 300e-6, 500e-6, 750e-6, 1e-3, 2e-3, 5e-3, 10e-3, 20e-3, 30e-3, 40e-3, 80e-3}
+
+// New creates the metrics for a service.
+func New(service string) *Set {
+	reg := prometheus.NewRegistry()
+	c := func(name, help string, labels ...string) *prometheus.CounterVec {
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "duet", Name: name, Help: help,
+			ConstLabels: prometheus.Labels{"service": service}}, labels)
+		reg.MustRegister(v)
+		return v
+	}
+	s := &Set{Reg: reg}
+	s.Rejects = c("rejects_total", "Inbound messages rejected, by reason.", "reason")
+	s.Ticks = c("ticks_total", "Ticks completed.", "loop")
+	s.Misses = c("deadline_misses_total", "Ticks that missed their deadline or were abandoned.", "loop")
+	s.Mismatches = c("mismatches_total", "Ticks where the parties disagreed on the item or state version (resynchronized).", "loop")
+	s.ItemsConsumed = c("items_consumed_total", "Offline items used.", "loop")
+	s.ItemsDiscarded = c("items_discarded_total", "Offline items discarded unused (resynchronization, stale).", "loop")
+	s.ItemsPublished = c("items_published_total", "Offline items published by dealers.", "loop")
+	s.LowWater = c("queue_low_water_total", "Times a loop's offline queue was found below its low-water mark.", "loop")
+	s.QueueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "duet", Name: "queue_depth",
+		Help: "Offline queue depth (items).", ConstLabels: prometheus.Labels{"service": service}}, []string{"loop"})
+	reg.MustRegister(s.QueueDepth)
+	s.Reconnects = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "duet", Name: "nats_reconnects_total",
+		Help: "NATS reconnections.", ConstLabels: prometheus.Labels{"service": service}})
+	reg.MustRegister(s.Reconnects)
+	s.TickLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "duet", Name: "tick_latency_seconds",
+		Help: "Sensor publish to actuator reconstruction.", Buckets: LatencyBuckets,
+		ConstLabels: prometheus.Labels{"service": service}}, []string{"loop"})
+	reg.MustRegister(s.TickLatency)
+	return s
+}
+
+// Reject counts a rejected message by the codec's reason label.
+func (s *Set) Reject(err error) { s.Rejects.WithLabelValues(codec.Reason(err)).Inc() }
+
+// Handler serves /metrics.
+func (s *Set) Handler() http.Handler { return promhttp.HandlerFor(s.Reg, promhttp.HandlerOpts{}) }

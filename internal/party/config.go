@@ -1,0 +1,34 @@
+package party
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/duet-mpc/duet/internal/config"
+)
+
+// Config is the party service's environment.
+type Config struct {
+	config.Common
+	Party    int           `envconfig:"PARTY" required:"true" desc:"which party this is: 0 or 1"`
+	Loops    []string      `envconfig:"LOOPS" default:"pendulum" desc:"comma-separated loop ids served"`
+	Prefetch int           `envconfig:"PREFETCH" default:"64" desc:"offline items buffered ahead per loop"`
+	ItemWait time.Duration `envconfig:"ITEM_WAIT" default:"20ms" desc:"how long a tick waits for an offline item before it is abandoned"`
+}
+
+// Validate checks the values.
+func (c *Config) Validate() error {
+	if c.Party != 0 && c.Party != 1 {
+		return fmt.Errorf("DUET_PARTY=%d: want 0 or 1", c.Party)
+	}
+	if len(c.Loops) == 0 {
+		return fmt.Errorf("DUET_LOOPS is empty")
+	}
+	if c.Prefetch < 1 || c.Prefetch > 100000 {
+		return fmt.Errorf("DUET_PREFETCH=%d: want 1..100000", c.Prefetch)
+	}
+	if c.ItemWait <= 0 {
+		return fmt.Errorf("DUET_ITEM_WAIT=%v: want > 0", c.ItemWait)
+	}
+	return nil
+}

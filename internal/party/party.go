@@ -1,0 +1,114 @@
+// Package party is the P0/P1 service: each tick it runs Protocol 3 with the
+// other party over NATS for every loop it serves.
+package party
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+// Options configure a party service.
+type Options struct {
+	ID       int      // 0 or 1
+	Loops    []string // loop ids served
+	Prefetch int      // offline items buffered ahead
+	// ItemWait is how long a tick waits for an offline item before it is
+	// abandoned (counted as a miss and a low-water event).
+	ItemWait time.Duration
+	Log      *slog.Logger
+	Metrics  *metrics.Set
+	// Audit, if set, is called once per completed multiplication with the
+	// stream sequence of the item used (a test hook and audit log).
+	Audit func(loop string, tick, item uint64)
+}
+
+// Service runs one party for many loops.
+type Service struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	sealer *codec.Sealer
+	opt    Options
+
+	mu      sync.Mutex
+	workers map[string]*worker
+}
+
+// New returns a party service; sealer must be the party's own.
+func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Service, error) {
+	if opt.ID != 0 && opt.ID != 1 {
+		return nil, fmt.Errorf("party: id %d, want 0 or 1", opt.ID)
+	}
+	if sealer.Self() != codec.PartyRole(opt.ID) {
+		return nil, fmt.Errorf("party: sealer is for %s, want %s", sealer.Self(), codec.PartyRole(opt.ID))
+	}
+	if len(opt.Loops) == 0 {
+		return nil, errors.New("party: no loops configured")
+	}
+	if opt.Prefetch <= 0 {
+		opt.Prefetch = 64
+	}
+	if opt.ItemWait <= 0 {
+		opt.ItemWait = 20 * time.Millisecond
+	}
+	if opt.Log == nil {
+		opt.Log = slog.Default()
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.New(codec.PartyRole(opt.ID).String())
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{nc: nc, js: js, sealer: sealer, opt: opt, workers: map[string]*worker{}}, nil
+}
+
+// Run serves every configured loop until ctx ends, then drains.
+func (s *Service) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errc := make(chan error, len(s.opt.Loops))
+	for _, loop := range s.opt.Loops {
+		if err := codec.ValidLoopID(loop); err != nil {
+			return err
+		}
+		w := newWorker(s, loop)
+		s.mu.Lock()
+		s.workers[loop] = w
+		s.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.run(ctx); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("party%d loop %s: %w", s.opt.ID, loop, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
+}
+
+// Ready reports whether every loop has completed its set-up.
+func (s *Service) Ready() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.workers) < len(s.opt.Loops) {
+		return false
+	}
+	for _, w := range s.workers {
+		if !w.ready.Load() {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,178 @@
+package party
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// The tick state machine (Protocol 3 over NATS):
+//
+//	measure(t)  -> take item, Begin, send Mul(t) to the peer      idle -> begun
+//	peer Mul(t) -> cross-check item and state version, Multiply,
+//	               send the output share to the actuator;
+//	               P0 sends Trunc(t) and finishes                  begun -> idle
+//	               P1 waits                                        begun -> multiplied
+//	Trunc(t)    -> P1 finishes                                     multiplied -> idle
+//
+// A tick still open when the next measurement arrives is abandoned: the state
+// is left as it was (not advanced, not reset) and the item is burnt. If the
+// parties disagree on the item, both abandon the tick and skip to items past
+// both. If P0 advanced its state but P1 did not (P0's Trunc was lost), their
+// versions differ by one: P0 rolls back to the state share it kept.
+
+func (w *worker) miss(why string) {
+	w.s.opt.Metrics.Misses.WithLabelValues(w.loop).Inc()
+	w.s.opt.Log.Debug("tick abandoned", "party", w.id, "loop", w.loop, "tick", w.cur, "why", why)
+	w.st = idle
+}
+
+func (w *worker) onMeasure(ctx context.Context, t uint64, mp codec.MeasurePayload) {
+	if !w.ready.Load() {
+		w.reject(fmt.Errorf("%w: measurement before set-up completed", codec.ErrKind))
+		return
+	}
+	if w.st != idle {
+		w.miss("next measurement arrived")
+	}
+	if err := mp.Y.DecodeInto(w.prm.Field, w.yBuf); err != nil {
+		w.reject(err)
+		return
+	}
+	seq, mat, err := w.nextItem(ctx)
+	if err != nil {
+		w.s.opt.Metrics.LowWater.WithLabelValues(w.loop).Inc()
+		w.cur = t
+		w.miss(err.Error())
+		return
+	}
+	msg, err := w.p.Begin(w.yBuf, mat)
+	if err != nil {
+		w.reject(err)
+		return
+	}
+	w.cur, w.item, w.st = t, seq, begun
+	out := codec.MulPayload{Item: seq, Version: w.version, T: codec.PutMatrix(w.prm.Field, msg.T)}
+	if w.prm.Variant == mpc.PerTick {
+		out.S = codec.PutMatrix(w.prm.Field, msg.S)
+	}
+	w.send(codec.KindMul, t, out)
+	for k := range w.pendMul {
+		if k < t {
+			delete(w.pendMul, k)
+		}
+	}
+	for k := range w.pendTrunc {
+		if k < t {
+			delete(w.pendTrunc, k)
+		}
+	}
+	if pm, ok := w.pendMul[t]; ok {
+		delete(w.pendMul, t)
+		w.onMul(t, pm)
+	}
+}
+
+func (w *worker) onMul(t uint64, mp codec.MulPayload) {
+	if t != w.cur || w.st != begun {
+		if t > w.cur && len(w.pendMul) < maxPending {
+			w.pendMul[t] = mp
+		}
+		return
+	}
+	if mp.Item != w.item {
+		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop).Inc()
+		w.minSeq = max(w.item, mp.Item) + 1
+		w.s.opt.Log.Warn("item mismatch: resynchronizing", "party", w.id, "loop", w.loop, "tick", t, "own", w.item, "peer", mp.Item)
+		w.miss("item mismatch")
+		return
+	}
+	if mp.Version != w.version {
+		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop).Inc()
+		if w.id == 0 && mp.Version+1 == w.version && w.hasPrev {
+			if err := w.p.SetState(w.prev); err == nil {
+				w.version--
+				w.hasPrev = false
+			}
+		}
+		w.s.opt.Log.Warn("state version mismatch", "party", w.id, "loop", w.loop, "tick", t, "own", w.version, "peer", mp.Version)
+		w.miss("state version mismatch")
+		return
+	}
+	f := w.prm.Field
+	r, c := w.prm.PhiShape()
+	var in mpc.MulMsg
+	var err error
+	if in.T, err = mp.T.Decode(f, c, 1); err != nil {
+		w.reject(err)
+		w.miss("bad peer message")
+		return
+	}
+	if w.prm.Variant == mpc.PerTick {
+		if in.S, err = mp.S.Decode(f, r, c); err != nil {
+			w.reject(err)
+			w.miss("bad peer message")
+			return
+		}
+	}
+	if w.id == 0 {
+		w.prev, w.hasPrev = w.p.State(), true
+	}
+	u, tr, err := w.p.Multiply(in)
+	if err != nil {
+		w.reject(err)
+		w.miss("multiply failed")
+		return
+	}
+	if w.id == 0 {
+		// Trunc before the output share: see the subscription in run.
+		w.send(codec.KindTrunc, t, codec.TruncPayload{Item: w.item, Y: codec.PutMatrix(f, tr.Y)})
+	}
+	w.send(codec.KindOutput, t, codec.OutputPayload{Item: w.item, U: codec.PutMatrix(f, u)})
+	if w.s.opt.Audit != nil {
+		w.s.opt.Audit(w.loop, t, w.item)
+	}
+	if w.id == 0 {
+		w.finish(nil)
+		return
+	}
+	w.st = multiplied
+	if tp, ok := w.pendTrunc[t]; ok {
+		delete(w.pendTrunc, t)
+		w.onTrunc(t, tp)
+	}
+}
+
+func (w *worker) onTrunc(t uint64, tp codec.TruncPayload) {
+	if t != w.cur || w.st != multiplied {
+		if t >= w.cur && len(w.pendTrunc) < maxPending {
+			w.pendTrunc[t] = tp
+		}
+		return
+	}
+	if tp.Item != w.item {
+		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop).Inc()
+		w.miss("truncation item mismatch")
+		return
+	}
+	y, err := tp.Y.Decode(w.prm.Field, w.prm.N, 1)
+	if err != nil {
+		w.reject(err)
+		w.miss("bad truncation message")
+		return
+	}
+	w.finish(&mpc.TruncMsg{Y: y})
+}
+
+func (w *worker) finish(tr *mpc.TruncMsg) {
+	if err := w.p.Finish(tr); err != nil {
+		w.reject(err)
+		w.miss("finish failed")
+		return
+	}
+	w.version++
+	w.st = idle
+	w.s.opt.Metrics.Ticks.WithLabelValues(w.loop).Inc()
+}

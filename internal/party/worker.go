@@ -1,0 +1,401 @@
+package party
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+type stage uint8
+
+const (
+	idle       stage = iota
+	begun            // sent our Protocol 1 message, waiting for the peer's
+	multiplied       // P1 only: waiting for P0's Protocol 2 message
+)
+
+// maxPending bounds buffered early messages per kind.
+const maxPending = 8
+
+// worker runs one loop for one party. All protocol state is owned by the
+// worker's goroutine; NATS callbacks only enqueue.
+type worker struct {
+	s    *Service
+	loop string
+	id   int
+	peer codec.Role
+
+	inbox chan *nats.Msg
+	items chan jetstream.Msg
+	guard *codec.ReplayGuard
+	ready atomic.Bool
+
+	prm    mpc.Params
+	p      *mpc.Party
+	p0Seed [32]byte
+	epoch  uint64
+	yBuf   mpc.Matrix
+
+	// Fixed-mask set-up.
+	ownS     mpc.Matrix
+	fixedOK  bool
+	lastPing time.Time
+
+	// Tick state.
+	cur     uint64
+	st      stage
+	item    uint64 // stream sequence of the item in use
+	version uint64 // number of state updates completed
+	prev    mpc.Matrix
+	hasPrev bool
+	hwm     uint64 // highest stream sequence taken
+	minSeq  uint64 // items below this are discarded (resynchronization)
+
+	pendMul   map[uint64]codec.MulPayload
+	pendTrunc map[uint64]codec.TruncPayload
+}
+
+func newWorker(s *Service, loop string) *worker {
+	return &worker{
+		s: s, loop: loop, id: s.opt.ID, peer: codec.PartyRole(1 - s.opt.ID),
+		inbox:     make(chan *nats.Msg, 1024),
+		items:     make(chan jetstream.Msg, s.opt.Prefetch),
+		guard:     codec.NewReplayGuard(),
+		pendMul:   map[uint64]codec.MulPayload{},
+		pendTrunc: map[uint64]codec.TruncPayload{},
+	}
+}
+
+
+func (w *worker) run(ctx context.Context) error {
+	if err := w.setup(ctx); err != nil {
+		return err
+	}
+	enqueue := func(m *nats.Msg) {
+		select {
+		case w.inbox <- m:
+		default:
+			w.s.opt.Metrics.Rejects.WithLabelValues("overload").Inc()
+		}
+	}
+	// One subscription for the sensor's and the other party's messages keeps
+	// their arrival order: P0 sends its Protocol 2 message before its output
+	// share, so P1 always sees Trunc(t) before the sensor's Measure(t+1),
+	// which is causally after the actuator received both output shares.
+	sub, err := w.s.nc.Subscribe(bus.PartyInbox(w.loop, w.id), enqueue)
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+
+	stream, err := w.s.js.Stream(ctx, bus.OfflineStream(w.loop))
+	if err != nil {
+		return fmt.Errorf("offline stream: %w", err)
+	}
+	cons, err := stream.Consumer(ctx, bus.ConsumerName(w.id))
+	if err != nil {
+		return fmt.Errorf("offline consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) { w.items <- m },
+		jetstream.PullMaxMessages(w.s.opt.Prefetch))
+	if err != nil {
+		return fmt.Errorf("offline consume: %w", err)
+	}
+	defer cc.Stop()
+
+	if w.prm.Variant == mpc.FixedMask {
+		w.sendFixedS(true)
+	}
+	ping := time.NewTicker(200 * time.Millisecond)
+	defer ping.Stop()
+	w.ready.Store(w.prm.Variant == mpc.PerTick)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-w.inbox:
+			w.handle(ctx, m)
+		case <-ping.C:
+			if w.prm.Variant == mpc.FixedMask && !w.fixedOK {
+				w.sendFixedS(true)
+			}
+		}
+	}
+}
+
+// setup waits for the sensor's sealed set-up record and builds the party.
+func (w *worker) setup(ctx context.Context) error {
+	kv, err := bus.WaitSetupBucket(ctx, w.s.js)
+	if err != nil {
+		return err
+	}
+	key := bus.SetupKey(w.loop, codec.PartyRole(w.id))
+	for {
+		e, err := kv.Get(ctx, key)
+		if err == nil {
+			if err := w.applySetup(e.Value()); err != nil {
+				w.s.opt.Metrics.Reject(err)
+				w.s.opt.Log.Error("set-up record rejected", "loop", w.loop, "err", err)
+			} else {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (w *worker) applySetup(data []byte) error {
+	h, body, err := w.s.sealer.Open(data)
+	if err != nil {
+		return err
+	}
+	if h.Kind != codec.KindSetup || h.From != codec.RoleSensor || h.Loop != w.loop {
+		return fmt.Errorf("%w: set-up record is %s from %s for loop %q", codec.ErrHeader, h.Kind, h.From, h.Loop)
+	}
+	var sp codec.SetupPayload
+	if err := codec.Unmarshal(body, &sp); err != nil {
+		return err
+	}
+	prm, err := sp.Params.Params()
+	if err != nil {
+		return err
+	}
+	r, c := prm.PhiShape()
+	phi, err := sp.Phi.Decode(prm.Field, r, c)
+	if err != nil {
+		return fmt.Errorf("Φ share: %w", err)
+	}
+	x0, err := sp.X0.Decode(prm.Field, prm.N, 1)
+	if err != nil {
+		return fmt.Errorf("x0 share: %w", err)
+	}
+	p, err := mpc.NewParty(prm, w.id, phi, x0)
+	if err != nil {
+		return err
+	}
+	if w.id == 0 {
+		if len(sp.P0Seed) != 32 {
+			return fmt.Errorf("%w: P0 seed has %d bytes, want 32", codec.ErrMalformed, len(sp.P0Seed))
+		}
+		copy(w.p0Seed[:], sp.P0Seed)
+	}
+	if prm.Variant == mpc.FixedMask {
+		var u mpc.Matrix
+		if w.id == 0 {
+			u, err = mpc.FixedUShare0(prm, w.p0Seed)
+		} else {
+			u, err = sp.FixedU.Decode(prm.Field, r, c)
+		}
+		if err != nil {
+			return fmt.Errorf("fixed U share: %w", err)
+		}
+		if w.ownS, err = p.FixedSetupMsg(u); err != nil {
+			return err
+		}
+	}
+	w.prm, w.p, w.epoch = prm, p, sp.Epoch
+	w.yBuf = mpc.NewMatrix(prm.P, 1)
+	w.s.opt.Log.Info("set-up loaded", "party", w.id, "loop", w.loop, "epoch", sp.Epoch,
+		"n", prm.N, "m", prm.M, "p", prm.P, "modulus", prm.Field.Name(), "mask", prm.Variant.String())
+	return nil
+}
+
+// sendFixedS sends [[S]]_i of the fixed-mask set-up as a tick-0 KindMul
+// message; Item 0 asks the peer to answer with its own, Item 1 does not.
+func (w *worker) sendFixedS(ask bool) {
+	item := uint64(1)
+	if ask {
+		item = 0
+	}
+	w.send(codec.KindMul, 0, codec.MulPayload{Item: item, S: codec.PutMatrix(w.prm.Field, w.ownS)})
+}
+
+func (w *worker) send(kind codec.Kind, tick uint64, payload any) {
+	body, err := codec.Marshal(payload)
+	if err != nil {
+		w.s.opt.Log.Error("marshal", "err", err)
+		return
+	}
+	to := w.peer
+	subj := bus.ExchangeSubject(w.loop, 1-w.id)
+	if kind == codec.KindOutput {
+		to, subj = codec.RoleActuator, bus.OutputSubject(w.loop)
+	}
+	env, err := w.s.sealer.Seal(codec.Header{Kind: kind, Loop: w.loop, Tick: tick, From: w.s.sealer.Self(), To: to}, body)
+	if err != nil {
+		w.s.opt.Log.Error("seal", "err", err)
+		return
+	}
+	if err := w.s.nc.Publish(subj, env); err != nil {
+		w.s.opt.Log.Warn("publish", "subject", subj, "err", err)
+	}
+}
+
+func (w *worker) reject(err error) {
+	w.s.opt.Metrics.Reject(err)
+	w.s.opt.Log.Debug("message rejected", "party", w.id, "loop", w.loop, "err", err)
+}
+
+// handle opens and dispatches one inbound message.
+func (w *worker) handle(ctx context.Context, m *nats.Msg) {
+	h, body, err := w.s.sealer.Open(m.Data)
+	if err != nil {
+		w.reject(err)
+		return
+	}
+	if h.Loop != w.loop {
+		w.reject(fmt.Errorf("%w: loop %q on loop %q's subject", codec.ErrHeader, h.Loop, w.loop))
+		return
+	}
+	switch {
+	case h.Kind == codec.KindMeasure && h.From == codec.RoleSensor:
+		var mp codec.MeasurePayload
+		if err := w.accept(h, body, &mp); err != nil {
+			return
+		}
+		w.onMeasure(ctx, h.Tick, mp)
+	case h.Kind == codec.KindMul && h.From == w.peer && h.Tick == 0 && w.prm.Variant == mpc.FixedMask:
+		var mp codec.MulPayload
+		if err := codec.Unmarshal(body, &mp); err != nil {
+			w.reject(err)
+			return
+		}
+		w.onFixedS(mp)
+	case h.Kind == codec.KindMul && h.From == w.peer:
+		var mp codec.MulPayload
+		if err := w.accept(h, body, &mp); err != nil {
+			return
+		}
+		w.onMul(h.Tick, mp)
+	case h.Kind == codec.KindTrunc && h.From == codec.RoleParty0 && w.id == 1:
+		var tp codec.TruncPayload
+		if err := w.accept(h, body, &tp); err != nil {
+			return
+		}
+		w.onTrunc(h.Tick, tp)
+	default:
+		w.reject(fmt.Errorf("%w: %s from %s is not accepted by %s", codec.ErrKind, h.Kind, h.From, w.s.sealer.Self()))
+	}
+}
+
+// accept applies replay protection and decodes the payload.
+func (w *worker) accept(h codec.Header, body []byte, v any) error {
+	if err := w.guard.Check(h); err != nil {
+		w.reject(err)
+		return err
+	}
+	if err := codec.Unmarshal(body, v); err != nil {
+		w.reject(err)
+		return err
+	}
+	if err := w.guard.Accept(h); err != nil {
+		w.reject(err)
+		return err
+	}
+	return nil
+}
+
+func (w *worker) onFixedS(mp codec.MulPayload) {
+	r, c := w.prm.PhiShape()
+	s, err := mp.S.Decode(w.prm.Field, r, c)
+	if err != nil {
+		w.reject(err)
+		return
+	}
+	if err := w.p.FixedSetupFinish(w.ownS, s); err != nil {
+		w.reject(err)
+		return
+	}
+	if !w.fixedOK {
+		w.s.opt.Log.Info("fixed-mask set-up complete", "party", w.id, "loop", w.loop)
+	}
+	w.fixedOK = true
+	w.ready.Store(true)
+	if mp.Item == 0 {
+		w.sendFixedS(false)
+	}
+}
+
+var errNoItem = errors.New("party: no offline item available")
+
+// nextItem takes the next usable item from the queue: acknowledged before use,
+// never one at or below the high-water mark, never one below minSeq.
+func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error) {
+	timer := time.NewTimer(w.s.opt.ItemWait)
+	defer timer.Stop()
+	for {
+		var m jetstream.Msg
+		select {
+		case m = <-w.items:
+		case <-timer.C:
+			return 0, mpc.TickMaterial{}, errNoItem
+		case <-ctx.Done():
+			return 0, mpc.TickMaterial{}, ctx.Err()
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			_ = m.Term()
+			continue
+		}
+		seq := meta.Sequence.Stream
+		_ = m.Ack() // before use: an item handed out is consumed whatever happens next
+		if seq <= w.hwm || seq < w.minSeq {
+			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
+			continue
+		}
+		w.hwm = seq
+		mat, err := w.material(m.Data())
+		if err != nil {
+			w.reject(err)
+			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
+			continue
+		}
+		w.s.opt.Metrics.ItemsConsumed.WithLabelValues(w.loop).Inc()
+		return seq, mat, nil
+	}
+}
+
+func (w *worker) material(data []byte) (mpc.TickMaterial, error) {
+	var it codec.ItemMsg
+	if err := codec.Unmarshal(data, &it); err != nil {
+		return mpc.TickMaterial{}, err
+	}
+	if it.Loop != w.loop || it.Epoch != w.epoch {
+		return mpc.TickMaterial{}, fmt.Errorf("%w: item for loop %q epoch %d, want %q epoch %d", codec.ErrHeader, it.Loop, it.Epoch, w.loop, w.epoch)
+	}
+	env := it.P1
+	if w.id == 0 {
+		if len(it.P0) == 0 {
+			return mpc.ExpandP0(w.prm, w.p0Seed, it.Nonce)
+		}
+		env = it.P0
+	}
+	h, body, err := w.s.sealer.Open(env)
+	if err != nil {
+		return mpc.TickMaterial{}, err
+	}
+	if h.Kind != codec.KindMaterial || h.From != codec.RoleDealer || h.Loop != w.loop {
+		return mpc.TickMaterial{}, fmt.Errorf("%w: material envelope is %s from %s", codec.ErrHeader, h.Kind, h.From)
+	}
+	var mp codec.MaterialPayload
+	if err := codec.Unmarshal(body, &mp); err != nil {
+		return mpc.TickMaterial{}, err
+	}
+	if mp.Nonce != it.Nonce {
+		return mpc.TickMaterial{}, fmt.Errorf("%w: sealed nonce differs from the item's", codec.ErrHeader)
+	}
+	return mp.Material(w.prm)
+}

@@ -1,0 +1,186 @@
+// Package plantsvc serves a simulated plant (pkg/plant) over NATS, the way a
+// device driver would: the sensor reads y_t by request, the actuator applies
+// u_t by message. Reading tick t+1 first advances the plant one period with
+// the input applied for tick t; if that input has not arrived the read waits
+// for it up to Wait, then advances with the last input held (counted).
+package plantsvc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/plant"
+)
+
+// Options configure the plant service.
+type Options struct {
+	Loop    string
+	Plant   plant.Plant
+	Wait    time.Duration // how long a read waits for the previous tick's input
+	Log     *slog.Logger
+	Metrics *metrics.Set
+	// OnStep, if set, is called after each read with the tick, the input
+	// that advanced the plant to it and the measurement returned.
+	OnStep func(tick uint64, u, y []float64)
+}
+
+// Service serves one simulated plant.
+type Service struct {
+	nc     *nats.Conn
+	sealer *codec.Sealer
+	opt    Options
+	guard  *codec.ReplayGuard
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	inputs  map[uint64][]float64
+	lastU   []float64
+	lastT   uint64 // last tick read
+}
+
+// New returns the plant service.
+func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Service, error) {
+	if err := codec.ValidLoopID(opt.Loop); err != nil {
+		return nil, err
+	}
+	if opt.Wait <= 0 {
+		opt.Wait = time.Second
+	}
+	if opt.Log == nil {
+		opt.Log = slog.Default()
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.New("plant")
+	}
+	s := &Service{nc: nc, sealer: sealer, opt: opt, guard: codec.NewReplayGuard(),
+		inputs: map[uint64][]float64{}, lastU: make([]float64, opt.Plant.Inputs())}
+	s.cond = sync.NewCond(&s.mu)
+	return s, nil
+}
+
+// Run serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	subU, err := s.nc.Subscribe(bus.PlantUSubject(s.opt.Loop), s.onInput)
+	if err != nil {
+		return err
+	}
+	defer subU.Unsubscribe()
+	subY, err := s.nc.Subscribe(bus.PlantYSubject(s.opt.Loop), s.onRead)
+	if err != nil {
+		return err
+	}
+	defer subY.Unsubscribe()
+	<-ctx.Done()
+	s.mu.Lock()
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Service) onInput(m *nats.Msg) {
+	h, body, err := s.sealer.Open(m.Data)
+	if err == nil && (h.Kind != codec.KindPlantU || h.From != codec.RoleActuator || h.Loop != s.opt.Loop) {
+		err = fmt.Errorf("%w: %s from %s", codec.ErrKind, h.Kind, h.From)
+	}
+	if err == nil {
+		err = s.guard.Accept(h)
+	}
+	var up codec.PlantUPayload
+	if err == nil {
+		err = codec.Unmarshal(body, &up)
+	}
+	if err == nil && len(up.U) != s.opt.Plant.Inputs() {
+		err = fmt.Errorf("%w: %d inputs, want %d", codec.ErrDimension, len(up.U), s.opt.Plant.Inputs())
+	}
+	if err != nil {
+		s.opt.Metrics.Reject(err)
+		return
+	}
+	s.mu.Lock()
+	s.inputs[h.Tick] = up.U
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+func (s *Service) onRead(m *nats.Msg) {
+	h, _, err := s.sealer.Open(m.Data)
+	if err == nil && (h.Kind != codec.KindPlantY || h.From != codec.RoleSensor || h.Loop != s.opt.Loop) {
+		err = fmt.Errorf("%w: %s from %s", codec.ErrKind, h.Kind, h.From)
+	}
+	if err != nil {
+		s.opt.Metrics.Reject(err)
+		return
+	}
+	// Reads are handled off the subscription goroutine: they may wait.
+	go s.read(m, h.Tick)
+}
+
+func (s *Service) read(m *nats.Msg, t uint64) {
+	s.mu.Lock()
+	if t <= s.lastT {
+		s.mu.Unlock()
+		s.opt.Metrics.Rejects.WithLabelValues("replay").Inc()
+		return
+	}
+	var applied []float64
+	if s.lastT > 0 {
+		// Advance from lastT to t, one period per tick.
+		for k := s.lastT; k < t; k++ {
+			deadline := time.Now().Add(s.opt.Wait)
+			u, ok := s.inputs[k]
+			for !ok && time.Now().Before(deadline) {
+				waitCond(s.cond, time.Until(deadline))
+				u, ok = s.inputs[k]
+			}
+			if !ok {
+				u = s.lastU
+				s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
+			}
+			delete(s.inputs, k)
+			s.opt.Plant.Step(u)
+			s.lastU = append(s.lastU[:0], u...)
+			applied = u
+		}
+	}
+	for k := range s.inputs {
+		if k < t {
+			delete(s.inputs, k)
+		}
+	}
+	s.lastT = t
+	y := append([]float64(nil), s.opt.Plant.Measure()...)
+	s.mu.Unlock()
+	if s.opt.OnStep != nil {
+		s.opt.OnStep(t, applied, y)
+	}
+	body, err := codec.Marshal(codec.PlantYPayload{Y: y})
+	if err == nil {
+		var env []byte
+		env, err = s.sealer.Seal(codec.Header{Kind: codec.KindPlantY, Loop: s.opt.Loop, Tick: t, From: codec.RolePlant, To: codec.RoleSensor}, body)
+		if err == nil {
+			err = m.Respond(env)
+		}
+	}
+	if err != nil {
+		s.opt.Log.Warn("plant reply", "err", err)
+	}
+}
+
+// waitCond waits on c (whose lock is held) for at most d.
+func waitCond(c *sync.Cond, d time.Duration) {
+	t := time.AfterFunc(d, func() {
+		c.L.Lock()
+		c.Broadcast()
+		c.L.Unlock()
+	})
+	c.Wait()
+	t.Stop()
+}

@@ -1,0 +1,269 @@
+// Package sensor is the client's measuring side: it performs the offline
+// set-up of a loop (sharing Φ̄ and x̄_0, registering the loop with the
+// dealers) and then, each tick, reads the plant, encodes y_t, secret-shares it
+// and sends one share to each party.
+package sensor
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// Options configure one loop's sensor.
+type Options struct {
+	Loop       string
+	Controller mpc.ControllerSpec
+	Variant    mpc.Variant
+	Compress   bool          // dealers seed-compress P0's material
+	Period     time.Duration // tick period (real-time mode)
+	Fast       bool          // ticks back to back (the plant paces them)
+	Ticks      uint64        // stop after this many ticks (0: run until ctx ends)
+	QueueMax   int64         // offline queue capacity (items)
+	FileStore  bool          // JetStream file storage for the queue and set-up
+	Replicas   int           // JetStream replicas
+	PlantWait  time.Duration // timeout of a plant read
+	Log        *slog.Logger
+	Metrics    *metrics.Set
+	// OnTick, if set, is called for every tick sent with y and the float64
+	// plaintext controller's u on the same y.
+	OnTick func(tick uint64, y, uplain []float64)
+}
+
+// Sensor runs one loop's client measuring side.
+type Sensor struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	sealer *codec.Sealer
+	opt    Options
+	rz     mpc.Resolved
+	rng    io.Reader
+	fc     *mpc.FloatController
+	epoch  uint64
+	next   uint64 // next tick number
+	ticker *time.Ticker
+}
+
+// New resolves the controller (sizing the modulus) and prepares the sensor.
+func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
+	if err := codec.ValidLoopID(opt.Loop); err != nil {
+		return nil, err
+	}
+	if opt.Period <= 0 {
+		opt.Period = 40 * time.Millisecond
+	}
+	if opt.QueueMax <= 0 {
+		opt.QueueMax = 2000
+	}
+	if opt.PlantWait <= 0 {
+		opt.PlantWait = time.Second
+	}
+	if opt.Log == nil {
+		opt.Log = slog.Default()
+	}
+	if opt.Metrics == nil {
+		opt.Metrics = metrics.New("sensor")
+	}
+	rz, err := opt.Controller.Resolve(opt.Variant)
+	if err != nil {
+		return nil, err
+	}
+	for _, wmsg := range rz.Warnings {
+		opt.Log.Warn(wmsg, "loop", opt.Loop)
+	}
+	var key [32]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Sensor{nc: nc, js: js, sealer: sealer, opt: opt, rz: rz, rng: mpc.NewPRG(key, [16]byte{}),
+		fc: opt.Controller.NewFloatController()}, nil
+}
+
+// Resolved returns the loop's parameters and sizing.
+func (s *Sensor) Resolved() mpc.Resolved { return s.rz }
+
+// Setup is the offline phase: create the queue (consumers first), then write
+// the sealed set-up records for both parties, the actuator and the dealers.
+func (s *Sensor) Setup(ctx context.Context) error {
+	prm := s.rz.Params
+	f := prm.Field
+	s.epoch = uint64(time.Now().UnixNano())
+	if _, err := bus.EnsureOfflineQueue(ctx, s.js, bus.OfflineQueue{Loop: s.opt.Loop, MaxMsgs: s.opt.QueueMax}, s.opt.Replicas, s.opt.FileStore); err != nil {
+		return err
+	}
+	kv, err := bus.EnsureSetupBucket(ctx, s.js, s.opt.Replicas, s.opt.FileStore)
+	if err != nil {
+		return err
+	}
+	var secret [32]byte
+	if _, err := rand.Read(secret[:]); err != nil {
+		return err
+	}
+	sess := mpc.NewSession(secret)
+	phi0, phi1, err := f.Share(s.rng, s.rz.Phi)
+	if err != nil {
+		return err
+	}
+	x0, x1, err := f.Share(s.rng, s.rz.X0)
+	if err != nil {
+		return err
+	}
+	pw := codec.PutParams(prm)
+	seed := sess.P0Seed()
+	recs := map[codec.Role]any{
+		codec.RoleParty0: codec.SetupPayload{Epoch: s.epoch, Params: pw, Phi: codec.PutMatrix(f, phi0), X0: codec.PutMatrix(f, x0),
+			P0Seed: seed[:], Stream: bus.OfflineStream(s.opt.Loop)},
+		codec.RoleParty1: codec.SetupPayload{Epoch: s.epoch, Params: pw, Phi: codec.PutMatrix(f, phi1), X0: codec.PutMatrix(f, x1),
+			Stream: bus.OfflineStream(s.opt.Loop)},
+		codec.RoleActuator: codec.SetupPayload{Epoch: s.epoch, Params: pw},
+		codec.RoleDealer: codec.DealerSetupPayload{Epoch: s.epoch, Params: pw, Secret: secret[:], Compress: s.opt.Compress,
+			Stream: bus.OfflineStream(s.opt.Loop), Subject: bus.OfflineSubject(s.opt.Loop)},
+	}
+	if prm.Variant == mpc.FixedMask {
+		_, u1, err := sess.FixedUShares(prm)
+		if err != nil {
+			return err
+		}
+		r := recs[codec.RoleParty1].(codec.SetupPayload)
+		r.FixedU = codec.PutMatrix(f, u1)
+		recs[codec.RoleParty1] = r
+	}
+	for _, role := range []codec.Role{codec.RoleParty0, codec.RoleParty1, codec.RoleActuator, codec.RoleDealer} {
+		kind := codec.KindSetup
+		if role == codec.RoleDealer {
+			kind = codec.KindDealerSetup
+		}
+		body, err := codec.Marshal(recs[role])
+		if err != nil {
+			return err
+		}
+		env, err := s.sealer.Seal(codec.Header{Kind: kind, Loop: s.opt.Loop, Tick: s.epoch, From: codec.RoleSensor, To: role}, body)
+		if err != nil {
+			return err
+		}
+		if _, err := kv.Put(ctx, bus.SetupKey(s.opt.Loop, role), env); err != nil {
+			return fmt.Errorf("writing set-up for %s: %w", role, err)
+		}
+	}
+	s.opt.Log.Info("loop set up", "loop", s.opt.Loop, "epoch", s.epoch, "modulus", f.Name(),
+		"bits_required", s.rz.Sizing.RequiredBits, "mask", prm.Variant.String(), "compress", s.opt.Compress)
+	return nil
+}
+
+// Run sends ticks until ctx ends or opt.Ticks have been sent.
+func (s *Sensor) Run(ctx context.Context) error { return s.RunN(ctx, s.opt.Ticks) }
+
+// RunN sends n more ticks (0: until ctx ends), continuing the tick numbering.
+func (s *Sensor) RunN(ctx context.Context, n uint64) error {
+	prm := s.rz.Params
+	f := prm.Field
+	yEnc, y0, y1 := mpc.NewMatrix(prm.P, 1), mpc.NewMatrix(prm.P, 1), mpc.NewMatrix(prm.P, 1)
+	if !s.opt.Fast && s.ticker == nil {
+		s.ticker = time.NewTicker(s.opt.Period)
+	}
+	if s.next == 0 {
+		s.next = 1
+	}
+	for sent := uint64(0); n == 0 || sent < n; sent++ {
+		t := s.next
+		s.next++
+		if s.ticker != nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-s.ticker.C:
+			}
+		} else if ctx.Err() != nil {
+			return nil
+		}
+		y, err := s.readPlant(ctx, t)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
+			s.opt.Log.Warn("plant read failed", "loop", s.opt.Loop, "tick", t, "err", err)
+			continue
+		}
+		if err := f.EcdInto(yEnc.Data, y, prm.K, prm.L); err != nil {
+			s.opt.Metrics.Rejects.WithLabelValues("range").Inc()
+			s.opt.Log.Warn("measurement cannot be encoded", "loop", s.opt.Loop, "tick", t, "err", err)
+			continue
+		}
+		if err := f.ShareInto(s.rng, yEnc, y0, y1); err != nil {
+			return err
+		}
+		up := s.fc.Step(y)
+		if s.opt.OnTick != nil {
+			s.opt.OnTick(t, y, up)
+		}
+		now := time.Now().UnixNano()
+		s.publish(codec.KindTick, codec.RoleActuator, bus.TickSubject(s.opt.Loop), t, codec.TickPayload{SentUnixNano: now})
+		s.publish(codec.KindMeasure, codec.RoleParty0, bus.MeasureSubject(s.opt.Loop, 0), t, codec.MeasurePayload{Y: codec.PutMatrix(f, y0), SentUnixNano: now})
+		s.publish(codec.KindMeasure, codec.RoleParty1, bus.MeasureSubject(s.opt.Loop, 1), t, codec.MeasurePayload{Y: codec.PutMatrix(f, y1), SentUnixNano: now})
+		s.opt.Metrics.Ticks.WithLabelValues(s.opt.Loop).Inc()
+	}
+	return nil
+}
+
+func (s *Sensor) publish(kind codec.Kind, to codec.Role, subj string, tick uint64, payload any) {
+	body, err := codec.Marshal(payload)
+	if err != nil {
+		s.opt.Log.Error("marshal", "err", err)
+		return
+	}
+	env, err := s.sealer.Seal(codec.Header{Kind: kind, Loop: s.opt.Loop, Tick: tick, From: codec.RoleSensor, To: to}, body)
+	if err != nil {
+		s.opt.Log.Error("seal", "err", err)
+		return
+	}
+	if err := s.nc.Publish(subj, env); err != nil {
+		s.opt.Log.Warn("publish", "subject", subj, "err", err)
+	}
+}
+
+// readPlant asks the plant for y_t (request/reply, sealed both ways).
+func (s *Sensor) readPlant(ctx context.Context, t uint64) ([]float64, error) {
+	env, err := s.sealer.Seal(codec.Header{Kind: codec.KindPlantY, Loop: s.opt.Loop, Tick: t, From: codec.RoleSensor, To: codec.RolePlant}, nil)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.opt.PlantWait)
+	defer cancel()
+	msg, err := s.nc.RequestWithContext(rctx, bus.PlantYSubject(s.opt.Loop), env)
+	if err != nil {
+		return nil, err
+	}
+	h, body, err := s.sealer.Open(msg.Data)
+	if err != nil {
+		s.opt.Metrics.Reject(err)
+		return nil, err
+	}
+	if h.Kind != codec.KindPlantY || h.From != codec.RolePlant || h.Tick != t || h.Loop != s.opt.Loop {
+		return nil, fmt.Errorf("%w: plant reply is %s tick %d from %s", codec.ErrHeader, h.Kind, h.Tick, h.From)
+	}
+	var yp codec.PlantYPayload
+	if err := codec.Unmarshal(body, &yp); err != nil {
+		s.opt.Metrics.Reject(err)
+		return nil, err
+	}
+	if len(yp.Y) != s.rz.Params.P {
+		return nil, fmt.Errorf("%w: plant sent %d outputs, want %d", codec.ErrDimension, len(yp.Y), s.rz.Params.P)
+	}
+	return yp.Y, nil
+}

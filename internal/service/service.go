@@ -1,0 +1,129 @@
+// Package service is the common skeleton of the duet service binaries:
+// configuration, logging, keys, the NATS connection, the HTTP endpoints
+// (/metrics, /healthz, /readyz) and graceful shutdown on SIGTERM.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/config"
+	"github.com/duet-mpc/duet/internal/keys"
+	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+// Env is what a service's Run gets.
+type Env struct {
+	NC      *nats.Conn
+	Sealer  *codec.Sealer
+	Metrics *metrics.Set
+	Log     *slog.Logger
+	// Ready is set by the service to report readiness (/readyz): connected,
+	// keys loaded and state restored.
+	Ready atomic.Pointer[func() bool]
+}
+
+// Main runs a service binary and exits the process.
+func Main(name string, role func() codec.Role, cfg any, common *config.Common, run func(ctx context.Context, env *Env) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := Run(ctx, name, role, cfg, common, os.Args[1:], run)
+	stop()
+	if errors.Is(err, config.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+// Run is Main without the process exit (testable).
+func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, common *config.Common, args []string, run func(ctx context.Context, env *Env) error) error {
+	if err := config.Load(cfg, args, os.Stdout); err != nil {
+		return err
+	}
+	role := roleOf()
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(common.LogLevel)); err != nil {
+		return fmt.Errorf("config: DUET_LOG_LEVEL %q: want debug, info, warn or error", common.LogLevel)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("service", name)
+	id, pubs, err := keys.Load(common.KeysDir, role)
+	if err != nil {
+		return err
+	}
+	sealer, err := codec.NewSealer(role, id, pubs)
+	if err != nil {
+		return err
+	}
+	m := metrics.New(name)
+	var opts []nats.Option
+	if common.Creds != "" {
+		opt, err := nats.NkeyOptionFromSeed(common.Creds)
+		if err != nil {
+			return fmt.Errorf("config: DUET_NATS_CREDS: %w", err)
+		}
+		opts = append(opts, opt)
+	}
+	if common.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(common.TLSCA))
+	}
+	nc, err := bus.Connect(strings.TrimSpace(common.NATSURL), "duet-"+name, log, func() { m.Reconnects.Inc() }, opts...)
+	if err != nil {
+		return err
+	}
+	env := &Env{NC: nc, Sealer: sealer, Metrics: m, Log: log}
+	if common.HTTPAddr != "" {
+		srv := &http.Server{Addr: common.HTTPAddr, Handler: mux(env), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server", "err", err)
+			}
+		}()
+		defer srv.Close()
+	}
+	log.Info("starting", "nats", common.NATSURL, "role", role.String())
+	err = run(ctx, env)
+	// Graceful: the run function has finished its tick in flight; drain NATS.
+	if derr := nc.Drain(); derr != nil {
+		nc.Close()
+	}
+	for i := 0; i < 50 && !nc.IsClosed(); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	log.Info("stopped")
+	return err
+}
+
+func mux(env *Env) http.Handler {
+	m := http.NewServeMux()
+	m.Handle("/metrics", env.Metrics.Handler())
+	m.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	m.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ready := env.NC.IsConnected()
+		if f := env.Ready.Load(); ready && f != nil {
+			ready = (*f)()
+		} else if f == nil {
+			ready = false
+		}
+		if !ready {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	return m
+}

@@ -1,0 +1,164 @@
+package codec
+
+import (
+	"fmt"
+
+	"golang.org/x/crypto/nacl/box"
+)
+
+// Envelope layout (wire version 1), a MessagePack array of 8:
+//
+//	[version, kind, loop, tick, from, to, nonce (bin 24), box (bin)]
+//
+// box is NaCl box (X25519, XSalsa20-Poly1305) under the sender's and the
+// recipient's keys of the sealed plaintext, a MessagePack array of 7:
+//
+//	[version, kind, loop, tick, from, to, payload (bin)]
+//
+// The outer header lets the broker and the receiver route and drop messages
+// without decrypting; the sealed copy binds it to the payload, since a box
+// has no associated data. Open compares the two field by field.
+
+const (
+	envelopeFields = 8
+	sealedFields   = 7
+	nonceSize      = 24
+	// maxHeaderLen bounds appendHeader's output: version, kind (2 bytes
+	// each), loop (2+64), tick (9), from, to (2 each).
+	maxHeaderLen = 2 + 2 + 2 + MaxLoopID + 9 + 2 + 2
+)
+
+// envelope is a parsed outer envelope; box aliases the input.
+type envelope struct {
+	h     Header
+	nonce [nonceSize]byte
+	box   []byte
+}
+
+func appendHeader(b []byte, h Header) []byte {
+	b = appendUint(b, uint64(h.Version))
+	b = appendUint(b, uint64(h.Kind))
+	b = appendStr(b, h.Loop)
+	b = appendUint(b, h.Tick)
+	b = appendUint(b, uint64(h.From))
+	return appendUint(b, uint64(h.To))
+}
+
+// appendTo re-encodes a parsed envelope; for every input parseEnvelope
+// accepts, the result is that input byte for byte.
+func (e *envelope) appendTo(b []byte) []byte {
+	b = append(b, mpFixArray|envelopeFields)
+	b = appendHeader(b, e.h)
+	b = appendBinHeader(b, nonceSize)
+	b = append(b, e.nonce[:]...)
+	b = appendBinHeader(b, len(e.box))
+	return append(b, e.box...)
+}
+
+// readHeaderFields reads kind, loop, tick, from and to (the version has been
+// read). The loop id is returned as bytes aliasing the input.
+func readHeaderFields(r *reader, where string) (h Header, loop []byte, err error) {
+	kind, err := r.uint(where + " kind")
+	if err != nil {
+		return h, nil, err
+	}
+	if kind > 0xff {
+		return h, nil, fmt.Errorf("%w: %s kind %d", ErrKind, where, kind)
+	}
+	if loop, err = r.strBytes(where+" loop", MaxEnvelope); err != nil {
+		return h, nil, err
+	}
+	if h.Tick, err = r.uint(where + " tick"); err != nil {
+		return h, nil, err
+	}
+	from, err := r.uint(where + " from")
+	if err != nil {
+		return h, nil, err
+	}
+	to, err := r.uint(where + " to")
+	if err != nil {
+		return h, nil, err
+	}
+	if from > 0xff || to > 0xff {
+		return h, nil, fmt.Errorf("%w: %s roles %d -> %d", ErrRole, where, from, to)
+	}
+	h.Version, h.Kind, h.From, h.To = Version, Kind(kind), Role(from), Role(to)
+	return h, loop, nil
+}
+
+// readVersion reads an array header and the version that starts it, so that
+// a future version may change everything after the version.
+func readVersion(r *reader, where string, fields int) error {
+	n, err := r.arrayLen(where)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: empty %s", ErrMalformed, where)
+	}
+	v, err := r.uint(where + " version")
+	if err != nil {
+		return err
+	}
+	if v != Version {
+		return fmt.Errorf("%w: %s version %d, this build speaks %d", ErrVersion, where, v, Version)
+	}
+	if n != fields {
+		return fmt.Errorf("%w: %s has %d fields, want %d", ErrMalformed, where, n, fields)
+	}
+	return nil
+}
+
+// parseEnvelope decodes the outer envelope strictly. It checks structure and
+// version only; Header.check does the rest.
+func parseEnvelope(data []byte) (envelope, error) {
+	var e envelope
+	if len(data) > MaxEnvelope {
+		return e, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxEnvelope)
+	}
+	r := reader{b: data}
+	if err := readVersion(&r, "envelope", envelopeFields); err != nil {
+		return e, err
+	}
+	h, loop, err := readHeaderFields(&r, "envelope")
+	if err != nil {
+		return e, err
+	}
+	if !validLoopBytes(loop) {
+		return e, ValidLoopID(string(loop))
+	}
+	h.Loop = string(loop)
+	nonce, err := r.bin("nonce", nonceSize)
+	if err != nil {
+		return e, err
+	}
+	if len(nonce) != nonceSize {
+		return e, fmt.Errorf("%w: nonce has %d bytes, want %d", ErrMalformed, len(nonce), nonceSize)
+	}
+	copy(e.nonce[:], nonce)
+	if e.box, err = r.bin("box", MaxEnvelope); err != nil {
+		return e, err
+	}
+	if len(e.box) < box.Overhead {
+		return e, fmt.Errorf("%w: box has %d bytes, less than the %d-byte tag", ErrMalformed, len(e.box), box.Overhead)
+	}
+	if err := r.end("envelope"); err != nil {
+		return e, err
+	}
+	e.h = h
+	return e, nil
+}
+
+// PeekHeader returns an envelope's outer header without opening it, for
+// routing and logging. Nothing in it is authenticated: only Open's header may
+// be trusted.
+func PeekHeader(data []byte) (Header, error) {
+	e, err := parseEnvelope(data)
+	if err != nil {
+		return Header{}, err
+	}
+	if err := e.h.check(); err != nil {
+		return Header{}, err
+	}
+	return e.h, nil
+}

@@ -1,0 +1,91 @@
+package codec
+
+import (
+	"fmt"
+
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// MaterialPayload (KindMaterial, dealer -> party i) is one party's share of
+// one item (mpc.TickMaterial): the triple U, V, W and the truncation mask
+// M, L. U is empty (0 x 0) in the fixed-mask variant.
+type MaterialPayload struct {
+	Nonce [16]byte   `msgpack:"nonce"`
+	U     MatrixWire `msgpack:"u"`
+	V     MatrixWire `msgpack:"v"`
+	W     MatrixWire `msgpack:"w"`
+	M     MatrixWire `msgpack:"m"`
+	L     MatrixWire `msgpack:"l"`
+}
+
+// PutMaterial encodes one party's material of the item with this nonce.
+func PutMaterial(f *mpc.Field, nonce [16]byte, m mpc.TickMaterial) MaterialPayload {
+	return MaterialPayload{
+		Nonce: nonce,
+		U:     PutMatrix(f, m.Triple.U),
+		V:     PutMatrix(f, m.Triple.V),
+		W:     PutMatrix(f, m.Triple.W),
+		M:     PutMatrix(f, m.Mask.M),
+		L:     PutMatrix(f, m.Mask.L),
+	}
+}
+
+// Material decodes the material, checking every shape against p: U is
+// (n+m) x (n+p) in the per-tick variant and 0 x 0 in the fixed one (the
+// result's U is then the zero Matrix), V is (n+p) x 1, W is (n+m) x 1, M and
+// L are n x 1.
+func (w MaterialPayload) Material(p mpc.Params) (mpc.TickMaterial, error) {
+	var m mpc.TickMaterial
+	if p.Field == nil {
+		return m, fmt.Errorf("%w: parameters without a field", ErrMalformed)
+	}
+	f := p.Field
+	r, c := p.PhiShape()
+	var err error
+	if p.Variant == mpc.PerTick {
+		if m.Triple.U, err = w.U.Decode(f, r, c); err != nil {
+			return mpc.TickMaterial{}, fmt.Errorf("material U: %w", err)
+		}
+	} else if w.U.Rows != 0 || w.U.Cols != 0 || len(w.U.Data) != 0 {
+		return mpc.TickMaterial{}, fmt.Errorf("%w: material U is %dx%d, want 0x0 in the fixed-mask variant", ErrDimension, w.U.Rows, w.U.Cols)
+	}
+	for _, d := range []struct {
+		name       string
+		w          MatrixWire
+		dst        *mpc.Matrix
+		rows, cols int
+	}{
+		{"V", w.V, &m.Triple.V, c, 1},
+		{"W", w.W, &m.Triple.W, r, 1},
+		{"M", w.M, &m.Mask.M, p.N, 1},
+		{"L", w.L, &m.Mask.L, p.N, 1},
+	} {
+		if *d.dst, err = d.w.Decode(f, d.rows, d.cols); err != nil {
+			return mpc.TickMaterial{}, fmt.Errorf("material %s: %w", d.name, err)
+		}
+	}
+	return m, nil
+}
+
+// ItemMsg is one JetStream message per dealer item. P0 and P1 are sealed
+// envelopes (KindMaterial, dealer -> party i) of each party's
+// MaterialPayload; with seed compression P0 is empty and party0 expands its
+// share with mpc.ExpandP0 from Nonce. ItemMsg itself is not sealed: it holds
+// nothing but the envelopes and public routing data.
+type ItemMsg struct {
+	Loop  string   `msgpack:"loop"`
+	Epoch uint64   `msgpack:"epoch"`
+	Nonce [16]byte `msgpack:"nonce"`
+	P0    []byte   `msgpack:"p0"`
+	P1    []byte   `msgpack:"p1"`
+}
+
+func (m *ItemMsg) validate() error {
+	if err := ValidLoopID(m.Loop); err != nil {
+		return fmt.Errorf("item: %w", err)
+	}
+	if len(m.P1) == 0 {
+		return fmt.Errorf("%w: item without party1 material", ErrMalformed)
+	}
+	return nil
+}

@@ -1,0 +1,99 @@
+package codec
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// Payload types, one per Kind. Each travels as the sealed payload of an
+// envelope of its kind (ItemMsg is the exception: it carries envelopes).
+// Shapes are not checked by Unmarshal, which does not know the loop's
+// parameters; decode matrices with MatrixWire.Decode against them.
+
+// MeasurePayload (KindMeasure, sensor -> party i) is the party's share of
+// ȳ_t (p x 1).
+type MeasurePayload struct {
+	Y            MatrixWire `msgpack:"y"`
+	SentUnixNano int64      `msgpack:"sent"`
+}
+
+// MulPayload (KindMul, party -> other party) is a Protocol 1 message: the
+// sender's shares of S = Φ̄ - U ((n+m) x (n+p)) and T = ξ - V ((n+p) x 1). S is
+// empty (0 x 0) in the fixed-mask variant.
+type MulPayload struct {
+	Item uint64 `msgpack:"item"`
+	// Version is the number of state updates the sender has completed; the
+	// parties compare it to detect a lost Protocol 2 message.
+	Version uint64     `msgpack:"ver"`
+	S       MatrixWire `msgpack:"s"`
+	T       MatrixWire `msgpack:"t"`
+}
+
+// PutMul encodes one tick's Protocol 1 message.
+func PutMul(f *mpc.Field, item uint64, m mpc.MulMsg) MulPayload {
+	return MulPayload{Item: item, S: PutMatrix(f, m.S), T: PutMatrix(f, m.T)}
+}
+
+// Msg decodes a tick's Protocol 1 message, checking its shapes against p:
+// S is (n+m) x (n+p) in the per-tick variant and 0 x 0 in the fixed one.
+func (w MulPayload) Msg(p mpc.Params) (mpc.MulMsg, error) {
+	r, c := p.PhiShape()
+	var m mpc.MulMsg
+	var err error
+	if p.Variant == mpc.PerTick {
+		if m.S, err = w.S.Decode(p.Field, r, c); err != nil {
+			return mpc.MulMsg{}, fmt.Errorf("S: %w", err)
+		}
+	} else if w.S.Rows != 0 || w.S.Cols != 0 || len(w.S.Data) != 0 {
+		return mpc.MulMsg{}, fmt.Errorf("%w: S is %dx%d, want 0x0 in the fixed-mask variant", ErrDimension, w.S.Rows, w.S.Cols)
+	}
+	if m.T, err = w.T.Decode(p.Field, c, 1); err != nil {
+		return mpc.MulMsg{}, fmt.Errorf("T: %w", err)
+	}
+	return m, nil
+}
+
+// TruncPayload (KindTrunc, party0 -> party1) is the Protocol 2 message
+// [[Y]]_0 (n x 1).
+type TruncPayload struct {
+	Item uint64     `msgpack:"item"`
+	Y    MatrixWire `msgpack:"y"`
+}
+
+// OutputPayload (KindOutput, party -> actuator) is the party's share of ū_t
+// (m x 1, scale 2^(2l)).
+type OutputPayload struct {
+	Item uint64     `msgpack:"item"`
+	U    MatrixWire `msgpack:"u"`
+}
+
+// TickPayload (KindTick, sensor -> actuator) announces a tick.
+type TickPayload struct {
+	SentUnixNano int64 `msgpack:"sent"`
+}
+
+// PlantYPayload (KindPlantY, plant -> sensor) is a plant measurement.
+type PlantYPayload struct {
+	Y []float64 `msgpack:"y"`
+}
+
+func (p *PlantYPayload) validate() error { return finite("y", p.Y) }
+
+// PlantUPayload (KindPlantU, actuator -> plant) is a plant input.
+type PlantUPayload struct {
+	U        []float64 `msgpack:"u"`
+	FailSafe bool      `msgpack:"failsafe"`
+}
+
+func (p *PlantUPayload) validate() error { return finite("u", p.U) }
+
+func finite(name string, x []float64) error {
+	for i, v := range x {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("%w: %s[%d] = %v is not finite", ErrMalformed, name, i, v)
+		}
+	}
+	return nil
+}

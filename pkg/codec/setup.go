@@ -1,0 +1,56 @@
+package codec
+
+import "fmt"
+
+// SetupPayload (KindSetup, sensor -> party i) starts or replaces a loop's
+// set-up epoch at a party: the parameters and the party's shares of Φ̄
+// ((n+m) x (n+p)) and x̄_0 (n x 1).
+type SetupPayload struct {
+	Epoch  uint64     `msgpack:"epoch"`
+	Params ParamsWire `msgpack:"params"`
+	Phi    MatrixWire `msgpack:"phi"`
+	X0     MatrixWire `msgpack:"x0"`
+	// P0Seed is the session's 32-byte P0 seed (mpc.Session.P0Seed), for
+	// party0 only; empty for party1.
+	P0Seed []byte `msgpack:"p0seed"`
+	// FixedU is party1's share of the fixed mask U in the fixed-mask variant
+	// (party0 derives its share from P0Seed); empty otherwise.
+	FixedU MatrixWire `msgpack:"fixedu"`
+	// Stream names the JetStream stream carrying the dealer's items.
+	Stream string `msgpack:"stream"`
+}
+
+func (p *SetupPayload) validate() error {
+	if len(p.P0Seed) != 0 && len(p.P0Seed) != 32 {
+		return fmt.Errorf("%w: P0 seed has %d bytes, want 32 or none", ErrMalformed, len(p.P0Seed))
+	}
+	return nil
+}
+
+// DealerSetupPayload (KindDealerSetup, sensor -> dealer) registers a loop
+// with the dealer replicas.
+type DealerSetupPayload struct {
+	Epoch  uint64     `msgpack:"epoch"`
+	Params ParamsWire `msgpack:"params"`
+	// Secret is the 32-byte session secret (mpc.NewSession).
+	Secret   []byte `msgpack:"secret"`
+	Compress bool   `msgpack:"compress"`
+	// Stream and Subject are where the dealer publishes the loop's items.
+	Stream  string `msgpack:"stream"`
+	Subject string `msgpack:"subject"`
+}
+
+func (p *DealerSetupPayload) validate() error {
+	if len(p.Secret) != 32 {
+		return fmt.Errorf("%w: session secret has %d bytes, want 32", ErrMalformed, len(p.Secret))
+	}
+	return nil
+}
+
+// Bytes32 converts a 32-byte field (a seed or a secret) to an array.
+func Bytes32(b []byte) ([32]byte, error) {
+	if len(b) != 32 {
+		return [32]byte{}, fmt.Errorf("%w: %d bytes, want 32", ErrMalformed, len(b))
+	}
+	return [32]byte(b), nil
+}
