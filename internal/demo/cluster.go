@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"sort"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/duet-mpc/duet/internal/actuator"
 	"github.com/duet-mpc/duet/internal/bus"
@@ -43,6 +45,8 @@ type Options struct {
 	Dealers    int
 	LowWater   int
 	QueueMax   int64
+	FileStore  bool // JetStream file storage (queue, set-up, party state)
+	NoPersist  bool // disable the parties' crash-recovery persistence
 	Log        *slog.Logger
 }
 
@@ -75,13 +79,15 @@ type Cluster struct {
 	Parties  [2]*party.Service
 	Metrics  map[string]*metrics.Set
 
-	mu      sync.Mutex
-	records map[uint64]*TickRecord
-	audit   [2]map[uint64]uint64 // tick -> item, per party
-	used    [2]map[uint64]uint64 // item -> tick, per party (reuse detection)
-	reuse   int
-	dealers map[string]context.CancelFunc
-	nDealer int
+	mu        sync.Mutex
+	records   map[uint64]*TickRecord
+	audit     [2]map[uint64]uint64 // tick -> item, per party
+	used      [2]map[uint64]uint64 // item -> tick, per party (reuse detection)
+	reuse     int
+	dealers   map[string]context.CancelFunc
+	nDealer   int
+	partyStop [2]func()
+	port      int
 }
 
 // StartServer starts an embedded NATS server with JetStream in a temporary
@@ -91,15 +97,36 @@ func StartServer() (*server.Server, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
+	ns, err := startServerAt(-1, dir)
+	return ns, dir, err
+}
+
+func startServerAt(port int, dir string) (*server.Server, error) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	go ns.Start()
 	if !ns.ReadyForConnections(10 * time.Second) {
-		return nil, "", fmt.Errorf("demo: embedded NATS server did not start")
+		return nil, fmt.Errorf("demo: embedded NATS server did not start")
 	}
-	return ns, dir, nil
+	return ns, nil
+}
+
+// RestartServer shuts the NATS server down, waits down, and starts it again
+// on the same port and store (file storage keeps the streams and KV).
+func (c *Cluster) RestartServer(down time.Duration) error {
+	c.ns.Shutdown()
+	c.ns.WaitForShutdown()
+	time.Sleep(down)
+	ns, err := startServerAt(c.port, c.store)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.ns = ns
+	c.mu.Unlock()
+	return nil
 }
 
 // Start brings up every service and performs the set-up.
@@ -123,7 +150,7 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{opt: opt, ns: ns, url: ns.ClientURL(), store: dir, ids: map[codec.Role]*codec.Identity{}, pubs: map[codec.Role]string{},
+	c := &Cluster{opt: opt, ns: ns, url: ns.ClientURL(), port: ns.Addr().(*net.TCPAddr).Port, store: dir, ids: map[codec.Role]*codec.Identity{}, pubs: map[codec.Role]string{},
 		Metrics: map[string]*metrics.Set{}, records: map[uint64]*TickRecord{}, dealers: map[string]context.CancelFunc{}}
 	for i := range c.audit {
 		c.audit[i], c.used[i] = map[uint64]uint64{}, map[uint64]uint64{}
@@ -204,7 +231,7 @@ func (c *Cluster) startAll() error {
 		return err
 	}
 	c.Sensor, err = sensor.New(nc, s, sensor.Options{Loop: o.Loop, Controller: o.Controller, Variant: o.Variant, Compress: o.Compress,
-		Period: o.Period, Fast: o.Fast, QueueMax: o.QueueMax, Log: o.Log, Metrics: m, OnTick: c.onTick})
+		Period: o.Period, Fast: o.Fast, QueueMax: o.QueueMax, FileStore: o.FileStore, Log: o.Log, Metrics: m, OnTick: c.onTick})
 	if err != nil {
 		return err
 	}
@@ -260,14 +287,43 @@ func (c *Cluster) StartParty(i int) error {
 	if err != nil {
 		return err
 	}
-	p, err := party.New(nc, s, party.Options{ID: i, Loops: []string{c.opt.Loop}, Log: c.opt.Log, Metrics: m,
-		Audit: func(_ string, tick, item uint64) { c.onAudit(i, tick, item) }})
+	opt := party.Options{ID: i, Loops: []string{c.opt.Loop}, Log: c.opt.Log, Metrics: m,
+		Audit: func(_ string, tick, item uint64) { c.onAudit(i, tick, item) }}
+	if !c.opt.NoPersist {
+		key, err := party.StateKey(c.ids[codec.PartyRole(i)])
+		if err != nil {
+			return err
+		}
+		opt.StateKey = &key
+		if c.opt.FileStore {
+			opt.StateStorage = jetstream.FileStorage
+		} else {
+			opt.StateStorage = jetstream.MemoryStorage
+		}
+	}
+	p, err := party.New(nc, s, opt)
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.mu.Lock()
 	c.Parties[i] = p
-	c.goRun(fmt.Sprintf("party%d", i), p.Run)
+	c.partyStop[i] = func() { nc.Close(); cancel() }
+	c.mu.Unlock()
+	c.goRunCtx(ctx, fmt.Sprintf("party%d", i), p.Run)
 	return nil
+}
+
+// KillParty stops party i abruptly, as kill -9 would: its connection closes
+// at once, nothing is drained or flushed.
+func (c *Cluster) KillParty(i int) {
+	c.mu.Lock()
+	stop := c.partyStop[i]
+	c.partyStop[i] = nil
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 }
 
 // StartDealer starts one more dealer replica and returns its name.

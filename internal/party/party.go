@@ -27,6 +27,11 @@ type Options struct {
 	ItemWait time.Duration
 	Log      *slog.Logger
 	Metrics  *metrics.Set
+	// StateKey, if set, enables crash recovery: the party persists its state
+	// share every tick, sealed under this key (see persist.go).
+	StateKey      *[32]byte
+	StateStorage  jetstream.StorageType
+	StateReplicas int
 	// Audit, if set, is called once per completed multiplication with the
 	// stream sequence of the item used (a test hook and audit log).
 	Audit func(loop string, tick, item uint64)
@@ -111,4 +116,22 @@ func (s *Service) Ready() bool {
 		}
 	}
 	return true
+}
+
+// LoopStatus is what a party reports about one loop.
+type LoopStatus struct {
+	Ready    bool
+	Restored bool   // the state share came from the persisted record
+	Version  uint64 // state updates completed
+}
+
+// Status reports on a loop (false if the loop is not served).
+func (s *Service) Status(loop string) (LoopStatus, bool) {
+	s.mu.Lock()
+	w := s.workers[loop]
+	s.mu.Unlock()
+	if w == nil {
+		return LoopStatus{}, false
+	}
+	return LoopStatus{Ready: w.ready.Load(), Restored: w.restoredPub.Load(), Version: w.versionPub.Load()}, true
 }

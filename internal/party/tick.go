@@ -91,7 +91,10 @@ func (w *worker) onMul(t uint64, mp codec.MulPayload) {
 	}
 	if mp.Version != w.version {
 		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop).Inc()
-		if w.id == 0 && mp.Version+1 == w.version && w.hasPrev {
+		// The party one update ahead rolls back to the share it kept (P0 is
+		// ahead when its Protocol 2 message was lost; either may be after a
+		// crash between finishing and persisting).
+		if mp.Version+1 == w.version && w.hasPrev {
 			if err := w.p.SetState(w.prev); err == nil {
 				w.version--
 				w.hasPrev = false
@@ -117,9 +120,7 @@ func (w *worker) onMul(t uint64, mp codec.MulPayload) {
 			return
 		}
 	}
-	if w.id == 0 {
-		w.prev, w.hasPrev = w.p.State(), true
-	}
+	prev := w.p.State()
 	u, tr, err := w.p.Multiply(in)
 	if err != nil {
 		w.reject(err)
@@ -135,9 +136,10 @@ func (w *worker) onMul(t uint64, mp codec.MulPayload) {
 		w.s.opt.Audit(w.loop, t, w.item)
 	}
 	if w.id == 0 {
-		w.finish(nil)
+		w.finish(nil, prev)
 		return
 	}
+	w.prevPending = prev
 	w.st = multiplied
 	if tp, ok := w.pendTrunc[t]; ok {
 		delete(w.pendTrunc, t)
@@ -163,16 +165,22 @@ func (w *worker) onTrunc(t uint64, tp codec.TruncPayload) {
 		w.miss("bad truncation message")
 		return
 	}
-	w.finish(&mpc.TruncMsg{Y: y})
+	w.finish(&mpc.TruncMsg{Y: y}, w.prevPending)
 }
 
-func (w *worker) finish(tr *mpc.TruncMsg) {
+func (w *worker) finish(tr *mpc.TruncMsg, prev mpc.Matrix) {
 	if err := w.p.Finish(tr); err != nil {
 		w.reject(err)
 		w.miss("finish failed")
 		return
 	}
+	w.prev, w.hasPrev = prev, true
 	w.version++
+	w.versionPub.Store(w.version)
 	w.st = idle
 	w.s.opt.Metrics.Ticks.WithLabelValues(w.loop).Inc()
+	if err := w.save(context.Background()); err != nil {
+		w.fenced = true
+		w.s.opt.Log.Error("stopping loop", "party", w.id, "loop", w.loop, "err", err)
+	}
 }

@@ -38,6 +38,9 @@ type worker struct {
 	items chan jetstream.Msg
 	guard *codec.ReplayGuard
 	ready atomic.Bool
+	// Published copies for observers (tests, readiness).
+	versionPub  atomic.Uint64
+	restoredPub atomic.Bool
 
 	prm    mpc.Params
 	p      *mpc.Party
@@ -60,8 +63,13 @@ type worker struct {
 	hwm     uint64 // highest stream sequence taken
 	minSeq  uint64 // items below this are discarded (resynchronization)
 
-	pendMul   map[uint64]codec.MulPayload
-	pendTrunc map[uint64]codec.TruncPayload
+	persist  *persister
+	restored bool
+	fenced   bool
+
+	prevPending mpc.Matrix
+	pendMul     map[uint64]codec.MulPayload
+	pendTrunc   map[uint64]codec.TruncPayload
 }
 
 func newWorker(s *Service, loop string) *worker {
@@ -75,9 +83,14 @@ func newWorker(s *Service, loop string) *worker {
 	}
 }
 
-
 func (w *worker) run(ctx context.Context) error {
 	if err := w.setup(ctx); err != nil {
+		return err
+	}
+	if err := w.openPersister(ctx); err != nil {
+		return err
+	}
+	if err := w.restore(ctx); err != nil {
 		return err
 	}
 	enqueue := func(m *nats.Msg) {
@@ -105,8 +118,22 @@ func (w *worker) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("offline consumer: %w", err)
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { w.items <- m },
-		jetstream.PullMaxMessages(w.s.opt.Prefetch))
+	// Items are acknowledged, and the acknowledgement confirmed by the server,
+	// before they enter the ready buffer: an item handed to a tick can never
+	// be delivered again, even if this process dies right after.
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := m.DoubleAck(actx)
+		cancel()
+		if err != nil {
+			w.s.opt.Log.Warn("item acknowledgement failed; item skipped", "loop", w.loop, "err", err)
+			return
+		}
+		select {
+		case w.items <- m:
+		case <-ctx.Done():
+		}
+	}, jetstream.PullMaxMessages(w.s.opt.Prefetch))
 	if err != nil {
 		return fmt.Errorf("offline consume: %w", err)
 	}
@@ -124,6 +151,9 @@ func (w *worker) run(ctx context.Context) error {
 			return nil
 		case m := <-w.inbox:
 			w.handle(ctx, m)
+			if w.fenced {
+				return ErrFenced
+			}
 		case <-ping.C:
 			if w.prm.Variant == mpc.FixedMask && !w.fixedOK {
 				w.sendFixedS(true)
@@ -351,7 +381,6 @@ func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error)
 			continue
 		}
 		seq := meta.Sequence.Stream
-		_ = m.Ack() // before use: an item handed out is consumed whatever happens next
 		if seq <= w.hwm || seq < w.minSeq {
 			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
 			continue

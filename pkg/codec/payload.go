@@ -43,14 +43,14 @@ func (w MulPayload) Msg(p mpc.Params) (mpc.MulMsg, error) {
 	var m mpc.MulMsg
 	var err error
 	if p.Variant == mpc.PerTick {
-		if m.S, err = w.S.Decode(p.Field, r, c); err != nil {
-			return mpc.MulMsg{}, fmt.Errorf("S: %w", err)
+		if m.S, err = w.S.decode(p.Field, r, c, "S"); err != nil {
+			return mpc.MulMsg{}, err
 		}
 	} else if w.S.Rows != 0 || w.S.Cols != 0 || len(w.S.Data) != 0 {
 		return mpc.MulMsg{}, fmt.Errorf("%w: S is %dx%d, want 0x0 in the fixed-mask variant", ErrDimension, w.S.Rows, w.S.Cols)
 	}
-	if m.T, err = w.T.Decode(p.Field, c, 1); err != nil {
-		return mpc.MulMsg{}, fmt.Errorf("T: %w", err)
+	if m.T, err = w.T.decode(p.Field, c, 1, "T"); err != nil {
+		return mpc.MulMsg{}, err
 	}
 	return m, nil
 }

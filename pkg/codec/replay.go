@@ -59,6 +59,26 @@ func (g *ReplayGuard) Accept(h Header) error {
 	return nil
 }
 
+// Restore marks every tick up to and including tick as seen for every sender
+// and kind of loop, as after a restart from persisted state: messages from
+// before the crash are then refused as replays.
+func (g *ReplayGuard) Restore(loop string, tick uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l := g.loops[loop]
+	if l == nil {
+		l = new(replayLoop)
+		g.loops[loop] = l
+	}
+	for from := range l {
+		for k := range l[from] {
+			if e := &l[from][k]; !e.seen || e.tick < tick {
+				e.seen, e.tick = true, tick
+			}
+		}
+	}
+}
+
 // Reset forgets every tick of loop, so that tick numbering may restart (for
 // example after a set-up epoch change).
 func (g *ReplayGuard) Reset(loop string) {

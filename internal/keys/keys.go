@@ -1,0 +1,218 @@
+// Package keys stores role identities on disk for `duet keys`: for each role
+// a secret file <role>.seed (the nkeys curve seed, mode 0600) and a public
+// file <role>.pub (the "X..." public key, mode 0644). A deployment gives each
+// service its own .seed file and every .pub file.
+package keys
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+const (
+	seedMode = 0o600
+	pubMode  = 0o644
+	// maxFile bounds what is read from a key file (a seed is 58 bytes).
+	maxFile = 4096
+)
+
+// SeedPath and PubPath are the file names of a role's keys in dir.
+func SeedPath(dir string, r codec.Role) string { return filepath.Join(dir, r.String()+".seed") }
+
+// PubPath is the public key file of role r in dir.
+func PubPath(dir string, r codec.Role) string { return filepath.Join(dir, r.String()+".pub") }
+
+// Generate writes a fresh identity for every role in codec.AllRoles:
+// <dir>/<role>.seed (mode 0600) and <dir>/<role>.pub (mode 0644), creating
+// dir if needed. Unless force is set it refuses, before writing anything, if
+// any of those files exists; with force it replaces them (each file
+// atomically).
+func Generate(dir string, force bool) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
+	if !force {
+		var existing []string
+		for _, r := range codec.AllRoles {
+			for _, p := range []string{SeedPath(dir, r), PubPath(dir, r)} {
+				if _, err := os.Lstat(p); err == nil {
+					existing = append(existing, p)
+				} else if !errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("keys: %w", err)
+				}
+			}
+		}
+		if len(existing) > 0 {
+			return fmt.Errorf("%w: %s (use force to replace)", ErrExist, strings.Join(existing, ", "))
+		}
+	}
+	type file struct {
+		path string
+		data []byte
+		mode os.FileMode
+	}
+	var files []file
+	for _, r := range codec.AllRoles {
+		id, err := codec.GenerateIdentity()
+		if err != nil {
+			return fmt.Errorf("keys: %s: %w", r, err)
+		}
+		seed, err := id.Seed()
+		if err != nil {
+			return fmt.Errorf("keys: %s: %w", r, err)
+		}
+		files = append(files,
+			file{SeedPath(dir, r), append(seed, '\n'), seedMode},
+			file{PubPath(dir, r), []byte(id.PublicKey() + "\n"), pubMode})
+	}
+	for _, f := range files {
+		if err := writeFile(f.path, f.data, f.mode, force); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFile writes data to path with exactly mode (whatever the umask).
+// Without replace it fails if path exists; with replace it writes a
+// temporary file and renames it over path.
+func writeFile(path string, data []byte, mode os.FileMode, replace bool) (err error) {
+	var f *os.File
+	if replace {
+		f, err = os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	} else {
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%w: %s", ErrExist, path)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
+	name := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(name)
+		}
+	}()
+	if err = f.Chmod(mode); err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
+	if _, err = f.Write(data); err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
+	if replace {
+		if err = os.Rename(name, path); err != nil {
+			return fmt.Errorf("keys: %w", err)
+		}
+	}
+	return nil
+}
+
+// Load returns role self's identity, read from <dir>/<self>.seed (and no
+// other secret file), and the public keys of every role with a .pub file in
+// dir, plus self's own. The .seed file must not be accessible to group or
+// others. Every error names the file.
+func Load(dir string, self codec.Role) (*codec.Identity, map[codec.Role]string, error) {
+	if !self.Valid() {
+		return nil, nil, fmt.Errorf("keys: %w: %d", codec.ErrRole, uint8(self))
+	}
+	path := SeedPath(dir, self)
+	seed, err := readSeed(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	id, err := codec.ParseIdentity(seed)
+	clear(seed)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %w", ErrFile, path, err)
+	}
+	pubs, err := LoadPublic(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	if pub, ok := pubs[self]; ok && pub != id.PublicKey() {
+		return nil, nil, fmt.Errorf("%w: %s holds %s, but %s's public key is %s",
+			ErrFile, PubPath(dir, self), pub, path, id.PublicKey())
+	}
+	pubs[self] = id.PublicKey()
+	return id, pubs, nil
+}
+
+// readSeed reads a secret key file after checking, on the open file, that it
+// is a regular file without group or other permissions.
+func readSeed(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("keys: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("keys: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrFile, path)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 && runtime.GOOS != "windows" {
+		return nil, fmt.Errorf("%w: %s has mode %04o, want 0600 (chmod 600 %s)", ErrPermissions, path, perm, path)
+	}
+	return readLimited(f, path)
+}
+
+// LoadPublic returns the public keys of every role with a <role>.pub file in
+// dir (roles without one are left out). Every error names the file.
+func LoadPublic(dir string) (map[codec.Role]string, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("keys: %w", err)
+	}
+	pubs := make(map[codec.Role]string)
+	for _, r := range codec.AllRoles {
+		path := PubPath(dir, r)
+		f, err := os.Open(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("keys: %w", err)
+		}
+		b, err := readLimited(f, path)
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+		pub := string(bytes.TrimSpace(b))
+		if err := codec.ValidatePublicKey(pub); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrFile, path, err)
+		}
+		pubs[r] = pub
+	}
+	return pubs, nil
+}
+
+func readLimited(f *os.File, path string) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("keys: %w", err)
+	}
+	if len(b) > maxFile {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrFile, path, maxFile)
+	}
+	return b, nil
+}

@@ -1,0 +1,199 @@
+package party
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/crypto/nacl/secretbox"
+
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+// Crash recovery without controller reset: after every state update the
+// party writes its state share, state version, last tick and the offline
+// queue's high-water mark to its own JetStream KV bucket, sealed to itself
+// (XSalsa20-Poly1305 under a key derived from its identity seed), so neither
+// the broker nor anyone else learns the share. Writes are compare-and-set on
+// the key's revision: a second instance of the same party that restores the
+// record takes it over, and the first one's next write fails, which stops it
+// (a single-writer fence).
+
+// StateBucket names party i's state bucket.
+func StateBucket(party int) string { return fmt.Sprintf("duet-state-party%d", party) }
+
+// StateKey derives the key sealing a party's persisted state from its
+// identity seed.
+func StateKey(id *codec.Identity) ([32]byte, error) {
+	seed, err := id.Seed()
+	if err != nil {
+		return [32]byte{}, err
+	}
+	h := sha256.New()
+	h.Write([]byte("duet/v1/party-state"))
+	h.Write(seed)
+	var k [32]byte
+	h.Sum(k[:0])
+	return k, nil
+}
+
+// ErrFenced means another instance of the same party took over the loop.
+var ErrFenced = errors.New("party: fenced: another instance of this party took over the loop")
+
+type stateRecord struct {
+	Epoch   uint64           `msgpack:"epoch"`
+	Version uint64           `msgpack:"version"`
+	Tick    uint64           `msgpack:"tick"`
+	HWM     uint64           `msgpack:"hwm"`
+	X       codec.MatrixWire `msgpack:"x"`
+	Prev    codec.MatrixWire `msgpack:"prev"`
+	HasPrev bool             `msgpack:"has_prev"`
+}
+
+type persister struct {
+	kv  jetstream.KeyValue
+	key [32]byte
+	rev uint64
+}
+
+func (p *persister) seal(rec stateRecord) ([]byte, error) {
+	body, err := codec.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	var nonce [24]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, err
+	}
+	return secretbox.Seal(nonce[:], body, &nonce, &p.key), nil
+}
+
+func (p *persister) open(data []byte) (stateRecord, error) {
+	var rec stateRecord
+	if len(data) < 24+secretbox.Overhead {
+		return rec, fmt.Errorf("%w: persisted state too short", codec.ErrMalformed)
+	}
+	var nonce [24]byte
+	copy(nonce[:], data)
+	body, ok := secretbox.Open(nil, data[24:], &nonce, &p.key)
+	if !ok {
+		return rec, fmt.Errorf("%w: persisted state does not open with this party's key", codec.ErrAuth)
+	}
+	err := codec.Unmarshal(body, &rec)
+	return rec, err
+}
+
+// openPersister binds the party's state bucket.
+func (w *worker) openPersister(ctx context.Context) error {
+	if w.s.opt.StateKey == nil {
+		return nil
+	}
+	kv, err := w.s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: StateBucket(w.id), History: 1,
+		Storage: w.s.opt.StateStorage, Replicas: max(1, w.s.opt.StateReplicas)})
+	if err != nil {
+		return fmt.Errorf("state bucket: %w", err)
+	}
+	w.persist = &persister{kv: kv, key: *w.s.opt.StateKey}
+	return nil
+}
+
+// restore loads the persisted record of this loop, if it belongs to the
+// current set-up epoch, and claims the key (the fence).
+func (w *worker) restore(ctx context.Context) error {
+	if w.persist == nil {
+		return nil
+	}
+	e, err := w.persist.kv.Get(ctx, w.loop)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return w.claim(ctx, 0)
+	case err != nil:
+		return fmt.Errorf("reading persisted state: %w", err)
+	}
+	rec, err := w.persist.open(e.Value())
+	if err != nil {
+		w.s.opt.Metrics.Reject(err)
+		w.s.opt.Log.Error("persisted state rejected; starting from the set-up state", "loop", w.loop, "err", err)
+		return w.claim(ctx, e.Revision())
+	}
+	if rec.Epoch != w.epoch {
+		w.s.opt.Log.Info("persisted state is from another set-up epoch; starting fresh", "loop", w.loop)
+		return w.claim(ctx, e.Revision())
+	}
+	f := w.prm.Field
+	x, err := rec.X.Decode(f, w.prm.N, 1)
+	if err != nil {
+		return fmt.Errorf("persisted state: %w", err)
+	}
+	if err := w.p.SetState(x); err != nil {
+		return err
+	}
+	if rec.HasPrev {
+		if w.prev, err = rec.Prev.Decode(f, w.prm.N, 1); err != nil {
+			return fmt.Errorf("persisted state: %w", err)
+		}
+		w.hasPrev = true
+	}
+	w.version, w.cur, w.hwm = rec.Version, rec.Tick, rec.HWM
+	w.guard.Restore(w.loop, rec.Tick)
+	w.restored = true
+	w.restoredPub.Store(true)
+	w.versionPub.Store(rec.Version)
+	w.s.opt.Log.Info("state restored", "party", w.id, "loop", w.loop, "version", rec.Version, "tick", rec.Tick, "hwm", rec.HWM)
+	return w.claim(ctx, e.Revision())
+}
+
+// claim writes the current record over revision rev (0: the key must not
+// exist), taking the single-writer fence.
+func (w *worker) claim(ctx context.Context, rev uint64) error {
+	data, err := w.persist.seal(w.record())
+	if err != nil {
+		return err
+	}
+	var nrev uint64
+	if rev == 0 {
+		nrev, err = w.persist.kv.Create(ctx, w.loop, data)
+	} else {
+		nrev, err = w.persist.kv.Update(ctx, w.loop, data, rev)
+	}
+	if err != nil {
+		return fmt.Errorf("%w (%v)", ErrFenced, err)
+	}
+	w.persist.rev = nrev
+	return nil
+}
+
+func (w *worker) record() stateRecord {
+	f := w.prm.Field
+	rec := stateRecord{Epoch: w.epoch, Version: w.version, Tick: w.cur, HWM: w.hwm, X: codec.PutMatrix(f, w.p.State())}
+	if w.hasPrev {
+		rec.Prev, rec.HasPrev = codec.PutMatrix(f, w.prev), true
+	}
+	return rec
+}
+
+// save persists after a state update; a failed compare-and-set means this
+// instance has been fenced off.
+func (w *worker) save(ctx context.Context) error {
+	if w.persist == nil {
+		return nil
+	}
+	data, err := w.persist.seal(w.record())
+	if err != nil {
+		return err
+	}
+	rev, err := w.persist.kv.Update(ctx, w.loop, data, w.persist.rev)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			return ErrFenced
+		}
+		// A transient failure (reconnecting): the next tick's write retries.
+		w.s.opt.Log.Warn("persisting state", "loop", w.loop, "err", err)
+		return nil
+	}
+	w.persist.rev = rev
+	return nil
+}
