@@ -40,13 +40,13 @@ func ParseFailSafe(s string) (FailSafe, error) {
 
 // Applied describes one applied input (for hooks and the demo).
 type Applied struct {
-	Loop       string
-	Tick       uint64
-	U          []float64
-	Latency    time.Duration // sensor publish to reconstruction (0 on a miss)
-	Miss       bool
-	Item0      uint64 // items the parties used (equal unless something is wrong)
-	Item1      uint64
+	Loop    string
+	Tick    uint64
+	U       []float64
+	Latency time.Duration // sensor publish to reconstruction (0 on a miss)
+	Miss    bool
+	Item0   uint64 // items the parties used (equal unless something is wrong)
+	Item1   uint64
 }
 
 // Options configure the actuator.
@@ -60,12 +60,12 @@ type Options struct {
 }
 
 type pending struct {
-	sent    int64
-	have    [2]bool
-	item    [2]uint64
-	u       [2]mpc.Matrix
-	done    bool
-	timer   *time.Timer
+	sent  int64
+	have  [2]bool
+	item  [2]uint64
+	u     [2]mpc.Matrix
+	done  bool
+	timer *time.Timer
 }
 
 // Actuator serves one loop.
@@ -94,7 +94,7 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Actuator, error) {
 		opt.Deadline = 30 * time.Millisecond
 	}
 	if opt.FailSafe == "" {
-		opt.FailSafe = FailSafeHold
+		opt.FailSafe = FailSafeZero
 	}
 	if opt.Log == nil {
 		opt.Log = slog.Default()

@@ -13,7 +13,7 @@ type Config struct {
 	config.Common
 	Loop     string        `envconfig:"LOOP" default:"pendulum" desc:"loop id"`
 	Deadline time.Duration `envconfig:"DEADLINE" default:"30ms" desc:"time after the sensor's publish by which both output shares must arrive"`
-	FailSafe string        `envconfig:"FAILSAFE" default:"hold" desc:"input applied on a missed deadline: hold (last input) or zero"`
+	FailSafe string        `envconfig:"FAILSAFE" default:"zero" desc:"input applied on a missed deadline: zero or hold (repeat the last input)"`
 }
 
 // Validate checks the values.

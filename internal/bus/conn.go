@@ -50,6 +50,9 @@ type OfflineQueue struct {
 // stream has Interest retention, so an item is kept until both consumers
 // have acknowledged it and one published with no consumer would be lost.
 //
+// Never reuse: the consumers acknowledge on delivery (AckNone), so the server
+// never redelivers an item, and each party also keeps a high-water mark.
+//
 // Exact pairing: each stream message holds both parties' shares of one item,
 // so the stream sequence pairs the shares by construction; each party reads
 // the stream in order through its own consumer.
@@ -76,11 +79,13 @@ func EnsureOfflineQueue(ctx context.Context, js jetstream.JetStream, q OfflineQu
 	}
 	for i := 0; i < 2; i++ {
 		_, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:       ConsumerName(i),
-			AckPolicy:     jetstream.AckExplicitPolicy,
+			Durable: ConsumerName(i),
+			// Delivery is the acknowledgement: an item handed to a party is
+			// consumed whatever happens next, so it can never be delivered
+			// twice, and a crashed party's prefetched items are simply
+			// burnt (the parties resynchronize past them).
+			AckPolicy:     jetstream.AckNonePolicy,
 			DeliverPolicy: jetstream.DeliverAllPolicy,
-			MaxAckPending: -1,
-			AckWait:       30 * time.Second,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("offline consumer %s/%s: %w", cfg.Name, ConsumerName(i), err)

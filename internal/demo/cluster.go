@@ -45,6 +45,7 @@ type Options struct {
 	Dealers    int
 	LowWater   int
 	QueueMax   int64
+	FailSafe   actuator.FailSafe
 	FileStore  bool // JetStream file storage (queue, set-up, party state)
 	NoPersist  bool // disable the parties' crash-recovery persistence
 	Log        *slog.Logger
@@ -263,7 +264,7 @@ func (c *Cluster) startAll() error {
 	if err != nil {
 		return err
 	}
-	c.Actuator, err = actuator.New(nc, s, actuator.Options{Loop: o.Loop, Deadline: o.Deadline, Log: o.Log, Metrics: m, OnApply: c.onApply})
+	c.Actuator, err = actuator.New(nc, s, actuator.Options{Loop: o.Loop, Deadline: o.Deadline, FailSafe: o.FailSafe, Log: o.Log, Metrics: m, OnApply: c.onApply})
 	if err != nil {
 		return err
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/nacl/secretbox"
@@ -44,20 +46,28 @@ func StateKey(id *codec.Identity) ([32]byte, error) {
 var ErrFenced = errors.New("party: fenced: another instance of this party took over the loop")
 
 type stateRecord struct {
-	Epoch   uint64           `msgpack:"epoch"`
-	Version uint64           `msgpack:"version"`
-	Tick    uint64           `msgpack:"tick"`
-	HWM     uint64           `msgpack:"hwm"`
-	X       codec.MatrixWire `msgpack:"x"`
-	Prev    codec.MatrixWire `msgpack:"prev"`
-	HasPrev bool             `msgpack:"has_prev"`
+	// Instance identifies the writing process: the fence is lost only when
+	// another instance has written.
+	Instance uint64           `msgpack:"instance"`
+	Epoch    uint64           `msgpack:"epoch"`
+	Version  uint64           `msgpack:"version"`
+	Tick     uint64           `msgpack:"tick"`
+	HWM      uint64           `msgpack:"hwm"`
+	X        codec.MatrixWire `msgpack:"x"`
+	Prev     codec.MatrixWire `msgpack:"prev"`
+	HasPrev  bool             `msgpack:"has_prev"`
 }
 
 type persister struct {
-	kv  jetstream.KeyValue
-	key [32]byte
-	rev uint64
+	kv       jetstream.KeyValue
+	key      [32]byte
+	rev      uint64
+	instance uint64
+	dirty    bool // the latest state is not persisted yet
 }
+
+// saveTimeout bounds a state write; the tick loop never waits longer.
+const saveTimeout = 250 * time.Millisecond
 
 func (p *persister) seal(rec stateRecord) ([]byte, error) {
 	body, err := codec.Marshal(rec)
@@ -96,7 +106,11 @@ func (w *worker) openPersister(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("state bucket: %w", err)
 	}
-	w.persist = &persister{kv: kv, key: *w.s.opt.StateKey}
+	var inst [8]byte
+	if _, err := rand.Read(inst[:]); err != nil {
+		return err
+	}
+	w.persist = &persister{kv: kv, key: *w.s.opt.StateKey, instance: binary.LittleEndian.Uint64(inst[:]) | 1}
 	return nil
 }
 
@@ -168,32 +182,66 @@ func (w *worker) claim(ctx context.Context, rev uint64) error {
 
 func (w *worker) record() stateRecord {
 	f := w.prm.Field
-	rec := stateRecord{Epoch: w.epoch, Version: w.version, Tick: w.cur, HWM: w.hwm, X: codec.PutMatrix(f, w.p.State())}
+	rec := stateRecord{Instance: w.persist.instance, Epoch: w.epoch, Version: w.version, Tick: w.cur, HWM: w.hwm, X: codec.PutMatrix(f, w.p.State())}
 	if w.hasPrev {
 		rec.Prev, rec.HasPrev = codec.PutMatrix(f, w.prev), true
 	}
 	return rec
 }
 
-// save persists after a state update; a failed compare-and-set means this
-// instance has been fenced off.
+// save persists after a state update. A write whose outcome is unknown
+// (timeout, reconnecting) leaves the state dirty: no new tick starts until a
+// write succeeds (see onMeasure), so the persisted state is never more than
+// one update behind. A revision conflict is checked against the stored
+// record: if another instance wrote it, this one has been fenced off.
 func (w *worker) save(ctx context.Context) error {
 	if w.persist == nil {
 		return nil
 	}
+	w.persist.dirty = true
 	data, err := w.persist.seal(w.record())
 	if err != nil {
 		return err
 	}
-	rev, err := w.persist.kv.Update(ctx, w.loop, data, w.persist.rev)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-			return ErrFenced
-		}
-		// A transient failure (reconnecting): the next tick's write retries.
-		w.s.opt.Log.Warn("persisting state", "loop", w.loop, "err", err)
+	sctx, cancel := context.WithTimeout(ctx, saveTimeout)
+	defer cancel()
+	rev, err := w.persist.kv.Update(sctx, w.loop, data, w.persist.rev)
+	if err == nil {
+		w.persist.rev, w.persist.dirty = rev, false
 		return nil
 	}
-	w.persist.rev = rev
+	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+		w.s.opt.Log.Warn("persisting state", "party", w.id, "loop", w.loop, "err", err)
+		return nil
+	}
+	// Conflict: who wrote last? (Our own earlier write may have landed after
+	// its timeout.)
+	e, gerr := w.persist.kv.Get(sctx, w.loop)
+	if gerr != nil {
+		w.s.opt.Log.Warn("persisting state: re-reading the record", "party", w.id, "loop", w.loop, "err", gerr)
+		return nil
+	}
+	rec, oerr := w.persist.open(e.Value())
+	if oerr != nil || rec.Instance != w.persist.instance {
+		return ErrFenced
+	}
+	w.persist.rev = e.Revision()
+	rev, err = w.persist.kv.Update(sctx, w.loop, data, w.persist.rev)
+	if err == nil {
+		w.persist.rev, w.persist.dirty = rev, false
+	}
 	return nil
+}
+
+// flushState retries a pending state write before a new tick starts; it
+// reports whether the state is persisted.
+func (w *worker) flushState(ctx context.Context) bool {
+	if w.persist == nil || !w.persist.dirty {
+		return true
+	}
+	if err := w.save(ctx); err != nil {
+		w.fenced = true
+		return false
+	}
+	return !w.persist.dirty
 }

@@ -41,6 +41,11 @@ func (w *worker) onMeasure(ctx context.Context, t uint64, mp codec.MeasurePayloa
 		w.reject(err)
 		return
 	}
+	if !w.flushState(ctx) {
+		w.cur = t
+		w.miss("state not persisted")
+		return
+	}
 	seq, mat, err := w.nextItem(ctx)
 	if err != nil {
 		w.s.opt.Metrics.LowWater.WithLabelValues(w.loop).Inc()

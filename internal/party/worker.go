@@ -118,17 +118,9 @@ func (w *worker) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("offline consumer: %w", err)
 	}
-	// Items are acknowledged, and the acknowledgement confirmed by the server,
-	// before they enter the ready buffer: an item handed to a tick can never
-	// be delivered again, even if this process dies right after.
+	// The consumer acknowledges on delivery (see bus.EnsureOfflineQueue):
+	// an item is consumed before this party can use it.
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := m.DoubleAck(actx)
-		cancel()
-		if err != nil {
-			w.s.opt.Log.Warn("item acknowledgement failed; item skipped", "loop", w.loop, "err", err)
-			return
-		}
 		select {
 		case w.items <- m:
 		case <-ctx.Done():

@@ -55,32 +55,41 @@ func (e *envelope) appendTo(b []byte) []byte {
 	return append(b, e.box...)
 }
 
+// fieldNames names a header's fields in errors; constant, so that the happy
+// path does not build strings.
+type fieldNames struct{ where, version, kind, loop, tick, from, to string }
+
+var (
+	envelopeNames = fieldNames{"envelope", "envelope version", "envelope kind", "envelope loop", "envelope tick", "envelope from", "envelope to"}
+	sealedNames   = fieldNames{"sealed header", "sealed version", "sealed kind", "sealed loop", "sealed tick", "sealed from", "sealed to"}
+)
+
 // readHeaderFields reads kind, loop, tick, from and to (the version has been
 // read). The loop id is returned as bytes aliasing the input.
-func readHeaderFields(r *reader, where string) (h Header, loop []byte, err error) {
-	kind, err := r.uint(where + " kind")
+func readHeaderFields(r *reader, n *fieldNames) (h Header, loop []byte, err error) {
+	kind, err := r.uint(n.kind)
 	if err != nil {
 		return h, nil, err
 	}
 	if kind > 0xff {
-		return h, nil, fmt.Errorf("%w: %s kind %d", ErrKind, where, kind)
+		return h, nil, fmt.Errorf("%w: %s %d", ErrKind, n.kind, kind)
 	}
-	if loop, err = r.strBytes(where+" loop", MaxEnvelope); err != nil {
+	if loop, err = r.strBytes(n.loop, MaxEnvelope); err != nil {
 		return h, nil, err
 	}
-	if h.Tick, err = r.uint(where + " tick"); err != nil {
+	if h.Tick, err = r.uint(n.tick); err != nil {
 		return h, nil, err
 	}
-	from, err := r.uint(where + " from")
+	from, err := r.uint(n.from)
 	if err != nil {
 		return h, nil, err
 	}
-	to, err := r.uint(where + " to")
+	to, err := r.uint(n.to)
 	if err != nil {
 		return h, nil, err
 	}
 	if from > 0xff || to > 0xff {
-		return h, nil, fmt.Errorf("%w: %s roles %d -> %d", ErrRole, where, from, to)
+		return h, nil, fmt.Errorf("%w: %s roles %d -> %d", ErrRole, n.where, from, to)
 	}
 	h.Version, h.Kind, h.From, h.To = Version, Kind(kind), Role(from), Role(to)
 	return h, loop, nil
@@ -88,23 +97,23 @@ func readHeaderFields(r *reader, where string) (h Header, loop []byte, err error
 
 // readVersion reads an array header and the version that starts it, so that
 // a future version may change everything after the version.
-func readVersion(r *reader, where string, fields int) error {
-	n, err := r.arrayLen(where)
+func readVersion(r *reader, names *fieldNames, fields int) error {
+	n, err := r.arrayLen(names.where)
 	if err != nil {
 		return err
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: empty %s", ErrMalformed, where)
+		return fmt.Errorf("%w: empty %s", ErrMalformed, names.where)
 	}
-	v, err := r.uint(where + " version")
+	v, err := r.uint(names.version)
 	if err != nil {
 		return err
 	}
 	if v != Version {
-		return fmt.Errorf("%w: %s version %d, this build speaks %d", ErrVersion, where, v, Version)
+		return fmt.Errorf("%w: %s %d, this build speaks %d", ErrVersion, names.version, v, Version)
 	}
 	if n != fields {
-		return fmt.Errorf("%w: %s has %d fields, want %d", ErrMalformed, where, n, fields)
+		return fmt.Errorf("%w: %s has %d fields, want %d", ErrMalformed, names.where, n, fields)
 	}
 	return nil
 }
@@ -117,10 +126,10 @@ func parseEnvelope(data []byte) (envelope, error) {
 		return e, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxEnvelope)
 	}
 	r := reader{b: data}
-	if err := readVersion(&r, "envelope", envelopeFields); err != nil {
+	if err := readVersion(&r, &envelopeNames, envelopeFields); err != nil {
 		return e, err
 	}
-	h, loop, err := readHeaderFields(&r, "envelope")
+	h, loop, err := readHeaderFields(&r, &envelopeNames)
 	if err != nil {
 		return e, err
 	}

@@ -2,8 +2,8 @@ package codec
 
 import "errors"
 
-// Sentinel errors. Every error returned by this package wraps exactly one of
-// them (errors.Is) with detail naming the problem; Reason maps them to metric
+// Sentinel errors. Every rejection of input by this package wraps one of them
+// (errors.Is) with detail naming the problem; Reason maps them to metrics
 // labels.
 var (
 	ErrTooLarge      = errors.New("codec: message too large")

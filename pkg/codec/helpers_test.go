@@ -46,7 +46,7 @@ func testSealer(t testing.TB, role Role) *Sealer {
 	return s
 }
 
-// route is one allowed (kind, from, to).
+// testRoute is one allowed (kind, from, to).
 type testRoute struct {
 	kind     Kind
 	from, to Role
@@ -75,7 +75,7 @@ func testField(t testing.TB, q string) *mpc.Field {
 	return f
 }
 
-// testFields are the two presets and a small generic modulus (3 bytes).
+// testModuli are the two presets and a small generic modulus (3 bytes).
 var testModuli = []string{mpc.PresetM127, mpc.PresetP25519, "1000003"}
 
 func randomMatrix(t testing.TB, f *mpc.Field, r *rand.ChaCha8, rows, cols int) mpc.Matrix {

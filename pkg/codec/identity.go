@@ -81,7 +81,7 @@ func (id Identity) GoString() string { return "codec.Identity(" + id.pubS + ")" 
 // encoding, checksum, prefix, length, and that it is not a low-order point
 // (which would make every shared key with it the same, public value).
 func ValidatePublicKey(pub string) error {
-	_, err := decodePublicKey(pub)
+	_, err := decodePublicKey(pub, "public key")
 	return err
 }
 
@@ -89,21 +89,22 @@ func ValidatePublicKey(pub string) error {
 // exactly for the low-order points, and curve25519.X25519 reports that.
 var lowOrderProbe = [32]byte{9}
 
-func decodePublicKey(pub string) ([32]byte, error) {
+// decodePublicKey returns the raw key; who names it in errors.
+func decodePublicKey(pub, who string) ([32]byte, error) {
 	var k [32]byte
 	const encLen = 56 // base32 of prefix + 32 bytes + crc16
 	if len(pub) != encLen {
-		return k, fmt.Errorf("%w: public key has %d characters, want %d (\"X...\")", ErrKey, len(pub), encLen)
+		return k, fmt.Errorf("%w: %s has %d characters, want %d (\"X...\")", ErrKey, who, len(pub), encLen)
 	}
 	raw, err := nkeys.Decode(nkeys.PrefixByteCurve, []byte(pub))
 	if err != nil {
-		return k, fmt.Errorf("%w: %q is not an nkeys curve public key: %w", ErrKey, pub, err)
+		return k, fmt.Errorf("%w: %s %q is not an nkeys curve public key: %v", ErrKey, who, pub, err)
 	}
 	if len(raw) != 32 {
-		return k, fmt.Errorf("%w: %q decodes to %d bytes, want 32", ErrKey, pub, len(raw))
+		return k, fmt.Errorf("%w: %s %q decodes to %d bytes, want 32", ErrKey, who, pub, len(raw))
 	}
 	if _, err := curve25519.X25519(lowOrderProbe[:], raw); err != nil {
-		return k, fmt.Errorf("%w: %q is a low-order point", ErrKey, pub)
+		return k, fmt.Errorf("%w: %s %q is a low-order point", ErrKey, who, pub)
 	}
 	return [32]byte(raw), nil
 }

@@ -43,8 +43,8 @@ func (w MaterialPayload) Material(p mpc.Params) (mpc.TickMaterial, error) {
 	r, c := p.PhiShape()
 	var err error
 	if p.Variant == mpc.PerTick {
-		if m.Triple.U, err = w.U.Decode(f, r, c); err != nil {
-			return mpc.TickMaterial{}, fmt.Errorf("material U: %w", err)
+		if m.Triple.U, err = w.U.decode(f, r, c, "material U"); err != nil {
+			return mpc.TickMaterial{}, err
 		}
 	} else if w.U.Rows != 0 || w.U.Cols != 0 || len(w.U.Data) != 0 {
 		return mpc.TickMaterial{}, fmt.Errorf("%w: material U is %dx%d, want 0x0 in the fixed-mask variant", ErrDimension, w.U.Rows, w.U.Cols)
@@ -60,8 +60,8 @@ func (w MaterialPayload) Material(p mpc.Params) (mpc.TickMaterial, error) {
 		{"M", w.M, &m.Mask.M, p.N, 1},
 		{"L", w.L, &m.Mask.L, p.N, 1},
 	} {
-		if *d.dst, err = d.w.Decode(f, d.rows, d.cols); err != nil {
-			return mpc.TickMaterial{}, fmt.Errorf("material %s: %w", d.name, err)
+		if *d.dst, err = d.w.decode(f, d.rows, d.cols, "material "+d.name); err != nil {
+			return mpc.TickMaterial{}, err
 		}
 	}
 	return m, nil
@@ -82,7 +82,7 @@ type ItemMsg struct {
 
 func (m *ItemMsg) validate() error {
 	if err := ValidLoopID(m.Loop); err != nil {
-		return fmt.Errorf("item: %w", err)
+		return err
 	}
 	if len(m.P1) == 0 {
 		return fmt.Errorf("%w: item without party1 material", ErrMalformed)

@@ -33,11 +33,16 @@ func PutMatrix(f *mpc.Field, m mpc.Matrix) MatrixWire {
 // if w has another shape, ErrMalformed if Data is not rows*cols*f.ByteLen()
 // bytes long, and ErrRange if an entry is not below q.
 func (w MatrixWire) Decode(f *mpc.Field, rows, cols int) (mpc.Matrix, error) {
-	if err := w.check(f, rows, cols); err != nil {
+	return w.decode(f, rows, cols, "matrix")
+}
+
+// decode is Decode with the matrix's name for error messages.
+func (w MatrixWire) decode(f *mpc.Field, rows, cols int, name string) (mpc.Matrix, error) {
+	if err := w.check(f, rows, cols, name); err != nil {
 		return mpc.Matrix{}, err
 	}
 	m := mpc.NewMatrix(rows, cols)
-	if err := w.decodeData(f, m); err != nil {
+	if err := w.decodeData(f, m, name); err != nil {
 		return mpc.Matrix{}, err
 	}
 	return m, nil
@@ -50,33 +55,33 @@ func (w MatrixWire) DecodeInto(f *mpc.Field, dst mpc.Matrix) error {
 	if len(dst.Data) != dst.Rows*dst.Cols {
 		return fmt.Errorf("%w: destination %dx%d has %d entries", ErrDimension, dst.Rows, dst.Cols, len(dst.Data))
 	}
-	if err := w.check(f, dst.Rows, dst.Cols); err != nil {
+	if err := w.check(f, dst.Rows, dst.Cols, "matrix"); err != nil {
 		return err
 	}
-	return w.decodeData(f, dst)
+	return w.decodeData(f, dst, "matrix")
 }
 
-func (w MatrixWire) check(f *mpc.Field, rows, cols int) error {
+func (w MatrixWire) check(f *mpc.Field, rows, cols int, name string) error {
 	if rows < 0 || cols < 0 || uint64(w.Rows) != uint64(rows) || uint64(w.Cols) != uint64(cols) {
-		return fmt.Errorf("%w: matrix is %dx%d, want %dx%d", ErrDimension, w.Rows, w.Cols, rows, cols)
+		return fmt.Errorf("%w: %s is %dx%d, want %dx%d", ErrDimension, name, w.Rows, w.Cols, rows, cols)
 	}
 	// rows, cols < 2^32, so the product fits; compare before multiplying by
 	// the element width so that nothing overflows.
 	n := uint64(rows) * uint64(cols)
 	bl := uint64(f.ByteLen())
 	if n > uint64(len(w.Data)) || n*bl != uint64(len(w.Data)) {
-		return fmt.Errorf("%w: %dx%d matrix has %d data bytes, want %d x %d", ErrMalformed, rows, cols, len(w.Data), n, bl)
+		return fmt.Errorf("%w: %dx%d %s has %d data bytes, want %d x %d", ErrMalformed, rows, cols, name, len(w.Data), n, bl)
 	}
 	return nil
 }
 
-func (w MatrixWire) decodeData(f *mpc.Field, dst mpc.Matrix) error {
+func (w MatrixWire) decodeData(f *mpc.Field, dst mpc.Matrix, name string) error {
 	bl := f.ByteLen()
 	for i := range dst.Data {
 		e, err := f.ElemFromBytes(w.Data[i*bl : (i+1)*bl])
 		if err != nil {
-			return fmt.Errorf("%w: entry (%d,%d) of a %dx%d matrix is not below the modulus %s",
-				ErrRange, i/dst.Cols, i%dst.Cols, dst.Rows, dst.Cols, f.Name())
+			return fmt.Errorf("%w: entry (%d,%d) of %dx%d %s is not below the modulus %s",
+				ErrRange, i/dst.Cols, i%dst.Cols, dst.Rows, dst.Cols, name, f.Name())
 		}
 		dst.Data[i] = e
 	}

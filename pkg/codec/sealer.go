@@ -43,9 +43,9 @@ func NewSealer(self Role, id *Identity, peers map[Role]string) (*Sealer, error) 
 			return nil, fmt.Errorf("%w: public key given for %s is %s, but its identity's is %s",
 				ErrKey, self, pubS, id.PublicKey())
 		}
-		pub, err := decodePublicKey(pubS)
+		pub, err := decodePublicKey(pubS, "public key of "+role.String())
 		if err != nil {
-			return nil, fmt.Errorf("peer %s: %w", role, err)
+			return nil, err
 		}
 		k := new([32]byte)
 		box.Precompute(k, &pub, &id.priv)
@@ -142,13 +142,13 @@ func (s *Sealer) Open(data []byte) (Header, []byte, error) {
 // against the outer one.
 func openSealed(plain []byte, outer Header) ([]byte, error) {
 	r := reader{b: plain}
-	if err := readVersion(&r, "sealed header", sealedFields); err != nil {
+	if err := readVersion(&r, &sealedNames, sealedFields); err != nil {
 		if errors.Is(err, ErrVersion) {
 			return nil, fmt.Errorf("%w: %v", ErrHeader, err)
 		}
 		return nil, err
 	}
-	in, loop, err := readHeaderFields(&r, "sealed header")
+	in, loop, err := readHeaderFields(&r, &sealedNames)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,147 @@
+package codec
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// FuzzOpen feeds arbitrary bytes to Open. It must never panic; whatever
+// parses as an envelope must re-encode to the input byte for byte; whatever
+// opens must have a consistent header.
+func FuzzOpen(f *testing.F) {
+	sensor, p0 := testSealer(f, RoleSensor), testSealer(f, RoleParty0)
+	for i, n := range []int{0, 1, 30, 200, 300} {
+		env, err := sensor.Seal(Header{Kind: KindMeasure, Loop: "fuzz", Tick: uint64(i) * 1000, From: RoleSensor, To: RoleParty1}, bytes.Repeat([]byte{byte(i)}, n))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(env)
+	}
+	mul, _ := p0.Seal(Header{Kind: KindMul, Loop: "l", Tick: 1 << 33, From: RoleParty0, To: RoleParty1}, []byte("mul"))
+	f.Add(mul)
+	wrong, _ := sensor.Seal(Header{Kind: KindSetup, Loop: "l", Tick: 1, From: RoleSensor, To: RoleParty0}, nil)
+	f.Add(wrong)
+	f.Add([]byte{})
+	f.Add([]byte{0x98, 0x01})
+	f.Add([]byte{0x98, 0x01, 0x01, 0xa1, 'l', 0x01, 0x01, 0x03, 0xc4, 0x18})
+	f.Add([]byte{0x98, 0x02})
+
+	p1 := testSealer(f, RoleParty1)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		e, perr := parseEnvelope(data)
+		if perr == nil {
+			if got := e.appendTo(nil); !bytes.Equal(got, data) {
+				t.Fatalf("re-encoding differs:\n got %x\nwant %x", got, data)
+			}
+		}
+		h, payload, err := p1.Open(data)
+		if err != nil {
+			if Reason(err) == "other" {
+				t.Fatalf("error without a sentinel: %v", err)
+			}
+			if h != (Header{}) || payload != nil {
+				t.Fatal("error with a header or payload")
+			}
+			return
+		}
+		if perr != nil {
+			t.Fatalf("Open accepted what parseEnvelope rejects: %v", perr)
+		}
+		if h != e.h || h.To != RoleParty1 || !Allowed(h.Kind, h.From, h.To) || ValidLoopID(h.Loop) != nil {
+			t.Fatalf("opened header %v, envelope header %v", h, e.h)
+		}
+		if peek, err := PeekHeader(data); err != nil || peek != h {
+			t.Fatalf("PeekHeader = %v, %v", peek, err)
+		}
+	})
+}
+
+// FuzzUnmarshalPayloads decodes arbitrary bytes as every payload type. It
+// must never panic, and whatever decodes must re-encode to the input.
+func FuzzUnmarshalPayloads(f *testing.F) {
+	for _, v := range samplePayloads(f) {
+		b, err := Marshal(v)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0x81, 0xa1, 'y', 0x91, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0})
+	types := []reflect.Type{}
+	for _, v := range samplePayloads(f) {
+		types = append(types, reflect.TypeOf(v).Elem())
+	}
+	p := testParams(f, mpc.PresetP25519, mpc.PerTick)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, typ := range types {
+			v := reflect.New(typ).Interface()
+			err := Unmarshal(data, v)
+			if err != nil {
+				if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrTooLarge) && !errors.Is(err, ErrLoopID) {
+					t.Fatalf("%v: error %v wraps no expected sentinel", typ, err)
+				}
+				continue
+			}
+			b, err := Marshal(v)
+			if err != nil || !bytes.Equal(b, data) {
+				t.Fatalf("%v: decode-then-encode differs (%v)", typ, err)
+			}
+			// Exercise the decoders behind the payloads.
+			switch v := v.(type) {
+			case *MaterialPayload:
+				_, _ = v.Material(p)
+			case *MulPayload:
+				_, _ = v.Msg(p)
+			case *SetupPayload:
+				_, _ = v.Params.Params()
+			case *DealerSetupPayload:
+				_, _ = v.Params.Params()
+			case *ParamsWire:
+				_, _ = v.Params()
+			case *MatrixWire:
+				_, _ = v.Decode(p.Field, int(v.Rows), int(v.Cols))
+			}
+		}
+	})
+}
+
+// FuzzMatrixDecode decodes arbitrary matrices for three field sizes. It must
+// never panic; a successful decode must encode back to the same wire matrix
+// with every entry below q.
+func FuzzMatrixDecode(f *testing.F) {
+	f.Add(uint32(2), uint32(1), []byte{1, 0, 0, 2, 0, 0}, 2, 1)
+	f.Add(uint32(1), uint32(1), bytes.Repeat([]byte{0xff}, 16), 1, 1)
+	f.Add(uint32(0), uint32(0), []byte{}, 0, 0)
+	f.Add(uint32(1<<32-1), uint32(1<<32-1), []byte{1}, -1, 7)
+	f.Add(uint32(3), uint32(3), bytes.Repeat([]byte{0x7f}, 9*32), 3, 3)
+	fields := []*mpc.Field{}
+	for _, q := range testModuli {
+		fields = append(fields, testField(f, q))
+	}
+	f.Fuzz(func(t *testing.T, r, c uint32, data []byte, rows, cols int) {
+		w := MatrixWire{Rows: r, Cols: c, Data: data}
+		for _, fld := range fields {
+			m, err := w.Decode(fld, rows, cols)
+			if err != nil {
+				if Reason(err) != "dimension" && Reason(err) != "malformed" && Reason(err) != "range" {
+					t.Fatalf("error %v wraps no expected sentinel", err)
+				}
+				continue
+			}
+			if got := PutMatrix(fld, m); got.Rows != r || got.Cols != c || !bytes.Equal(got.Data, data) {
+				t.Fatalf("re-encoding differs")
+			}
+			if rows <= 64 && cols <= 64 {
+				dst := mpc.NewMatrix(rows, cols)
+				if err := w.DecodeInto(fld, dst); err != nil || !dst.Equal(m) {
+					t.Fatalf("DecodeInto = %v", err)
+				}
+			}
+		}
+	})
+}
