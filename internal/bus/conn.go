@@ -25,6 +25,15 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 				log.Warn("nats disconnected", "err", err)
 			}
 		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			// Permission violations and slow consumers arrive here; a denied
+			// operation is logged at once with the subject the server names.
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			log.Error("nats error", "err", err, "subscription", subj)
+		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("nats reconnected", "url", c.ConnectedUrl())
 			if onReconnect != nil {

@@ -5,7 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
+	"time"
 
+	"github.com/duet-mpc/duet/internal/acl"
 	"github.com/duet-mpc/duet/internal/keys"
 )
 
@@ -18,6 +21,7 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "keys", "output directory: <role>.seed (0600, secret) and <role>.pub per role")
 	force := fs.Bool("force", false, "overwrite existing key files (rotates every key)")
+	tlsHosts := fs.String("tls-hosts", "", "also write a private CA and a NATS server certificate for these comma-separated host names/IPs (ca.pem, nats-cert.pem, nats-key.pem)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -27,6 +31,16 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := keys.Generate(*dir, *force); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote one key pair per role into %s; give each service only its own .seed and every .pub\n", *dir)
+	if err := acl.GenerateUsers(*dir, *force); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote into %s, per role: <role>.seed (end-to-end secret key), <role>.pub, <role>.nats.nk (NATS user, for DUET_NATS_CREDS); and %s (the NATS server's users and permissions)\n", *dir, acl.AuthConfigFile)
+	fmt.Fprintf(stdout, "give each service only its own .seed and .nats.nk, and every .pub\n")
+	if *tlsHosts != "" {
+		if err := acl.GenerateTLS(*dir, strings.Split(*tlsHosts, ","), 365*24*time.Hour); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s, %s and %s (clients: DUET_TLS_CA=%s)\n", acl.CAFile, acl.ServerCertFile, acl.ServerKeyFile, acl.CAFile)
+	}
 	return nil
 }

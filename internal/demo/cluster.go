@@ -7,6 +7,7 @@ package demo
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/duet-mpc/duet/internal/acl"
 	"github.com/duet-mpc/duet/internal/actuator"
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/dealer"
@@ -48,7 +50,14 @@ type Options struct {
 	FailSafe   actuator.FailSafe
 	FileStore  bool // JetStream file storage (queue, set-up, party state)
 	NoPersist  bool // disable the parties' crash-recovery persistence
-	Log        *slog.Logger
+	// ACL runs the server with one nkey user per role and the permissions
+	// of internal/acl; every service connects as its role's user.
+	ACL bool
+	// TLS, if set, makes the server require TLS with this configuration;
+	// ClientTLS is what the services use to verify it.
+	TLS       *tls.Config
+	ClientTLS *tls.Config
+	Log       *slog.Logger
 }
 
 // TickRecord is everything observed about one tick.
@@ -89,6 +98,7 @@ type Cluster struct {
 	nDealer   int
 	partyStop [2]func()
 	port      int
+	users     map[codec.Role]*acl.User
 }
 
 // StartServer starts an embedded NATS server with JetStream in a temporary
@@ -98,12 +108,14 @@ func StartServer() (*server.Server, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	ns, err := startServerAt(-1, dir)
+	ns, err := StartServerWith(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir})
 	return ns, dir, err
 }
 
-func startServerAt(port int, dir string) (*server.Server, error) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
+// StartServerWith starts an embedded server with the given options.
+func StartServerWith(o *server.Options) (*server.Server, error) {
+	o.NoSigs, o.NoLog = true, true
+	ns, err := server.NewServer(o)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +132,7 @@ func (c *Cluster) RestartServer(down time.Duration) error {
 	c.ns.Shutdown()
 	c.ns.WaitForShutdown()
 	time.Sleep(down)
-	ns, err := startServerAt(c.port, c.store)
+	ns, err := StartServerWith(c.serverOptions(c.port))
 	if err != nil {
 		return err
 	}
@@ -147,11 +159,21 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	if opt.QueueMax <= 0 {
 		opt.QueueMax = int64(2*opt.LowWater + 256)
 	}
-	ns, dir, err := StartServer()
+	dir, err := os.MkdirTemp("", "duet-js-")
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{opt: opt, ns: ns, url: ns.ClientURL(), port: ns.Addr().(*net.TCPAddr).Port, store: dir, ids: map[codec.Role]*codec.Identity{}, pubs: map[codec.Role]string{},
+	c0 := &Cluster{opt: opt, store: dir}
+	if opt.ACL {
+		if c0.users, err = acl.NewUsers(); err != nil {
+			return nil, err
+		}
+	}
+	ns, err := StartServerWith(c0.serverOptions(-1))
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{users: c0.users, opt: opt, ns: ns, url: ns.ClientURL(), port: ns.Addr().(*net.TCPAddr).Port, store: dir, ids: map[codec.Role]*codec.Identity{}, pubs: map[codec.Role]string{},
 		Metrics: map[string]*metrics.Set{}, records: map[uint64]*TickRecord{}, dealers: map[string]context.CancelFunc{}}
 	for i := range c.audit {
 		c.audit[i], c.used[i] = map[uint64]uint64{}, map[uint64]uint64{}
@@ -193,7 +215,14 @@ func roleOf(name string) codec.Role {
 
 func (c *Cluster) connAs(name string, role codec.Role) (*nats.Conn, *codec.Sealer, *metrics.Set, error) {
 	m := metrics.New(name)
-	nc, err := bus.Connect(c.url, "duet-"+name, c.opt.Log, func() { m.Reconnects.Inc() })
+	opts := []nats.Option{nats.CustomInboxPrefix(acl.Inbox(role))}
+	if c.users != nil {
+		opts = append(opts, c.users[role].Options()...)
+	}
+	if c.opt.ClientTLS != nil {
+		opts = append(opts, nats.Secure(c.opt.ClientTLS))
+	}
+	nc, err := bus.Connect(c.url, "duet-"+name, c.opt.Log, func() { m.Reconnects.Inc() }, opts...)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -281,6 +310,20 @@ func (c *Cluster) startAll() error {
 	}
 	return nil
 }
+
+func (c *Cluster) serverOptions(port int) *server.Options {
+	o := &server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: c.store}
+	if c.users != nil {
+		o.Nkeys = acl.NkeyUsers(acl.Publics(c.users))
+	}
+	if c.opt.TLS != nil {
+		o.TLSConfig, o.TLS, o.TLSVerify = c.opt.TLS, true, false
+	}
+	return o
+}
+
+// User returns a role's NATS user (ACL clusters only).
+func (c *Cluster) User(r codec.Role) *acl.User { return c.users[r] }
 
 // StartParty starts party i (again, after StopParty).
 func (c *Cluster) StartParty(i int) error {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/duet-mpc/duet/internal/acl"
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/config"
 	"github.com/duet-mpc/duet/internal/keys"
@@ -70,13 +71,13 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 		return err
 	}
 	m := metrics.New(name)
-	var opts []nats.Option
+	opts := []nats.Option{nats.CustomInboxPrefix(acl.Inbox(role))}
 	if common.Creds != "" {
-		opt, err := nats.NkeyOptionFromSeed(common.Creds)
+		u, err := acl.LoadUser(common.Creds, role)
 		if err != nil {
 			return fmt.Errorf("config: DUET_NATS_CREDS: %w", err)
 		}
-		opts = append(opts, opt)
+		opts = append(opts, u.Options()...)
 	}
 	if common.TLSCA != "" {
 		opts = append(opts, nats.RootCAs(common.TLSCA))

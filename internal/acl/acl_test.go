@@ -1,0 +1,216 @@
+package acl_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/duet-mpc/duet/internal/acl"
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/demo"
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+	"github.com/duet-mpc/duet/pkg/plant"
+)
+
+func startACL(t *testing.T, o demo.Options) *demo.Cluster {
+	t.Helper()
+	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := plant.LoadSpec("../../examples/qube-servo2/plant.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Controller, o.Plant, o.Fast, o.Compress = cs, ps, true, true
+	o.Period, o.Deadline, o.Dealers, o.LowWater = 40*time.Millisecond, 30*time.Millisecond, 1, 100
+	c, err := demo.Start(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx, 50); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestLoopRunsUnderPerRolePermissions(t *testing.T) {
+	c := startACL(t, demo.Options{ACL: true, Variant: mpc.FixedMask})
+	if err := c.RunTicks(context.Background(), 200); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	s := demo.Summarize(c.Records())
+	if s.Applied < 198 || s.Misses > 2 {
+		t.Fatalf("under ACL: %d of 200 ticks applied, %d misses", s.Applied, s.Misses)
+	}
+	a := c.Audit()
+	if a.Mismatched != 0 || a.Reused != 0 {
+		t.Fatalf("audit %+v", a)
+	}
+}
+
+// connectAs connects with a role's credentials and records async errors.
+func connectAs(t *testing.T, c *demo.Cluster, r codec.Role) (*nats.Conn, func() []error) {
+	t.Helper()
+	var mu sync.Mutex
+	var errs []error
+	opts := append(c.User(r).Options(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}))
+	nc, err := nats.Connect(c.URL(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc, func() []error {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]error(nil), errs...)
+	}
+}
+
+// denied subscribes and checks the server refuses at once, naming the subject.
+func deniedSub(t *testing.T, c *demo.Cluster, r codec.Role, subject string) {
+	t.Helper()
+	nc, errs := connectAs(t, c, r)
+	start := time.Now()
+	if _, err := nc.Subscribe(subject, func(*nats.Msg) {}); err != nil {
+		t.Fatalf("%s subscribe %s: %v", r, subject, err)
+	}
+	if err := nc.FlushTimeout(2 * time.Second); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	err := nc.LastError()
+	if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), subject) {
+		t.Fatalf("%s subscribing to %s: last error %v, want a permission violation naming the subject", r, subject, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("denial took %v", d)
+	}
+	_ = errs
+}
+
+func TestPermissionsDenyCrossRoleAccess(t *testing.T) {
+	c := startACL(t, demo.Options{ACL: true})
+	loop := "pendulum"
+	// P0 cannot read P1's subjects.
+	deniedSub(t, c, codec.RoleParty0, bus.ExchangeSubject(loop, 1))
+	deniedSub(t, c, codec.RoleParty0, bus.MeasureSubject(loop, 1))
+	// The sensor cannot read the party-to-party exchange.
+	deniedSub(t, c, codec.RoleSensor, bus.ExchangeSubject(loop, 0))
+	deniedSub(t, c, codec.RoleSensor, bus.OutputSubject(loop))
+	// A dealer cannot read party traffic.
+	deniedSub(t, c, codec.RoleDealer, bus.PartyInbox(loop, 0))
+	deniedSub(t, c, codec.RoleDealer, bus.OutputSubject(loop))
+	deniedSub(t, c, codec.RoleDealer, "duet.>")
+	// Nobody reads another role's inbox.
+	deniedSub(t, c, codec.RoleParty0, acl.Inbox(codec.RoleParty1)+".>")
+
+	// P0 cannot bind P1's consumer: the request is refused at once with a
+	// permission violation naming the subject (not a hang to the timeout).
+	nc, errs := connectAs(t, c, codec.RoleParty0)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	st, err := js.Stream(ctx, bus.OfflineStream(loop))
+	if err != nil {
+		t.Fatalf("P0 may read its stream's info: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := st.Consumer(ctx, bus.ConsumerName(1))
+		done <- err
+	}()
+	var denied error
+	for denied == nil && time.Since(start) < 2*time.Second {
+		for _, e := range errs() {
+			if errors.Is(e, nats.ErrPermissionViolation) && strings.Contains(e.Error(), "party1") {
+				denied = e
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if denied == nil {
+		t.Fatal("binding P1's consumer as P0 raised no permission violation")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("denial reported after %v", d)
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("P0 bound P1's consumer")
+	}
+	// A dealer cannot publish a party's exchange messages.
+	dn, derrs := connectAs(t, c, codec.RoleDealer)
+	dn.Publish(bus.ExchangeSubject(loop, 1), []byte("x"))
+	dn.Flush()
+	time.Sleep(50 * time.Millisecond)
+	found := false
+	for _, e := range derrs() {
+		found = found || (errors.Is(e, nats.ErrPermissionViolation) && strings.Contains(e.Error(), "Publish"))
+	}
+	if !found {
+		t.Fatal("a dealer published on a party subject without a permission violation")
+	}
+}
+
+func TestConfigRendersEveryRole(t *testing.T) {
+	users, err := acl.NewUsers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := acl.Config(acl.Publics(users))
+	for _, r := range codec.AllRoles {
+		if !strings.Contains(conf, users[r].Pub) || !strings.Contains(conf, acl.Inbox(r)) {
+			t.Errorf("config lacks %s's user or inbox", r)
+		}
+	}
+	if !strings.Contains(conf, "allow_responses") {
+		t.Error("config lacks the plant's response permission")
+	}
+}
+
+func TestLoopOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	if err := acl.GenerateTLS(dir, []string{"localhost", "127.0.0.1"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := acl.ServerTLS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := acl.ClientTLS(dir + "/" + acl.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startACL(t, demo.Options{ACL: true, TLS: srv, ClientTLS: cli})
+	// A client without the CA cannot connect.
+	if nc, err := nats.Connect(c.URL(), c.User(codec.RoleSensor).Options()...); err == nil {
+		nc.Close()
+		t.Fatal("connected without TLS")
+	}
+	if err := c.RunTicks(context.Background(), 100); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if s := demo.Summarize(c.Records()); s.Applied < 99 || s.Misses > 1 {
+		t.Fatalf("over TLS: %d of 100 applied, %d misses", s.Applied, s.Misses)
+	}
+}

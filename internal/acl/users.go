@@ -1,0 +1,116 @@
+package acl
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+// File names in the keys directory.
+const AuthConfigFile = "nats-auth.conf"
+
+// UserSeedPath is a role's NATS user seed file (nkeys user seed, 0600): the
+// value of that service's DUET_NATS_CREDS.
+func UserSeedPath(dir string, r codec.Role) string { return filepath.Join(dir, r.String()+".nats.nk") }
+
+// User is a role's NATS user key pair.
+type User struct {
+	Role codec.Role
+	kp   nkeys.KeyPair
+	Pub  string
+}
+
+// NewUsers creates one NATS user per role.
+func NewUsers() (map[codec.Role]*User, error) {
+	out := map[codec.Role]*User{}
+	for _, r := range codec.AllRoles {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return nil, err
+		}
+		pub, err := kp.PublicKey()
+		if err != nil {
+			return nil, err
+		}
+		out[r] = &User{Role: r, kp: kp, Pub: pub}
+	}
+	return out, nil
+}
+
+// Publics maps roles to their users' public keys.
+func Publics(users map[codec.Role]*User) map[codec.Role]string {
+	m := map[codec.Role]string{}
+	for r, u := range users {
+		m[r] = u.Pub
+	}
+	return m
+}
+
+// Options returns the client options authenticating as the user, with the
+// role's inbox prefix.
+func (u *User) Options() []nats.Option {
+	return []nats.Option{
+		nats.Nkey(u.Pub, func(nonce []byte) ([]byte, error) { return u.kp.Sign(nonce) }),
+		nats.CustomInboxPrefix(Inbox(u.Role)),
+	}
+}
+
+// GenerateUsers writes one NATS user seed per role into dir (<role>.nats.nk,
+// 0600) and the server's authorization block (nats-auth.conf). Existing files
+// are kept unless force.
+func GenerateUsers(dir string, force bool) error {
+	if !force {
+		for _, r := range codec.AllRoles {
+			if _, err := os.Stat(UserSeedPath(dir, r)); err == nil {
+				return fmt.Errorf("acl: %s exists (use --force to rotate every key)", UserSeedPath(dir, r))
+			}
+		}
+	}
+	users, err := NewUsers()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, r := range codec.AllRoles {
+		seed, err := users[r].kp.Seed()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(UserSeedPath(dir, r), append(seed, '\n'), 0o600); err != nil {
+			return err
+		}
+		if err := os.Chmod(UserSeedPath(dir, r), 0o600); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, AuthConfigFile), []byte(Config(Publics(users))), 0o644)
+}
+
+// LoadUser reads a role's NATS user seed file.
+func LoadUser(path string, r codec.Role) (*User, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("acl: %w", err)
+	}
+	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
+	if err != nil {
+		return nil, fmt.Errorf("acl: %s: %w", path, err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, err
+	}
+	if !nkeys.IsValidPublicUserKey(pub) {
+		return nil, errors.New("acl: " + path + " is not a NATS user seed")
+	}
+	return &User{Role: r, kp: kp, Pub: pub}, nil
+}

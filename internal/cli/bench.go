@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/duet-mpc/duet/internal/bench"
+)
+
+func init() {
+	register("bench", "measure Fig. 5, tick latency, dealer throughput and loops per party pair (CSV + PNG)", runBench)
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	quick := fs.Bool("quick", false, "a short run: fewer repetitions, ticks and sizes, a limited scale search")
+	url := fs.String("nats", "", "NATS server URL (default: an embedded server)")
+	out := fs.String("out", "", "directory for the CSV files, plots and profiles (required)")
+	only := fs.String("only", "", "comma-separated sections to run: "+strings.Join(bench.AllSections, ","))
+	profile := fs.Bool("pprof", false, "write a CPU profile of each section into DIR/pprof/")
+	examples := fs.String("examples", "examples/qube-servo2", "directory of the pendulum's controller.json and plant.json")
+	verbose := fs.Bool("v", false, "log service events to stderr")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
+	}
+	if *out == "" {
+		return fmt.Errorf("%w: --out DIR is required", ErrUsage)
+	}
+	var sections []string
+	if *only != "" {
+		sections = strings.Split(*only, ",")
+	}
+	lvl := slog.LevelError + 4 // silent: the services log expected rejections at set-up and shutdown
+	if *verbose {
+		lvl = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	rep, err := bench.Run(ctx, bench.Options{Quick: *quick, URL: *url, Out: *out, Sections: sections, Examples: *examples,
+		Profile: *profile, Log: log, Progress: stderr})
+	if rep != nil {
+		printSummary(stdout, rep, *out)
+	}
+	return err
+}
+
+func printSummary(w io.Writer, rep *bench.Report, out string) {
+	us := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e3) }
+	x := func(a, b time.Duration) string {
+		if b == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", float64(a)/float64(b))
+	}
+	mode := "full"
+	if rep.Quick {
+		mode = "quick"
+	}
+	fmt.Fprintf(w, "duet bench (%s, NATS %s)\n", mode, rep.Server)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if len(rep.Fig5) > 0 {
+		fmt.Fprintln(w, "\nFig. 5: round trip at the client (µs); floor: same messages, no computation or encryption")
+		fmt.Fprintln(tw, "series\td\treps\tmin\tmean\tmax\tci99\tp50\tfloor p50\tp50/floor\tbytes/party\t")
+		for _, r := range rep.Fig5 {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s–%s\t%s\t%s\t%s\t%d\t\n", r.Series.Name(), r.D, r.Lat.N, us(r.Lat.Min), us(r.Lat.Mean), us(r.Lat.Max),
+				us(r.Lat.CILo), us(r.Lat.CIHi), us(r.Lat.P50), us(r.Floor.P50), x(r.Lat.P50, r.Floor.P50), r.BytesPerParty())
+		}
+		tw.Flush()
+	}
+	if len(rep.Tick) > 0 {
+		fmt.Fprintln(w, "\nController tick through the real services (µs, sensor publish to actuator reconstruction)")
+		fmt.Fprintln(tw, "case\tn\tvariant\tpersist\tticks\tmisses\tabandoned\tp50\tp99\tfloor p50\tfloor p99\tp50/floor\tp99/floor\t")
+		for _, r := range rep.Tick {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Case, r.N, r.Variant, r.Persist, r.Lat.N+r.Misses, r.Misses, r.Abandoned,
+				us(r.Lat.P50), us(r.Lat.P99), us(r.Floor.P50), us(r.Floor.P99), x(r.Lat.P50, r.Floor.P50), x(r.Lat.P99, r.Floor.P99))
+		}
+		tw.Flush()
+	}
+	if len(rep.Dealer) > 0 {
+		fmt.Fprintln(w, "\nDealer throughput (real dealer replicas into a real offline queue)")
+		fmt.Fprintln(tw, "case\tvariant\tcompress\treplicas\titems/s\tpayload B/tick\tstream B/item\t")
+		for _, r := range rep.Dealer {
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%.0f\t%d\t%.0f\t\n", r.Case, r.Variant, r.Compress, r.Replicas, r.Rate, r.PayloadBytes, r.StreamBytes)
+		}
+		tw.Flush()
+	}
+	if len(rep.Scale) > 0 {
+		fmt.Fprintf(w, "\nConcurrent 25 Hz loops on one P0/P1 pair (ok: p99 < %v, no misses)\n", rep.ScaleLimit)
+		fmt.Fprintln(tw, "loops\tticks\tp50 µs\tp99 µs\tmisses\twrong\tcpu cores\tok\t")
+		for _, r := range rep.Scale {
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%d\t%.2f\t%v\t\n", r.Loops, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong, r.CPU, r.OK)
+		}
+		tw.Flush()
+	}
+	fmt.Fprintln(w, "\nTargets")
+	for _, t := range rep.Targets() {
+		mark := "MET   "
+		switch {
+		case !t.Measured:
+			mark, t.Got = "n/a   ", "not measured in this run"
+		case !t.Met:
+			mark = "MISSED"
+		}
+		fmt.Fprintf(w, "  %s %s: %s\n", mark, t.Name, t.Got)
+	}
+	fmt.Fprintf(w, "\nwrote CSV files and plots to %s\n", out)
+}
