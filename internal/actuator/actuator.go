@@ -190,18 +190,14 @@ func (a *Actuator) onMsg(m *nats.Msg) {
 	switch {
 	case h.Kind == codec.KindTick && h.From == codec.RoleSensor:
 		var tp codec.TickPayload
-		if err := a.accept(h, body, &tp); err != nil {
+		if err := a.accept(h, body, &tp, func() error { return nil }); err != nil {
 			return
 		}
 		a.onTick(h.Tick, tp.SentUnixNano)
 	case h.Kind == codec.KindOutput && (h.From == codec.RoleParty0 || h.From == codec.RoleParty1):
 		var op codec.OutputPayload
-		if err := a.accept(h, body, &op); err != nil {
-			return
-		}
-		u, err := op.U.Decode(a.prm.Field, a.prm.M, 1)
-		if err != nil {
-			a.reject(err)
+		var u mpc.Matrix
+		if err := a.accept(h, body, &op, func() (err error) { u, err = op.U.Decode(a.prm.Field, a.prm.M, 1); return }); err != nil {
 			return
 		}
 		id := 0
@@ -214,12 +210,18 @@ func (a *Actuator) onMsg(m *nats.Msg) {
 	}
 }
 
-func (a *Actuator) accept(h codec.Header, body []byte, v any) error {
+// accept checks replay, decodes and validates; only a fully valid message
+// advances the replay guard.
+func (a *Actuator) accept(h codec.Header, body []byte, v any, validate func() error) error {
 	if err := a.guard.Check(h); err != nil {
 		a.reject(err)
 		return err
 	}
 	if err := codec.Unmarshal(body, v); err != nil {
+		a.reject(err)
+		return err
+	}
+	if err := validate(); err != nil {
 		a.reject(err)
 		return err
 	}

@@ -70,7 +70,7 @@ var ErrHelp = fmt.Errorf("config: help requested")
 
 type field struct {
 	key, def, desc, typ string
-	required        bool
+	required            bool
 }
 
 func fields(cfg any) []field {

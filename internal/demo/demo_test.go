@@ -35,7 +35,7 @@ func startCluster(t *testing.T, v mpc.Variant, dealers int) *Cluster {
 	t.Helper()
 	cs, ps := pendulum(t)
 	c, err := Start(context.Background(), Options{Controller: cs, Plant: ps, Variant: v, Compress: true, Fast: true,
-		Period: 40 * time.Millisecond, Deadline: 30 * time.Millisecond, Dealers: dealers, LowWater: 100})
+		Period: 40 * time.Millisecond, Deadline: 250 * time.Millisecond, Dealers: dealers, LowWater: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

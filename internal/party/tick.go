@@ -29,17 +29,14 @@ func (w *worker) miss(why string) {
 	w.st = idle
 }
 
-func (w *worker) onMeasure(ctx context.Context, t uint64, mp codec.MeasurePayload) {
+// onMeasure starts tick t; w.yBuf holds the validated measurement share.
+func (w *worker) onMeasure(ctx context.Context, t uint64) {
 	if !w.ready.Load() {
 		w.reject(fmt.Errorf("%w: measurement before set-up completed", codec.ErrKind))
 		return
 	}
 	if w.st != idle {
 		w.miss("next measurement arrived")
-	}
-	if err := mp.Y.DecodeInto(w.prm.Field, w.yBuf); err != nil {
-		w.reject(err)
-		return
 	}
 	if !w.flushState(ctx) {
 		w.cur = t
@@ -80,53 +77,38 @@ func (w *worker) onMeasure(ctx context.Context, t uint64, mp codec.MeasurePayloa
 	}
 }
 
-func (w *worker) onMul(t uint64, mp codec.MulPayload) {
+func (w *worker) onMul(t uint64, mp peerMul) {
 	if t != w.cur || w.st != begun {
 		if t > w.cur && len(w.pendMul) < maxPending {
 			w.pendMul[t] = mp
 		}
 		return
 	}
-	if mp.Item != w.item {
+	if mp.item != w.item {
 		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop).Inc()
-		w.minSeq = max(w.item, mp.Item) + 1
-		w.s.opt.Log.Warn("item mismatch: resynchronizing", "party", w.id, "loop", w.loop, "tick", t, "own", w.item, "peer", mp.Item)
+		w.minSeq = max(w.item, mp.item) + 1
+		w.s.opt.Log.Warn("item mismatch: resynchronizing", "party", w.id, "loop", w.loop, "tick", t, "own", w.item, "peer", mp.item)
 		w.miss("item mismatch")
 		return
 	}
-	if mp.Version != w.version {
+	if mp.version != w.version {
 		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop).Inc()
 		// The party one update ahead rolls back to the share it kept (P0 is
 		// ahead when its Protocol 2 message was lost; either may be after a
 		// crash between finishing and persisting).
-		if mp.Version+1 == w.version && w.hasPrev {
+		if mp.version+1 == w.version && w.hasPrev {
 			if err := w.p.SetState(w.prev); err == nil {
 				w.version--
 				w.hasPrev = false
 			}
 		}
-		w.s.opt.Log.Warn("state version mismatch", "party", w.id, "loop", w.loop, "tick", t, "own", w.version, "peer", mp.Version)
+		w.s.opt.Log.Warn("state version mismatch", "party", w.id, "loop", w.loop, "tick", t, "own", w.version, "peer", mp.version)
 		w.miss("state version mismatch")
 		return
 	}
 	f := w.prm.Field
-	r, c := w.prm.PhiShape()
-	var in mpc.MulMsg
-	var err error
-	if in.T, err = mp.T.Decode(f, c, 1); err != nil {
-		w.reject(err)
-		w.miss("bad peer message")
-		return
-	}
-	if w.prm.Variant == mpc.PerTick {
-		if in.S, err = mp.S.Decode(f, r, c); err != nil {
-			w.reject(err)
-			w.miss("bad peer message")
-			return
-		}
-	}
 	prev := w.p.State()
-	u, tr, err := w.p.Multiply(in)
+	u, tr, err := w.p.Multiply(mp.msg)
 	if err != nil {
 		w.reject(err)
 		w.miss("multiply failed")
@@ -152,25 +134,19 @@ func (w *worker) onMul(t uint64, mp codec.MulPayload) {
 	}
 }
 
-func (w *worker) onTrunc(t uint64, tp codec.TruncPayload) {
+func (w *worker) onTrunc(t uint64, tp peerTrunc) {
 	if t != w.cur || w.st != multiplied {
 		if t >= w.cur && len(w.pendTrunc) < maxPending {
 			w.pendTrunc[t] = tp
 		}
 		return
 	}
-	if tp.Item != w.item {
+	if tp.item != w.item {
 		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop).Inc()
 		w.miss("truncation item mismatch")
 		return
 	}
-	y, err := tp.Y.Decode(w.prm.Field, w.prm.N, 1)
-	if err != nil {
-		w.reject(err)
-		w.miss("bad truncation message")
-		return
-	}
-	w.finish(&mpc.TruncMsg{Y: y}, w.prevPending)
+	w.finish(&mpc.TruncMsg{Y: tp.y}, w.prevPending)
 }
 
 func (w *worker) finish(tr *mpc.TruncMsg, prev mpc.Matrix) {

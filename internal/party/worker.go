@@ -68,8 +68,8 @@ type worker struct {
 	fenced   bool
 
 	prevPending mpc.Matrix
-	pendMul     map[uint64]codec.MulPayload
-	pendTrunc   map[uint64]codec.TruncPayload
+	pendMul     map[uint64]peerMul
+	pendTrunc   map[uint64]peerTrunc
 }
 
 func newWorker(s *Service, loop string) *worker {
@@ -78,8 +78,8 @@ func newWorker(s *Service, loop string) *worker {
 		inbox:     make(chan *nats.Msg, 1024),
 		items:     make(chan jetstream.Msg, s.opt.Prefetch),
 		guard:     codec.NewReplayGuard(),
-		pendMul:   map[uint64]codec.MulPayload{},
-		pendTrunc: map[uint64]codec.TruncPayload{},
+		pendMul:   map[uint64]peerMul{},
+		pendTrunc: map[uint64]peerTrunc{},
 	}
 }
 
@@ -285,10 +285,10 @@ func (w *worker) handle(ctx context.Context, m *nats.Msg) {
 	switch {
 	case h.Kind == codec.KindMeasure && h.From == codec.RoleSensor:
 		var mp codec.MeasurePayload
-		if err := w.accept(h, body, &mp); err != nil {
+		if err := w.accept(h, body, &mp, func() error { return mp.Y.DecodeInto(w.prm.Field, w.yBuf) }); err != nil {
 			return
 		}
-		w.onMeasure(ctx, h.Tick, mp)
+		w.onMeasure(ctx, h.Tick)
 	case h.Kind == codec.KindMul && h.From == w.peer && h.Tick == 0 && w.prm.Variant == mpc.FixedMask:
 		var mp codec.MulPayload
 		if err := codec.Unmarshal(body, &mp); err != nil {
@@ -298,28 +298,40 @@ func (w *worker) handle(ctx context.Context, m *nats.Msg) {
 		w.onFixedS(mp)
 	case h.Kind == codec.KindMul && h.From == w.peer:
 		var mp codec.MulPayload
-		if err := w.accept(h, body, &mp); err != nil {
+		var in peerMul
+		if err := w.accept(h, body, &mp, func() (err error) { in, err = w.decodeMul(mp); return }); err != nil {
 			return
 		}
-		w.onMul(h.Tick, mp)
+		w.onMul(h.Tick, in)
 	case h.Kind == codec.KindTrunc && h.From == codec.RoleParty0 && w.id == 1:
 		var tp codec.TruncPayload
-		if err := w.accept(h, body, &tp); err != nil {
+		var in peerTrunc
+		if err := w.accept(h, body, &tp, func() (err error) {
+			in.item = tp.Item
+			in.y, err = tp.Y.Decode(w.prm.Field, w.prm.N, 1)
+			return
+		}); err != nil {
 			return
 		}
-		w.onTrunc(h.Tick, tp)
+		w.onTrunc(h.Tick, in)
 	default:
 		w.reject(fmt.Errorf("%w: %s from %s is not accepted by %s", codec.ErrKind, h.Kind, h.From, w.s.sealer.Self()))
 	}
 }
 
-// accept applies replay protection and decodes the payload.
-func (w *worker) accept(h codec.Header, body []byte, v any) error {
+// accept applies replay protection, decodes the payload and validates it;
+// only a message that passes everything advances the replay guard, so a
+// well-sealed but malformed message cannot move the expected tick.
+func (w *worker) accept(h codec.Header, body []byte, v any, validate func() error) error {
 	if err := w.guard.Check(h); err != nil {
 		w.reject(err)
 		return err
 	}
 	if err := codec.Unmarshal(body, v); err != nil {
+		w.reject(err)
+		return err
+	}
+	if err := validate(); err != nil {
 		w.reject(err)
 		return err
 	}
@@ -349,6 +361,31 @@ func (w *worker) onFixedS(mp codec.MulPayload) {
 	if mp.Item == 0 {
 		w.sendFixedS(false)
 	}
+}
+
+// peerMul is a decoded, validated Protocol 1 message from the other party.
+type peerMul struct {
+	item, version uint64
+	msg           mpc.MulMsg
+}
+
+// peerTrunc is a decoded, validated Protocol 2 message from P0.
+type peerTrunc struct {
+	item uint64
+	y    mpc.Matrix
+}
+
+func (w *worker) decodeMul(mp codec.MulPayload) (peerMul, error) {
+	in := peerMul{item: mp.Item, version: mp.Version}
+	r, c := w.prm.PhiShape()
+	var err error
+	if in.msg.T, err = mp.T.Decode(w.prm.Field, c, 1); err != nil {
+		return in, err
+	}
+	if w.prm.Variant == mpc.PerTick {
+		in.msg.S, err = mp.S.Decode(w.prm.Field, r, c)
+	}
+	return in, err
 }
 
 var errNoItem = errors.New("party: no offline item available")

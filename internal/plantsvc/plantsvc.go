@@ -39,11 +39,11 @@ type Service struct {
 	opt    Options
 	guard  *codec.ReplayGuard
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	inputs  map[uint64][]float64
-	lastU   []float64
-	lastT   uint64 // last tick read
+	mu     sync.Mutex
+	cond   *sync.Cond
+	inputs map[uint64][]float64
+	lastU  []float64
+	lastT  uint64 // last tick read
 }
 
 // New returns the plant service.
@@ -90,15 +90,18 @@ func (s *Service) onInput(m *nats.Msg) {
 	if err == nil && (h.Kind != codec.KindPlantU || h.From != codec.RoleActuator || h.Loop != s.opt.Loop) {
 		err = fmt.Errorf("%w: %s from %s", codec.ErrKind, h.Kind, h.From)
 	}
-	if err == nil {
-		err = s.guard.Accept(h)
-	}
 	var up codec.PlantUPayload
+	if err == nil {
+		err = s.guard.Check(h)
+	}
 	if err == nil {
 		err = codec.Unmarshal(body, &up)
 	}
 	if err == nil && len(up.U) != s.opt.Plant.Inputs() {
 		err = fmt.Errorf("%w: %d inputs, want %d", codec.ErrDimension, len(up.U), s.opt.Plant.Inputs())
+	}
+	if err == nil {
+		err = s.guard.Accept(h) // only a valid input advances the guard
 	}
 	if err != nil {
 		s.opt.Metrics.Reject(err)
