@@ -1,0 +1,78 @@
+package config_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/duet-mpc/duet/internal/actuator"
+	"github.com/duet-mpc/duet/internal/config"
+	"github.com/duet-mpc/duet/internal/party"
+	"github.com/duet-mpc/duet/internal/sensor"
+)
+
+func TestHelpListsEveryVariable(t *testing.T) {
+	var cfg party.Config
+	var out bytes.Buffer
+	if err := config.Load(&cfg, []string{"-h"}, &out); !errors.Is(err, config.ErrHelp) {
+		t.Fatalf("Load(-h) = %v, want ErrHelp", err)
+	}
+	for _, k := range config.Keys(&cfg) {
+		if !strings.Contains(out.String(), k) {
+			t.Errorf("-h output lacks %s", k)
+		}
+	}
+	if !strings.Contains(out.String(), "(required)") || !strings.Contains(out.String(), "nats://127.0.0.1:4222") {
+		t.Errorf("-h output lacks defaults or the required marker:\n%s", out.String())
+	}
+}
+
+func TestUnknownVariableStops(t *testing.T) {
+	t.Setenv("DUET_PARTY", "0")
+	t.Setenv("DUET_PARTTY", "1")
+	var cfg party.Config
+	err := config.Load(&cfg, nil, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "DUET_PARTTY") {
+		t.Fatalf("Load with a misspelt variable = %v, want an error naming DUET_PARTTY", err)
+	}
+}
+
+func TestInvalidValuesStop(t *testing.T) {
+	cases := []struct {
+		cfg  any
+		env  map[string]string
+		want string
+	}{
+		{&party.Config{}, map[string]string{"DUET_PARTY": "2"}, "DUET_PARTY=2"},
+		{&party.Config{}, map[string]string{}, "PARTY"}, // required
+		{&party.Config{}, map[string]string{"DUET_PARTY": "x"}, "PARTY"},
+		{&actuator.Config{}, map[string]string{"DUET_FAILSAFE": "panic"}, "DUET_FAILSAFE"},
+		{&actuator.Config{}, map[string]string{"DUET_DEADLINE": "-1s"}, "DUET_DEADLINE"},
+		{&sensor.Config{}, map[string]string{"DUET_MASK": "sometimes"}, "DUET_MASK"},
+		{&sensor.Config{}, map[string]string{"DUET_LOOP": "a.b"}, "DUET_LOOP"},
+		{&sensor.Config{}, map[string]string{"DUET_PERIOD": "fast"}, "PERIOD"},
+	}
+	for _, c := range cases {
+		t.Run(c.want, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			err := config.Load(c.cfg, nil, &bytes.Buffer{})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("env %v: Load = %v, want an error mentioning %s", c.env, err, c.want)
+			}
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	var cfg actuator.Config
+	if err := config.Load(&cfg, nil, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Deadline != 30*time.Millisecond || cfg.FailSafe != "zero" || cfg.NATSURL != "nats://127.0.0.1:4222" {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+}

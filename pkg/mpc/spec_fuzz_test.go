@@ -1,0 +1,27 @@
+package mpc
+
+import (
+	"errors"
+	"testing"
+)
+
+// FuzzParseControllerSpec: any input either parses into a spec that passes
+// Validate, or fails with ErrSpec; never a panic.
+func FuzzParseControllerSpec(f *testing.F) {
+	f.Add([]byte(`{"A":[[0.5]],"B":[[1]],"C":[[1]],"D":[[0]],"x0":[0],"k":18,"l":9}`))
+	f.Add([]byte(`{"A":[[0,0],[0,0]],"B":[[1],[2]],"C":[[1,1]],"D":[[0]],"x0":[0,0],"k":18,"l":9,"lambda":40,"modulus":"2^255-19"}`))
+	f.Add([]byte(`{"A":[[1e308]],"B":[[1]],"C":[[1]],"D":[[0]],"x0":[0],"k":62,"l":61}`))
+	f.Add([]byte(`{"A":[]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ParseControllerSpec(data)
+		if err != nil {
+			if !errors.Is(err, ErrSpec) {
+				t.Fatalf("error %v does not wrap ErrSpec", err)
+			}
+			return
+		}
+		if err := s.Validate(); err != nil {
+			t.Fatalf("parsed spec fails Validate: %v", err)
+		}
+	})
+}
