@@ -60,7 +60,7 @@ func Permissions(r codec.Role) Perms {
 			js + "CONSUMER.CREATE." + offline + ".>", js + "CONSUMER.DURABLE.CREATE." + offline + ".>",
 			js + "CONSUMER.INFO." + offline + ".*",
 			js + "STREAM.CREATE." + setup, js + "STREAM.UPDATE." + setup, js + "STREAM.INFO." + setup,
-			"$KV." + bus.SetupBucket + ".>",
+			"$KV." + bus.SetupBucket + ".>", getSetup(codec.RoleSensor),
 		}
 	case codec.RoleParty0, codec.RoleParty1:
 		i, _ := r.PartyID()

@@ -256,13 +256,7 @@ func (c *Cluster) startAll() error {
 	o := c.opt
 	// Sensor first: its set-up creates the queue and the consumers before any
 	// dealer can publish.
-	nc, s, m, err := c.conn("sensor")
-	if err != nil {
-		return err
-	}
-	c.Sensor, err = sensor.New(nc, s, sensor.Options{Loop: o.Loop, Controller: o.Controller, Variant: o.Variant, Compress: o.Compress,
-		Period: o.Period, Fast: o.Fast, QueueMax: o.QueueMax, FileStore: o.FileStore, Log: o.Log, Metrics: m, OnTick: c.onTick})
-	if err != nil {
+	if err := c.startSensor(); err != nil {
 		return err
 	}
 	if err := c.Sensor.Setup(c.ctx); err != nil {
@@ -276,7 +270,7 @@ func (c *Cluster) startAll() error {
 		return fmt.Errorf("demo: plant has %d outputs and %d inputs, the controller expects p=%d, m=%d",
 			pl.Outputs(), pl.Inputs(), c.Sensor.Resolved().Params.P, c.Sensor.Resolved().Params.M)
 	}
-	nc, s, m, err = c.conn("plant")
+	nc, s, m, err := c.conn("plant")
 	if err != nil {
 		return err
 	}
@@ -324,6 +318,31 @@ func (c *Cluster) serverOptions(port int) *server.Options {
 
 // User returns a role's NATS user (ACL clusters only).
 func (c *Cluster) User(r codec.Role) *acl.User { return c.users[r] }
+
+func (c *Cluster) startSensor() error {
+	o := c.opt
+	nc, s, m, err := c.conn("sensor")
+	if err != nil {
+		return err
+	}
+	key, err := sensor.StateKey(c.ids[codec.RoleSensor])
+	if err != nil {
+		return err
+	}
+	c.Sensor, err = sensor.New(nc, s, sensor.Options{Loop: o.Loop, Controller: o.Controller, Variant: o.Variant, Compress: o.Compress,
+		Period: o.Period, Fast: o.Fast, QueueMax: o.QueueMax, FileStore: o.FileStore, Log: o.Log, Metrics: m, OnTick: c.onTick,
+		StateKey: &key})
+	return err
+}
+
+// RestartSensor replaces the sensor with a new instance, as after a crash;
+// it resumes the existing set-up.
+func (c *Cluster) RestartSensor(ctx context.Context) error {
+	if err := c.startSensor(); err != nil {
+		return err
+	}
+	return c.Sensor.Setup(ctx)
+}
 
 // StartParty starts party i (again, after StopParty).
 func (c *Cluster) StartParty(i int) error {

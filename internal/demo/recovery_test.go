@@ -279,3 +279,31 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+func TestSensorRestartResumesSetup(t *testing.T) {
+	c := startCluster(t, mpc.PerTick, 1)
+	if err := c.RunTicks(context.Background(), 100); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	before, _ := c.Parties[0].Status("pendulum")
+	if err := c.RestartSensor(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RunTicks(context.Background(), 100); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	after, _ := c.Parties[0].Status("pendulum")
+	if after.Version < before.Version+95 {
+		t.Fatalf("party0 state version %d -> %d: the restarted sensor did not resume the set-up", before.Version, after.Version)
+	}
+	recs := c.Records()
+	if last := recs[len(recs)-1].Tick; last < 200+50 {
+		t.Fatalf("last tick %d: the resumed sensor did not skip ahead", last)
+	}
+	if m := maxAlphaAfter(recs, 150); m >= 1.5 {
+		t.Fatalf("max |α| %.2f° after the sensor restart", m)
+	}
+	checkAudit(t, c, 190)
+}

@@ -2,7 +2,9 @@
 package docs
 
 import (
+	"flag"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -14,6 +16,8 @@ import (
 	"github.com/duet-mpc/duet/internal/sensor"
 )
 
+var update = flag.Bool("update", false, "rewrite README.md's configuration tables")
+
 // Configs lists every service's configuration struct.
 var Configs = map[string]any{
 	"sensor":   &sensor.Config{},
@@ -23,30 +27,51 @@ var Configs = map[string]any{
 	"plant":    &plantsvc.Config{},
 }
 
+// table renders a service's own rows (the common ones are in their own table).
+func table(key string) string {
+	common := config.Markdown(&config.Common{})
+	if key == "common" {
+		return strings.TrimSpace(common)
+	}
+	var rows []string
+	for _, l := range strings.Split(strings.TrimSpace(config.Markdown(Configs[key])), "\n")[2:] {
+		if !strings.Contains(common, l) {
+			rows = append(rows, l)
+		}
+	}
+	return "| variable | default | meaning |\n|---|---|---|\n" + strings.Join(rows, "\n")
+}
+
+var block = regexp.MustCompile(`(?s)<!-- config:(\w+) -->\n(.*?)\n<!-- /config -->`)
+
 // TestREADMEConfigTables checks that README.md carries each service's
-// configuration table exactly as the code defines it (regenerate with
-// `go test ./internal/docs -run README -update` after changing a Config).
+// configuration table exactly as the code defines it. After changing a
+// Config, regenerate with: go test ./internal/docs -update
 func TestREADMEConfigTables(t *testing.T) {
 	b, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	readme := string(b)
-	common := config.Markdown(&config.Common{})
-	if !strings.Contains(readme, common) {
-		t.Errorf("README.md lacks the common configuration table:\n%s", common)
+	seen := map[string]bool{}
+	out := block.ReplaceAllStringFunc(readme, func(m string) string {
+		sub := block.FindStringSubmatch(m)
+		key, got := sub[1], sub[2]
+		seen[key] = true
+		want := table(key)
+		if got != want && !*update {
+			t.Errorf("README.md's %s configuration table is stale (go test ./internal/docs -update):\n%s", key, want)
+		}
+		return "<!-- config:" + key + " -->\n" + want + "\n<!-- /config -->"
+	})
+	for _, k := range []string{"common", "sensor", "party", "actuator", "dealer", "plant"} {
+		if !seen[k] {
+			t.Errorf("README.md has no <!-- config:%s --> table", k)
+		}
 	}
-	for name, cfg := range Configs {
-		table := config.Markdown(cfg)
-		// The README shows each service's own rows after the common ones.
-		own := strings.TrimPrefix(table, common[:strings.Index(common, "\n|---|---|---|\n")+len("\n|---|---|---|\n")])
-		for _, line := range strings.Split(strings.TrimSpace(own), "\n") {
-			if strings.Contains(common, line) {
-				continue
-			}
-			if !strings.Contains(readme, line) {
-				t.Errorf("README.md lacks the %s configuration row:\n%s", name, line)
-			}
+	if *update {
+		if err := os.WriteFile("../../README.md", []byte(out), 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -10,10 +10,13 @@ import (
 // Config is the party service's environment.
 type Config struct {
 	config.Common
-	Party    int           `envconfig:"PARTY" required:"true" desc:"which party this is: 0 or 1"`
-	Loops    []string      `envconfig:"LOOPS" default:"pendulum" desc:"comma-separated loop ids served"`
-	Prefetch int           `envconfig:"PREFETCH" default:"64" desc:"offline items buffered ahead per loop"`
-	ItemWait time.Duration `envconfig:"ITEM_WAIT" default:"20ms" desc:"how long a tick waits for an offline item before it is abandoned"`
+	Party          int           `envconfig:"PARTY" required:"true" desc:"which party this is: 0 or 1"`
+	Loops          []string      `envconfig:"LOOPS" default:"pendulum" desc:"comma-separated loop ids served"`
+	Prefetch       int           `envconfig:"PREFETCH" default:"64" desc:"offline items buffered ahead per loop"`
+	ItemWait       time.Duration `envconfig:"ITEM_WAIT" default:"20ms" desc:"how long a tick waits for an offline item before it is abandoned"`
+	Persist        bool          `envconfig:"PERSIST" default:"true" desc:"persist the state share every tick (sealed) for crash recovery without controller reset"`
+	StateFileStore bool          `envconfig:"STATE_FILE_STORE" default:"true" desc:"JetStream file storage for the persisted state"`
+	StateReplicas  int           `envconfig:"STATE_REPLICAS" default:"1" desc:"JetStream replicas of the persisted state"`
 }
 
 // Validate checks the values.
@@ -26,6 +29,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Prefetch < 1 || c.Prefetch > 100000 {
 		return fmt.Errorf("DUET_PREFETCH=%d: want 1..100000", c.Prefetch)
+	}
+	if c.StateReplicas < 1 || c.StateReplicas > 5 {
+		return fmt.Errorf("DUET_STATE_REPLICAS=%d: want 1..5", c.StateReplicas)
 	}
 	if c.ItemWait <= 0 {
 		return fmt.Errorf("DUET_ITEM_WAIT=%v: want > 0", c.ItemWait)

@@ -135,23 +135,23 @@ func (s *Service) read(m *nats.Msg, t uint64) {
 	}
 	var applied []float64
 	if s.lastT > 0 {
-		// Advance from lastT to t, one period per tick.
-		for k := s.lastT; k < t; k++ {
-			deadline := time.Now().Add(s.opt.Wait)
-			u, ok := s.inputs[k]
-			for !ok && time.Now().Before(deadline) {
-				waitCond(s.cond, time.Until(deadline))
-				u, ok = s.inputs[k]
-			}
-			if !ok {
-				u = s.lastU
-				s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
-			}
-			delete(s.inputs, k)
-			s.opt.Plant.Step(u)
-			s.lastU = append(s.lastU[:0], u...)
-			applied = u
+		// Advance one period with the input the actuator applied for the
+		// previous read's tick. Each read is one sampling instant: a gap in
+		// tick numbers (a resumed sensor skips ahead) is not time passing.
+		k := s.lastT
+		deadline := time.Now().Add(s.opt.Wait)
+		u, ok := s.inputs[k]
+		for !ok && time.Now().Before(deadline) {
+			waitCond(s.cond, time.Until(deadline))
+			u, ok = s.inputs[k]
 		}
+		if !ok {
+			u = s.lastU
+			s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
+		}
+		s.opt.Plant.Step(u)
+		s.lastU = append(s.lastU[:0], u...)
+		applied = u
 	}
 	for k := range s.inputs {
 		if k < t {

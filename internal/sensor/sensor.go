@@ -34,8 +34,12 @@ type Options struct {
 	FileStore  bool          // JetStream file storage for the queue and set-up
 	Replicas   int           // JetStream replicas
 	PlantWait  time.Duration // timeout of a plant read
-	Log        *slog.Logger
-	Metrics    *metrics.Set
+	// StateKey, if set, lets a restarted sensor resume the loop's existing
+	// set-up (same epoch, parties keep their state) instead of starting a new
+	// one; see resume.go.
+	StateKey *[32]byte
+	Log      *slog.Logger
+	Metrics  *metrics.Set
 	// OnTick, if set, is called for every tick sent with y and the float64
 	// plaintext controller's u on the same y.
 	OnTick func(tick uint64, y, uplain []float64)
@@ -53,6 +57,7 @@ type Sensor struct {
 	epoch  uint64
 	next   uint64 // next tick number
 	ticker *time.Ticker
+	kv     jetstream.KeyValue
 }
 
 // New resolves the controller (sizing the modulus) and prepares the sensor.
@@ -110,6 +115,12 @@ func (s *Sensor) Setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.kv = kv
+	if ok, err := s.resume(ctx); err != nil {
+		return err
+	} else if ok {
+		return nil
+	}
 	var secret [32]byte
 	if _, err := rand.Read(secret[:]); err != nil {
 		return err
@@ -159,6 +170,9 @@ func (s *Sensor) Setup(ctx context.Context) error {
 		if _, err := kv.Put(ctx, bus.SetupKey(s.opt.Loop, role), env); err != nil {
 			return fmt.Errorf("writing set-up for %s: %w", role, err)
 		}
+	}
+	if err := s.saveRecord(ctx, 1); err != nil {
+		return err
 	}
 	s.opt.Log.Info("loop set up", "loop", s.opt.Loop, "epoch", s.epoch, "modulus", f.Name(),
 		"bits_required", s.rz.Sizing.RequiredBits, "mask", prm.Variant.String(), "compress", s.opt.Compress)
@@ -217,6 +231,9 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 		s.publish(codec.KindMeasure, codec.RoleParty0, bus.MeasureSubject(s.opt.Loop, 0), t, codec.MeasurePayload{Y: codec.PutMatrix(f, y0), SentUnixNano: now})
 		s.publish(codec.KindMeasure, codec.RoleParty1, bus.MeasureSubject(s.opt.Loop, 1), t, codec.MeasurePayload{Y: codec.PutMatrix(f, y1), SentUnixNano: now})
 		s.opt.Metrics.Ticks.WithLabelValues(s.opt.Loop).Inc()
+		if t%resumeEvery == 0 {
+			go func(next uint64) { _ = s.saveRecord(ctx, next) }(s.next)
+		}
 	}
 	return nil
 }

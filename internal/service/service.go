@@ -28,10 +28,12 @@ import (
 
 // Env is what a service's Run gets.
 type Env struct {
-	NC      *nats.Conn
-	Sealer  *codec.Sealer
-	Metrics *metrics.Set
-	Log     *slog.Logger
+	// Identity is the role's own end-to-end key (for deriving state keys).
+	Identity *codec.Identity
+	NC       *nats.Conn
+	Sealer   *codec.Sealer
+	Metrics  *metrics.Set
+	Log      *slog.Logger
 	// Ready is set by the service to report readiness (/readyz): connected,
 	// keys loaded and state restored.
 	Ready atomic.Pointer[func() bool]
@@ -86,7 +88,7 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 	if err != nil {
 		return err
 	}
-	env := &Env{NC: nc, Sealer: sealer, Metrics: m, Log: log}
+	env := &Env{Identity: id, NC: nc, Sealer: sealer, Metrics: m, Log: log}
 	if common.HTTPAddr != "" {
 		srv := &http.Server{Addr: common.HTTPAddr, Handler: mux(env), ReadHeaderTimeout: 5 * time.Second}
 		go func() {

@@ -1,0 +1,114 @@
+package sensor
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/crypto/nacl/secretbox"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+// A restarted sensor resumes the loop's existing set-up rather than starting
+// a new epoch (which would reset the controller state the parties hold). Its
+// own record in the set-up bucket, sealed under a key derived from its
+// identity, holds the epoch, a digest of the controller and loop options, and
+// the next tick number, written every resumeEvery ticks; a resumed sensor
+// skips resumeMargin ticks so its ticks stay above anything already sent
+// (the parties' replay guards accept only increasing ticks).
+const (
+	resumeEvery  = 25
+	resumeMargin = 4 * resumeEvery
+)
+
+type record struct {
+	Epoch    uint64   `msgpack:"epoch"`
+	Digest   [32]byte `msgpack:"digest"`
+	NextTick uint64   `msgpack:"next_tick"`
+}
+
+// StateKey derives the sensor's record key from its identity.
+func StateKey(id *codec.Identity) ([32]byte, error) {
+	seed, err := id.Seed()
+	if err != nil {
+		return [32]byte{}, err
+	}
+	h := sha256.New()
+	h.Write([]byte("duet/v1/sensor-state"))
+	h.Write(seed)
+	var k [32]byte
+	h.Sum(k[:0])
+	return k, nil
+}
+
+func (s *Sensor) digest() [32]byte {
+	b, _ := json.Marshal(struct {
+		C any
+		V string
+		Z bool
+	}{s.opt.Controller, s.opt.Variant.String(), s.opt.Compress})
+	return sha256.Sum256(b)
+}
+
+func (s *Sensor) recordKey() string { return bus.SetupKey(s.opt.Loop, codec.RoleSensor) }
+
+// resume adopts the stored set-up if it is for the same controller.
+func (s *Sensor) resume(ctx context.Context) (bool, error) {
+	if s.opt.StateKey == nil {
+		return false, nil
+	}
+	e, err := s.kv.Get(ctx, s.recordKey())
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("sensor: reading its record: %w", err)
+	}
+	data := e.Value()
+	if len(data) < 24+secretbox.Overhead {
+		return false, nil
+	}
+	var nonce [24]byte
+	copy(nonce[:], data)
+	body, ok := secretbox.Open(nil, data[24:], &nonce, s.opt.StateKey)
+	if !ok {
+		s.opt.Log.Warn("sensor record does not open with this sensor's key; starting a new set-up", "loop", s.opt.Loop)
+		return false, nil
+	}
+	var rec record
+	if err := codec.Unmarshal(body, &rec); err != nil {
+		return false, nil
+	}
+	if rec.Digest != s.digest() {
+		s.opt.Log.Info("controller or options changed; starting a new set-up", "loop", s.opt.Loop)
+		return false, nil
+	}
+	s.epoch, s.next = rec.Epoch, rec.NextTick+resumeMargin
+	s.opt.Log.Info("resumed the existing set-up", "loop", s.opt.Loop, "epoch", s.epoch, "next_tick", s.next)
+	return true, s.saveRecord(ctx, s.next)
+}
+
+func (s *Sensor) saveRecord(ctx context.Context, next uint64) error {
+	if s.opt.StateKey == nil || s.kv == nil {
+		return nil
+	}
+	if next == 0 {
+		next = 1
+	}
+	body, err := codec.Marshal(record{Epoch: s.epoch, Digest: s.digest(), NextTick: next})
+	if err != nil {
+		return err
+	}
+	var nonce [24]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return err
+	}
+	_, err = s.kv.Put(ctx, s.recordKey(), secretbox.Seal(nonce[:], body, &nonce, s.opt.StateKey))
+	return err
+}
