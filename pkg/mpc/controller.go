@@ -119,8 +119,9 @@ type Party struct {
 
 	fixedU, fixedS Matrix // fixed-mask variant: [[U]]_i and the opened S
 
-	st  stage
-	mat TickMaterial
+	st    stage
+	mat   TickMaterial
+	trMsg TruncMsg // P0's Protocol 2 message, returned by Multiply
 
 	// Scratch, allocated once.
 	xi, sOut, tOut, s, t, tmp, z, yOpen, yPeer Matrix
@@ -284,7 +285,8 @@ func (p *Party) Multiply(peer MulMsg) (u Matrix, tr *TruncMsg, err error) {
 	f.TruncOpen(p.yOpen, p.id, p.z.RowRange(0, p.prm.N), p.mat.Mask, p.prm.L)
 	p.st = stageMultiplied
 	if p.id == 0 {
-		tr = &TruncMsg{Y: p.yOpen}
+		p.trMsg = TruncMsg{Y: p.yOpen}
+		tr = &p.trMsg
 	}
 	return p.z.RowRange(p.prm.N, r), tr, nil
 }

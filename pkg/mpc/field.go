@@ -45,9 +45,11 @@ type Field struct {
 	name    string
 	log2q   float64
 
-	// Montgomery constants (kindGeneric only).
+	// Montgomery constants (kindGeneric only), R = 2^256.
 	m0inv uint64 // -q^-1 mod 2^64
-	r2    Elem   // 2^512 mod q
+	r1    Elem   // R mod q
+	r2    Elem   // R^2 mod q
+	r3    Elem   // R^3 mod q
 }
 
 // ParseModulus returns the field for a modulus given as a preset name
@@ -111,12 +113,17 @@ func NewField(q Elem) (*Field, error) {
 		inv *= 2 - q[0]*inv
 	}
 	f.m0inv = -inv
-	// R^2 = 2^512 mod q by 512 modular doublings (set-up only).
+	// R mod q and R^2 mod q by modular doublings of 1, R^3 = redc(R^2 R^2)
+	// (set-up only; field_test.go re-derives all three with math/big).
 	r := f.reduceSmall(1)
-	for i := 0; i < 512; i++ {
+	for i := 1; i <= 512; i++ {
 		r = f.Add(r, r)
+		if i == 256 {
+			f.r1 = r
+		}
 	}
 	f.r2 = r
+	f.r3[0], f.r3[1], f.r3[2], f.r3[3] = f.redc(mul256(r[0], r[1], r[2], r[3], r[0], r[1], r[2], r[3]))
 	return f, nil
 }
 
@@ -145,62 +152,75 @@ func (f *Field) Zero() Elem { return Elem{} }
 func (f *Field) One() Elem { return Elem{1} }
 
 // Add returns a + b mod q.
-func (f *Field) Add(a, b Elem) Elem {
-	var s Elem
-	var c uint64
-	s[0], c = bits.Add64(a[0], b[0], 0)
-	s[1], c = bits.Add64(a[1], b[1], c)
-	s[2], c = bits.Add64(a[2], b[2], c)
-	s[3], _ = bits.Add64(a[3], b[3], c) // a+b < 2q < 2^256
-	return f.condSub(s)
+func (f *Field) Add(a, b Elem) (z Elem) {
+	f.AddTo(&z, &a, &b)
+	return z
 }
 
 // Sub returns a - b mod q.
-func (f *Field) Sub(a, b Elem) Elem {
-	var d Elem
-	var br uint64
-	d[0], br = bits.Sub64(a[0], b[0], 0)
-	d[1], br = bits.Sub64(a[1], b[1], br)
-	d[2], br = bits.Sub64(a[2], b[2], br)
-	d[3], br = bits.Sub64(a[3], b[3], br)
-	if br != 0 {
-		var c uint64
-		d[0], c = bits.Add64(d[0], f.q[0], 0)
-		d[1], c = bits.Add64(d[1], f.q[1], c)
-		d[2], c = bits.Add64(d[2], f.q[2], c)
-		d[3], _ = bits.Add64(d[3], f.q[3], c)
-	}
-	return d
+func (f *Field) Sub(a, b Elem) (z Elem) {
+	f.SubTo(&z, &a, &b)
+	return z
 }
 
 // Neg returns -a mod q.
-func (f *Field) Neg(a Elem) Elem { return f.Sub(Elem{}, a) }
-
-// Mul returns a b mod q.
-func (f *Field) Mul(a, b Elem) Elem {
-	switch f.kind {
-	case kindM127:
-		return reduceM127(mul2x2(a, b))
-	case kindP25519:
-		return reduceP25519(mul4x4(a, b))
-	default:
-		t := f.redc(mul4x4(a, b))      // a b R^-1
-		return f.redc(mul4x4(t, f.r2)) // a b
-	}
+func (f *Field) Neg(a Elem) (z Elem) {
+	f.SubTo(&z, &z, &a)
+	return z
 }
 
-// condSub returns s - q if s >= q, else s; s < 2q.
-func (f *Field) condSub(s Elem) Elem {
-	var d Elem
-	var br uint64
-	d[0], br = bits.Sub64(s[0], f.q[0], 0)
-	d[1], br = bits.Sub64(s[1], f.q[1], br)
-	d[2], br = bits.Sub64(s[2], f.q[2], br)
-	d[3], br = bits.Sub64(s[3], f.q[3], br)
-	if br != 0 {
-		return s
+// Mul returns a b mod q.
+func (f *Field) Mul(a, b Elem) (z Elem) {
+	f.MulTo(&z, &a, &b)
+	return z
+}
+
+// The pointer forms below compute the same as Add, Sub and Mul without
+// copying 32-byte values: Go passes and returns arrays through memory, and in
+// a tight loop those copies cost as much as the arithmetic. z may alias a or
+// b. The matrix operations of matrix.go use the same kernels.
+
+// AddTo sets *z = *a + *b mod q.
+func (f *Field) AddTo(z, a, b *Elem) {
+	if f.kind == kindM127 {
+		s0, c := bits.Add64(a[0], b[0], 0)
+		s1, _ := bits.Add64(a[1], b[1], c) // < 2^128
+		z[0], z[1] = foldM127(s0, s1, 0)
+		z[2], z[3] = 0, 0
+		return
 	}
-	return d
+	s0, c := bits.Add64(a[0], b[0], 0)
+	s1, c := bits.Add64(a[1], b[1], c)
+	s2, c := bits.Add64(a[2], b[2], c)
+	s3, _ := bits.Add64(a[3], b[3], c) // < 2q < 2^256
+	z[0], z[1], z[2], z[3] = condSubQ(s0, s1, s2, s3, f.q[0], f.q[1], f.q[2], f.q[3])
+}
+
+// SubTo sets *z = *a - *b mod q.
+func (f *Field) SubTo(z, a, b *Elem) {
+	d0, br := bits.Sub64(a[0], b[0], 0)
+	d1, br := bits.Sub64(a[1], b[1], br)
+	d2, br := bits.Sub64(a[2], b[2], br)
+	d3, br := bits.Sub64(a[3], b[3], br)
+	mask := -br // add q back on a borrow, without a branch
+	d0, c := bits.Add64(d0, f.q[0]&mask, 0)
+	d1, c = bits.Add64(d1, f.q[1]&mask, c)
+	d2, c = bits.Add64(d2, f.q[2]&mask, c)
+	d3, _ = bits.Add64(d3, f.q[3]&mask, c)
+	z[0], z[1], z[2], z[3] = d0, d1, d2, d3
+}
+
+// MulTo sets *z = *a * *b mod q.
+func (f *Field) MulTo(z, a, b *Elem) {
+	switch f.kind {
+	case kindM127:
+		z[0], z[1] = mulM127(a[0], a[1], b[0], b[1])
+		z[2], z[3] = 0, 0
+	case kindP25519:
+		z[0], z[1], z[2], z[3] = reduceP25519(mul256(a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]))
+	default:
+		z[0], z[1], z[2], z[3] = f.mulMont(a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3])
+	}
 }
 
 // reduceSmall returns v mod q for a 64-bit v.
@@ -289,17 +309,27 @@ func (f *Field) InSigned(a Elem, k int) bool {
 	return elemBitLen(a) < k
 }
 
-// Float64 returns a's centered value divided by 2^scale, rounded to float64.
+// Float64 returns a's centered value divided by 2^scale, correctly rounded
+// to float64 (round half to even), for scale >= 0.
 func (f *Field) Float64(a Elem, scale int) float64 {
 	neg := f.IsNeg(a)
 	if neg {
 		a = f.Neg(a)
 	}
-	v := 0.0
-	for i := 3; i >= 0; i-- {
-		v = v*0x1p64 + float64(a[i])
+	// Round the magnitude once: keep its top 64 bits and fold every lower
+	// bit into bit 0 as a sticky bit, so that converting that word rounds as
+	// the full value would (64 bits leave room for 53 plus guard and sticky).
+	var v float64
+	if n := elemBitLen(a); n <= 64 {
+		v = math.Ldexp(float64(a[0]), -scale)
+	} else {
+		sh := n - 64
+		top := shrN(a, sh)[0]
+		if lowBitsNonZero(a, sh) {
+			top |= 1
+		}
+		v = math.Ldexp(float64(top), sh-scale)
 	}
-	v = math.Ldexp(v, -scale)
 	if neg {
 		return -v
 	}
@@ -380,6 +410,40 @@ func elemLog2(a Elem) float64 {
 	sh := bl - 64
 	top := shrN(a, sh)[0]
 	return math.Log2(float64(top)) + float64(sh)
+}
+
+// lowBitsNonZero reports whether any of the n low bits of a is set.
+func lowBitsNonZero(a Elem, n int) bool {
+	for i := 0; i < 4 && n > 0; i, n = i+1, n-64 {
+		w := a[i]
+		if n < 64 {
+			w &= 1<<uint(n) - 1
+		}
+		if w != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// addRaw and subRaw are plain 256-bit integer addition and subtraction (no
+// reduction); callers guarantee no overflow or borrow.
+func addRaw(a, b Elem) Elem {
+	var c uint64
+	a[0], c = bits.Add64(a[0], b[0], 0)
+	a[1], c = bits.Add64(a[1], b[1], c)
+	a[2], c = bits.Add64(a[2], b[2], c)
+	a[3], _ = bits.Add64(a[3], b[3], c)
+	return a
+}
+
+func subRaw(a, b Elem) Elem {
+	var c uint64
+	a[0], c = bits.Sub64(a[0], b[0], 0)
+	a[1], c = bits.Sub64(a[1], b[1], c)
+	a[2], c = bits.Sub64(a[2], b[2], c)
+	a[3], _ = bits.Sub64(a[3], b[3], c)
+	return a
 }
 
 func shrN(a Elem, n int) Elem {

@@ -22,7 +22,15 @@ func EncodeInt(x float64, k, l int) (int64, error) {
 	if k < 2 || k > MaxFixedBits || l < 0 || l >= k {
 		return 0, fmt.Errorf("%w: Q<%d,%d> needs 2 <= k <= %d and 0 <= l < k", ErrParams, k, l, MaxFixedBits)
 	}
-	z := math.Floor(math.Ldexp(x, l) + 0.5)
+	// round(v) = floor(v + 1/2), computed without the addition: v + 0.5
+	// can round up in float64 (0.49999999999999994 + 0.5 == 1, and above
+	// 2^52 every odd integer + 0.5 is a tie that rounds to even). v is exact
+	// (a power-of-two scaling), and so is v - floor(v).
+	v := math.Ldexp(x, l)
+	z := math.Floor(v)
+	if v-z >= 0.5 {
+		z++
+	}
 	lim := math.Ldexp(1, k-1)
 	if z < -lim || z >= lim {
 		return 0, fmt.Errorf("%w: %v is outside Q<%d,%d> = [%v, %v]", ErrOutOfRange, x,

@@ -183,21 +183,31 @@ func (c *ClearController) Advance(x Matrix) { copy(c.x.Data, x.Data) }
 // State returns a copy of the state.
 func (c *ClearController) State() Matrix { return c.x.Clone() }
 
-// RoundShift returns round(a / 2^l) = floor((a + 2^(l-1)) / 2^l) of a's
-// centered value, exactly (protocol.md §2: never through float64); 0 <= l < 64.
+// RoundShift returns round(v / 2^l) = floor((v + 2^(l-1)) / 2^l) for the
+// centered value v of a, exactly (protocol.md §2: never through float64),
+// for l >= 0. The integer arithmetic cannot wrap: |v| <= (q-1)/2 < 2^254.
 func (f *Field) RoundShift(a Elem, l int) Elem {
-	if l == 0 {
+	switch {
+	case l <= 0:
 		return a
+	case l > 255:
+		return Elem{} // |v| < 2^(l-1)
 	}
-	v := f.Add(a, f.Pow2(l-1))
-	if !f.IsNeg(v) {
-		return shrN(v, l)
+	var h Elem // 2^(l-1)
+	h[(l-1)/64] = 1 << uint((l-1)%64)
+	if !f.IsNeg(a) {
+		return shrN(addRaw(a, h), l)
 	}
-	// The floor of a negative value is -ceil(|v| / 2^l).
-	m := f.Neg(v)
-	q := shrN(m, l)
-	if m[0]&(1<<uint(l)-1) != 0 {
-		q = f.Add(q, Elem{1})
+	// v = -m with m > 0. If m <= h then 0 <= v + h < 2^l and the result is
+	// 0; otherwise it is -ceil((m - h) / 2^l).
+	m := f.Neg(a)
+	if cmp(m, h) <= 0 {
+		return Elem{}
 	}
-	return f.Neg(q)
+	d := subRaw(m, h)
+	c := shrN(d, l)
+	if lowBitsNonZero(d, l) {
+		c = addRaw(c, Elem{1})
+	}
+	return f.Neg(c)
 }

@@ -228,7 +228,7 @@ func (s ControllerSpec) Resolve(v Variant) (Resolved, error) {
 		}
 		for _, name := range []string{PresetM127, PresetP25519} {
 			cand, _ := ParseModulus(name)
-			if sz.Check(float64(cand.BitLen() - 1)) == nil {
+			if sz.Check(float64(cand.BitLen()-1)) == nil {
 				f = cand
 				break
 			}

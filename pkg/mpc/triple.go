@@ -33,11 +33,11 @@ func (f *Field) GenTriple(r, r0 io.Reader, d1, d2, d3 int) (t0, t1 TripleShare, 
 	if t0.V, t0.W, err = f.randVW(r0, d1, d2, d3); err != nil {
 		return t0, t1, err
 	}
-	t1 = TripleShare{U: NewMatrix(d1, d2), V: NewMatrix(d2, d3), W: NewMatrix(d1, d3)}
-	f.MatSub(t1.U, u, t0.U)
-	f.MatSub(t1.V, v, t0.V)
-	f.MatSub(t1.W, w, t0.W)
-	return t0, t1, nil
+	// P1's shares overwrite the triple in place: nothing else holds it.
+	f.MatSub(u, u, t0.U)
+	f.MatSub(v, v, t0.V)
+	f.MatSub(w, w, t0.W)
+	return t0, TripleShare{U: u, V: v, W: w}, nil
 }
 
 // GenFixedTriple draws a fresh (V, W = U V) for the session's fixed mask U
@@ -53,10 +53,9 @@ func (f *Field) GenFixedTriple(r, r0 io.Reader, u Matrix, d3 int) (t0, t1 Triple
 	if t0.V, t0.W, err = f.randVW(r0, d1, d2, d3); err != nil {
 		return t0, t1, err
 	}
-	t1 = TripleShare{V: NewMatrix(d2, d3), W: NewMatrix(d1, d3)}
-	f.MatSub(t1.V, v, t0.V)
-	f.MatSub(t1.W, w, t0.W)
-	return t0, t1, nil
+	f.MatSub(v, v, t0.V)
+	f.MatSub(w, w, t0.W)
+	return t0, TripleShare{V: v, W: w}, nil
 }
 
 func (f *Field) randVW(r io.Reader, d1, d2, d3 int) (v, w Matrix, err error) {
@@ -74,14 +73,15 @@ func (f *Field) MulOpen(dst, x, u Matrix) { f.MatSub(dst, x, u) }
 // MulClose is Protocol 1, step 2 for party i, given the opened S = X - U and
 // T = Y - V: dst = [[U]]_i T + S [[V]]_i + [[W]]_i + i S T, computed as
 // [[U]]_i T + S ([[V]]_i + i T) + [[W]]_i to save one product. tmp must have
-// V's shape; dst must not alias any input.
+// V's shape (P1 uses it); dst must not alias any input. Shapes must match (a
+// mismatch panics).
 func (f *Field) MulClose(dst Matrix, i int, s, t Matrix, tr TripleShare, u, tmp Matrix) {
+	v := tr.V
 	if i == 1 {
 		f.MatAdd(tmp, tr.V, t)
-	} else {
-		copy(tmp.Data, tr.V.Data)
+		v = tmp
 	}
 	f.MatMul(dst, u, t)
-	f.MatMulAdd(dst, s, tmp)
+	f.MatMulAdd(dst, s, v)
 	f.MatAdd(dst, dst, tr.W)
 }

@@ -40,20 +40,21 @@ func (f *Field) GenMask(r, r0 io.Reader, rows, cols, kappa, l, lambda int) (m0, 
 	if m0.L, err = f.RandomMatrix(r0, rows, cols); err != nil {
 		return
 	}
-	m1 = MaskShare{M: NewMatrix(rows, cols), L: NewMatrix(rows, cols)}
-	f.MatSub(m1.M, R, m0.M)
-	f.MatSub(m1.L, Rp, m0.L)
-	return m0, m1, nil
+	f.MatSub(R, R, m0.M)
+	f.MatSub(Rp, Rp, m0.L)
+	return m0, MaskShare{M: R, L: Rp}, nil
 }
 
 // TruncOpen is Protocol 2, step 1 for party i:
 // dst = [[X]]_i + [[M]]_i + i 2^(l-1). P0 sends dst to P1 (the only message).
+// dst may alias x. Shapes must match (a mismatch panics).
 func (f *Field) TruncOpen(dst Matrix, i int, x Matrix, m MaskShare, l int) {
-	f.MatAdd(dst, x, m.M)
+	mustSameShape("TruncOpen", dst, x, m.M)
+	f.addVec(dst.Data, x.Data, m.M.Data)
 	if i == 1 && l > 0 {
 		h := f.Pow2(l - 1)
 		for k := range dst.Data {
-			dst.Data[k] = f.Add(dst.Data[k], h)
+			f.AddTo(&dst.Data[k], &dst.Data[k], &h)
 		}
 	}
 }
@@ -61,24 +62,32 @@ func (f *Field) TruncOpen(dst Matrix, i int, x Matrix, m MaskShare, l int) {
 // TruncClose is Protocol 2, step 3 for party i:
 // dst = 2^-l ([[X]]_i + [[R']]_i - i ((Y - 2^(l-1)) mod 2^l)),
 // where Y is the reconstructed opening (used by P1 only; P0 may pass a zero
-// Matrix) and mod 2^l is the centered reduction. inv is 2^-l mod q. dst may
-// alias x.
+// Matrix) and mod 2^l is the centered reduction. inv is 2^-l mod q and
+// 1 <= l <= 63. dst may alias x. Shapes must match (a mismatch panics).
 func (f *Field) TruncClose(dst Matrix, i int, x, y Matrix, m MaskShare, l int, inv Elem) {
-	f.MatAdd(dst, x, m.L)
+	mustSameShape("TruncClose", dst, x, m.L)
 	if i == 1 {
-		half := uint64(1) << (l - 1)
-		mask := uint64(1)<<l - 1
-		for k := range dst.Data {
-			// Low l bits of the centered integer Y - 2^(l-1), read centered.
-			c := (f.CenteredLow64(y.Data[k]) - half) & mask
-			var e Elem
-			if c >= half {
-				e = f.Neg(f.FromUint64((1 << l) - c)) // c - 2^l < 0
-			} else {
-				e = f.FromUint64(c)
-			}
-			dst.Data[k] = f.Sub(dst.Data[k], e)
-		}
+		mustSameShape("TruncClose", dst, y)
 	}
-	f.MatScale(dst, dst, inv)
+	var half, mask uint64
+	if l > 0 {
+		half, mask = 1<<uint(l-1), 1<<uint(l)-1
+	}
+	for k := range dst.Data {
+		z := &dst.Data[k]
+		f.AddTo(z, &x.Data[k], &m.L.Data[k])
+		if i == 1 && l > 0 {
+			// c = (Y - 2^(l-1)) mod 2^l in [0, 2^l) from the low bits of the
+			// centered Y; its centered reading is c, or c - 2^l if c >= 2^(l-1).
+			c := (f.CenteredLow64(y.Data[k]) - half) & mask
+			if c < half {
+				e := f.reduceSmall(c)
+				f.SubTo(z, z, &e)
+			} else {
+				e := f.reduceSmall(mask - c + 1) // 2^l - c
+				f.AddTo(z, z, &e)
+			}
+		}
+		f.MulTo(z, z, &inv)
+	}
 }

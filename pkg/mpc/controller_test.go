@@ -1,0 +1,328 @@
+package mpc
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// pendulumGains are the designed gains of protocol.md §8, per degree:
+// k = [k1, ..., k5] = [264, -549, 5, -6, -431] / 512, exact in Q<18,9>.
+var pendulumGains = [5]float64{264.0 / 512, -549.0 / 512, 5.0 / 512, -6.0 / 512, -431.0 / 512}
+
+// pendulumPhi is Φ = [[A, B], [C, D]] for the QUBE-Servo 2 controller of
+// protocol.md §8 (n = 3, p = 2, m = 1).
+func pendulumPhi() [][]float64 {
+	k1, k2, k3, k4, k5 := pendulumGains[0], pendulumGains[1], pendulumGains[2], pendulumGains[3], pendulumGains[4]
+	return [][]float64{
+		{0, 0, 0, -50, 0},
+		{0, 0, 0, 0, -50},
+		{k3, k4, k5, k1, k2},
+		{k3, k4, k5, k1, k2},
+	}
+}
+
+func pendulumParams(f *Field, v Variant) Params {
+	return Params{Field: f, N: 3, M: 1, P: 2, K: 18, L: 9, Lambda: 40, Variant: v}
+}
+
+// twoParties builds P0 and P1 for the pendulum with fresh shares of Φ̄ and
+// x̄_0 = 0, completes the fixed-mask set-up if needed, and returns a dealer.
+func twoParties(t *testing.T, f *Field, v Variant, compress bool) (p0, p1 *Party, d *Dealer, sess *Session) {
+	t.Helper()
+	prm := pendulumParams(f, v)
+	phi, err := f.EcdMatrix(pendulumPhi(), prm.K, prm.L)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := seeded(101)
+	phi0, phi1 := mustShare(t, f, r, phi)
+	x0, x1 := mustShare(t, f, r, NewMatrix(prm.N, 1))
+	if p0, err = NewParty(prm, 0, phi0, x0); err != nil {
+		t.Fatal(err)
+	}
+	if p1, err = NewParty(prm, 1, phi1, x1); err != nil {
+		t.Fatal(err)
+	}
+	sess = NewSession([32]byte{'s', 'e', 's', 's'})
+	if v == FixedMask {
+		u0, u1, err := sess.FixedUShares(prm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := FixedSetup(p0, p1, u0, u1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d, err = NewDealer(prm, sess, compress); err != nil {
+		t.Fatal(err)
+	}
+	return p0, p1, d, sess
+}
+
+// tickMaterial draws one item and returns both parties' material.
+func tickMaterial(t *testing.T, d *Dealer, sess *Session, r interface{ Read([]byte) (int, error) }) (m0, m1 TickMaterial) {
+	t.Helper()
+	it, err := d.Next(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m0, err = it.Material(d.prm, 0, sess.P0Seed()); err != nil {
+		t.Fatal(err)
+	}
+	return m0, it.P1
+}
+
+func TestParseVariant(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Variant
+	}{{"per-tick", PerTick}, {"", PerTick}, {"fixed", FixedMask}} {
+		got, err := ParseVariant(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseVariant(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+		if tc.in != "" && got.String() != tc.in {
+			t.Errorf("%v.String() = %q, want %q", got, got.String(), tc.in)
+		}
+	}
+	if _, err := ParseVariant("fixed-mask"); !errors.Is(err, ErrParams) || !strings.Contains(err.Error(), `"fixed-mask"`) {
+		t.Errorf("ParseVariant(fixed-mask) error = %v", err)
+	}
+}
+
+func TestParamsValidate(t *testing.T) {
+	f := mustField(t, PresetM127)
+	good := pendulumParams(f, PerTick)
+	if err := good.Validate(); err != nil {
+		t.Fatalf("pendulum params: %v", err)
+	}
+	if got, want := good.Kappa(), 127-1-40-1; got != want {
+		t.Errorf("Kappa = %d, want floor(log2 q) - λ - 1 = %d", got, want)
+	}
+	if r, c := good.PhiShape(); r != 4 || c != 5 {
+		t.Errorf("PhiShape = %d, %d; want 4, 5", r, c)
+	}
+	small := mustFieldQ(t, Elem{1<<50 + 1}) // κ = 51 - 2 - 40 = 9 = l
+	for name, mod := range map[string]func(*Params){
+		"no field":  func(p *Params) { p.Field = nil },
+		"n = 0":     func(p *Params) { p.N = 0 },
+		"m < 0":     func(p *Params) { p.M = -1 },
+		"p = 0":     func(p *Params) { p.P = 0 },
+		"k = 1":     func(p *Params) { p.K = 1 },
+		"k = 63":    func(p *Params) { p.K = 63 },
+		"l = 0":     func(p *Params) { p.L = 0 },
+		"l = k":     func(p *Params) { p.L = p.K },
+		"λ = 0":     func(p *Params) { p.Lambda = 0 },
+		"κ <= l":    func(p *Params) { p.Field = small },
+		"λ too big": func(p *Params) { p.Lambda = 120 },
+	} {
+		p := good
+		mod(&p)
+		if err := p.Validate(); !errors.Is(err, ErrParams) {
+			t.Errorf("%s: Validate = %v, want ErrParams", name, err)
+		}
+	}
+}
+
+// TestPartyMisuse: every out-of-order call and every malformed input is an
+// error with the right sentinel, never a panic, and the party still runs a
+// correct tick afterwards.
+func TestPartyMisuse(t *testing.T) {
+	f := mustField(t, PresetM127)
+	for _, v := range []Variant{PerTick, FixedMask} {
+		t.Run(v.String(), func(t *testing.T) {
+			p0, p1, d, sess := twoParties(t, f, v, false)
+			prm := p0.Params()
+			r := seeded(102)
+			y0, y1 := mustShare(t, f, r, NewMatrix(prm.P, 1))
+			m0, m1 := tickMaterial(t, d, sess, r)
+
+			// Steps out of order.
+			if _, _, err := p0.Multiply(MulMsg{}); !errors.Is(err, ErrStage) {
+				t.Errorf("Multiply before Begin: %v, want ErrStage", err)
+			}
+			if err := p1.Finish(&TruncMsg{}); !errors.Is(err, ErrStage) {
+				t.Errorf("Finish before Multiply: %v, want ErrStage", err)
+			}
+
+			// Malformed sensor share and material.
+			if _, err := p0.Begin(NewMatrix(prm.P+1, 1), m0); !errors.Is(err, ErrDimension) {
+				t.Errorf("Begin with a %dx1 measurement: %v, want ErrDimension", prm.P+1, err)
+			}
+			bad := map[string]func(*TickMaterial){
+				"V short":   func(m *TickMaterial) { m.Triple.V = NewMatrix(4, 1) },
+				"V nil":     func(m *TickMaterial) { m.Triple.V = Matrix{} },
+				"W wide":    func(m *TickMaterial) { m.Triple.W = NewMatrix(4, 2) },
+				"M short":   func(m *TickMaterial) { m.Mask.M = NewMatrix(2, 1) },
+				"L missing": func(m *TickMaterial) { m.Mask.L = Matrix{} },
+				"W lies":    func(m *TickMaterial) { m.Triple.W = Matrix{Rows: 4, Cols: 1} }, // shape without data
+			}
+			if v == PerTick {
+				bad["U missing"] = func(m *TickMaterial) { m.Triple.U = Matrix{} }
+				bad["U transposed"] = func(m *TickMaterial) { m.Triple.U = NewMatrix(5, 4) }
+			}
+			for name, mod := range bad {
+				m := m0
+				mod(&m)
+				if _, err := p0.Begin(y0, m); !errors.Is(err, ErrMaterial) {
+					t.Errorf("Begin with material %s: %v, want ErrMaterial", name, err)
+				}
+			}
+
+			// A good Begin, then malformed peer messages.
+			msg0, err := p0.Begin(y0, m0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg1, err := p1.Begin(y1, m1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			peers := map[string]MulMsg{
+				"no T":       {S: msg1.S},
+				"T short":    {S: msg1.S, T: NewMatrix(4, 1)},
+				"T lies":     {S: msg1.S, T: Matrix{Rows: 5, Cols: 1}},
+				"T as a row": {S: msg1.S, T: NewMatrix(1, 5)},
+			}
+			if v == PerTick {
+				peers["no S"] = MulMsg{T: msg1.T}
+				peers["S short"] = MulMsg{S: NewMatrix(4, 4), T: msg1.T}
+				peers["S lies"] = MulMsg{S: Matrix{Rows: 4, Cols: 5, Data: make([]Elem, 19)}, T: msg1.T}
+			}
+			for name, peer := range peers {
+				if _, _, err := p0.Multiply(peer); !errors.Is(err, ErrPeer) {
+					t.Errorf("Multiply with peer message %s: %v, want ErrPeer", name, err)
+				}
+			}
+			if err := p0.Finish(nil); !errors.Is(err, ErrStage) {
+				t.Errorf("Finish after a failed Multiply: %v, want ErrStage", err)
+			}
+
+			// The good messages still work, and the Protocol 2 message checks.
+			u0, tr, err := p0.Multiply(msg1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u1, tr1, err := p1.Multiply(msg0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr == nil || tr1 != nil {
+				t.Fatalf("Protocol 2 messages: P0 %v, P1 %v; want only P0's", tr, tr1)
+			}
+			if err := p0.Finish(tr); !errors.Is(err, ErrPeer) {
+				t.Errorf("P0 Finish with a message: %v, want ErrPeer", err)
+			}
+			for name, peer := range map[string]*TruncMsg{
+				"nil":      nil,
+				"empty":    {},
+				"short":    {Y: NewMatrix(2, 1)},
+				"lies":     {Y: Matrix{Rows: 3, Cols: 1}},
+				"as a row": {Y: NewMatrix(1, 3)},
+			} {
+				if err := p1.Finish(peer); !errors.Is(err, ErrPeer) {
+					t.Errorf("P1 Finish with message %s: %v, want ErrPeer", name, err)
+				}
+			}
+			if err := p0.Finish(nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := p1.Finish(tr); err != nil {
+				t.Fatal(err)
+			}
+			// y = 0 and x = 0, so ū = 0 and the state stays 0 (W = 0 for X = 0).
+			if u := f.ReconstNew(u0, u1); !u.Equal(NewMatrix(1, 1)) {
+				t.Errorf("ū = %s, want 0", f.String(u.Data[0]))
+			}
+			s0, s1 := p0.State(), p1.State()
+			if x := f.ReconstNew(s0, s1); !x.Equal(NewMatrix(3, 1)) {
+				t.Errorf("state after a zero tick is not zero")
+			}
+			if err := p0.Finish(nil); !errors.Is(err, ErrStage) {
+				t.Errorf("second Finish: %v, want ErrStage", err)
+			}
+		})
+	}
+}
+
+func TestPartySetupErrors(t *testing.T) {
+	f := mustField(t, PresetM127)
+	prm := pendulumParams(f, FixedMask)
+	phi, x0 := NewMatrix(4, 5), NewMatrix(3, 1)
+	for name, tc := range map[string]struct {
+		prm     Params
+		id      int
+		phi, x0 Matrix
+		err     error
+	}{
+		"id 2":       {prm, 2, phi, x0, ErrParams},
+		"id -1":      {prm, -1, phi, x0, ErrParams},
+		"Φ 5x4":      {prm, 0, NewMatrix(5, 4), x0, ErrDimension},
+		"Φ no data":  {prm, 0, Matrix{Rows: 4, Cols: 5}, x0, ErrDimension},
+		"x0 4x1":     {prm, 0, phi, NewMatrix(4, 1), ErrDimension},
+		"bad params": {Params{Field: f}, 0, phi, x0, ErrParams},
+	} {
+		if _, err := NewParty(tc.prm, tc.id, tc.phi, tc.x0); !errors.Is(err, tc.err) {
+			t.Errorf("NewParty %s: %v, want %v", name, err, tc.err)
+		}
+	}
+
+	p, err := NewParty(prm, 0, phi, x0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Ready() {
+		t.Errorf("fixed-mask party is ready before set-up")
+	}
+	m := TickMaterial{Triple: TripleShare{V: NewMatrix(5, 1), W: NewMatrix(4, 1)}, Mask: MaskShare{M: NewMatrix(3, 1), L: NewMatrix(3, 1)}}
+	if _, err := p.Begin(NewMatrix(2, 1), m); !errors.Is(err, ErrStage) {
+		t.Errorf("Begin without fixed set-up: %v, want ErrStage", err)
+	}
+	if err := p.FixedSetupFinish(NewMatrix(4, 5), NewMatrix(4, 5)); !errors.Is(err, ErrStage) {
+		t.Errorf("FixedSetupFinish before FixedSetupMsg: %v, want ErrStage", err)
+	}
+	if _, err := p.FixedSetupMsg(NewMatrix(5, 4)); !errors.Is(err, ErrDimension) {
+		t.Errorf("FixedSetupMsg with a 5x4 U: %v, want ErrDimension", err)
+	}
+	own, err := p.FixedSetupMsg(NewMatrix(4, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.FixedSetupFinish(own, NewMatrix(4, 4)); !errors.Is(err, ErrPeer) {
+		t.Errorf("FixedSetupFinish with a 4x4 peer share: %v, want ErrPeer", err)
+	}
+	if err := p.FixedSetupFinish(own, NewMatrix(4, 5)); err != nil || !p.Ready() {
+		t.Errorf("FixedSetupFinish: %v, ready %v", err, p.Ready())
+	}
+
+	pt, err := NewParty(pendulumParams(f, PerTick), 1, phi, x0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pt.FixedSetupMsg(NewMatrix(4, 5)); !errors.Is(err, ErrStage) {
+		t.Errorf("FixedSetupMsg in the per-tick variant: %v, want ErrStage", err)
+	}
+	if pt.ID() != 1 || !pt.Ready() {
+		t.Errorf("ID %d, Ready %v", pt.ID(), pt.Ready())
+	}
+
+	// State persistence.
+	st := NewMatrix(3, 1)
+	st.Data[1] = f.FromInt64(-7)
+	if err := pt.SetState(st); err != nil {
+		t.Fatal(err)
+	}
+	if got := pt.State(); !got.Equal(st) {
+		t.Errorf("State after SetState differs")
+	}
+	st.Data[1] = Elem{} // State and SetState copy
+	if got := pt.State(); got.Equal(st) {
+		t.Errorf("SetState kept a reference to its argument")
+	}
+	for _, bad := range []Matrix{NewMatrix(2, 1), NewMatrix(1, 3), {Rows: 3, Cols: 1}} {
+		if err := pt.SetState(bad); !errors.Is(err, ErrDimension) {
+			t.Errorf("SetState(%dx%d): %v, want ErrDimension", bad.Rows, bad.Cols, err)
+		}
+	}
+}

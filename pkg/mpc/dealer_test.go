@@ -1,0 +1,253 @@
+package mpc
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"testing/iotest"
+)
+
+func materialEqual(a, b TickMaterial) bool {
+	return a.Triple.U.Equal(b.Triple.U) && a.Triple.V.Equal(b.Triple.V) && a.Triple.W.Equal(b.Triple.W) &&
+		a.Mask.M.Equal(b.Mask.M) && a.Mask.L.Equal(b.Mask.L)
+}
+
+// checkMaterial reconstructs an item's material and checks it is a valid
+// triple (W = U V, with the session's U in the fixed variant) and a valid
+// truncation mask (L = R' in Z<l>, M - R' = 2^l R with R in Z<κ-l+λ>).
+func checkMaterial(t *testing.T, prm Params, fixedU Matrix, m0, m1 TickMaterial) {
+	t.Helper()
+	f := prm.Field
+	u := fixedU
+	if prm.Variant == PerTick {
+		u = f.ReconstNew(m0.Triple.U, m1.Triple.U)
+	} else if m0.Triple.U.Data != nil || m1.Triple.U.Data != nil {
+		t.Fatalf("fixed-mask material carries U")
+	}
+	v, w := f.ReconstNew(m0.Triple.V, m1.Triple.V), f.ReconstNew(m0.Triple.W, m1.Triple.W)
+	if !w.Equal(bigMatMul(f, u, v)) {
+		t.Fatalf("material: W != U V")
+	}
+	mask, rp := f.ReconstNew(m0.Mask.M, m1.Mask.M), f.ReconstNew(m0.Mask.L, m1.Mask.L)
+	inv := f.InvPow2(prm.L)
+	for i := range mask.Data {
+		R := f.Mul(f.Sub(mask.Data[i], rp.Data[i]), inv)
+		if !f.InSigned(rp.Data[i], prm.L) || !f.InSigned(R, prm.Kappa()-prm.L+prm.Lambda) {
+			t.Fatalf("material: mask entry %d malformed: R' = %s, R = %s", i, f.String(rp.Data[i]), f.String(R))
+		}
+	}
+}
+
+func dealerParams(t *testing.T) []Params {
+	var out []Params
+	for _, name := range []string{PresetM127, PresetP25519} {
+		f := mustField(t, name)
+		for _, v := range []Variant{PerTick, FixedMask} {
+			out = append(out, pendulumParams(f, v))
+			p := pendulumParams(f, v)
+			p.N, p.M, p.P = 6, 2, 3 // a non-square Φ
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func paramsName(p Params) string {
+	return fmt.Sprintf("%s/%v/n=%d", p.Field.Name(), p.Variant, p.N)
+}
+
+// TestExpandP0 checks seed compression: ExpandP0 reproduces exactly the P0
+// material that generation with the same PRG streams gives, a compressed
+// dealer ships the same P1 material as uncompressed generation from the same
+// streams, and the item carries no P0 part.
+func TestExpandP0(t *testing.T) {
+	for _, prm := range dealerParams(t) {
+		t.Run(paramsName(prm), func(t *testing.T) {
+			sess := NewSession([32]byte{'e', 'x', 'p'})
+			fixedU, err := sess.FixedU(prm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if prm.Variant == PerTick {
+				fixedU = Matrix{}
+			}
+			// Direct: generate with r0 = PRG(seed, nonce), then expand.
+			seed, nonce := [32]byte{1, 2, 3}, [16]byte{4, 5, 6}
+			m0, m1, err := genMaterial(prm, seeded(121), NewPRG(seed, nonce), fixedU)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := ExpandP0(prm, seed, nonce)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !materialEqual(e, m0) {
+				t.Fatalf("ExpandP0 differs from the generated P0 material")
+			}
+			checkMaterial(t, prm, fixedU, m0, m1)
+			if e2, _ := ExpandP0(prm, seed, [16]byte{4, 5, 7}); materialEqual(e2, e) {
+				t.Fatalf("ExpandP0 ignores the nonce")
+			}
+
+			// Through the dealer: a compressed item equals generation from the
+			// same streams, and Material(0) expands it.
+			d, err := NewDealer(prm, sess, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				it, err := d.Next(seeded(122))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if it.P0 != nil {
+					t.Fatalf("compressed item carries P0 material")
+				}
+				r := seeded(122)
+				var n [16]byte
+				io.ReadFull(r, n[:])
+				if n != it.Nonce {
+					t.Fatalf("nonce is not the first 16 bytes of the reader")
+				}
+				w0, w1, err := genMaterial(prm, r, NewPRG(sess.P0Seed(), n), fixedU)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !materialEqual(it.P1, w1) {
+					t.Fatalf("compressed item's P1 material differs from generation with the same streams")
+				}
+				got0, err := it.Material(prm, 0, sess.P0Seed())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !materialEqual(got0, w0) {
+					t.Fatalf("Material(0) of a compressed item differs")
+				}
+				checkMaterial(t, prm, fixedU, got0, it.P1)
+			}
+		})
+	}
+}
+
+// TestDealerNeverReuses: consecutive items have different nonces and
+// different V (the fixed-mask variant is secure only if V never repeats).
+func TestDealerNeverReuses(t *testing.T) {
+	for _, prm := range dealerParams(t) {
+		for _, compress := range []bool{false, true} {
+			sess := NewSession([32]byte{'r', 'e'})
+			d, err := NewDealer(prm, sess, compress)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fixedU, _ := sess.FixedU(prm)
+			if prm.Variant == PerTick {
+				fixedU = Matrix{}
+			}
+			r := seeded(123)
+			nonces := map[[16]byte]bool{}
+			var vs []Matrix
+			for range 50 {
+				it, err := d.Next(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if nonces[it.Nonce] {
+					t.Fatalf("%s compress=%v: nonce repeated", paramsName(prm), compress)
+				}
+				nonces[it.Nonce] = true
+				m0, err := it.Material(prm, 0, sess.P0Seed())
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkMaterial(t, prm, fixedU, m0, it.P1)
+				v := prm.Field.ReconstNew(m0.Triple.V, it.P1.Triple.V)
+				for _, old := range vs {
+					if old.Equal(v) {
+						t.Fatalf("%s compress=%v: V repeated", paramsName(prm), compress)
+					}
+				}
+				vs = append(vs, v)
+			}
+		}
+	}
+}
+
+func TestDealerBytesPerTick(t *testing.T) {
+	m127, p255 := mustField(t, PresetM127), mustField(t, PresetP25519)
+	for _, tc := range []struct {
+		prm                    Params
+		elems, compress, plain int
+	}{
+		// Per tick: U 4x5, V 5, W 4, M 3, L 3 = 35 elements per party.
+		{pendulumParams(m127, PerTick), 35, 35*16 + 16, 2*35*16 + 16},
+		{pendulumParams(p255, PerTick), 35, 35*32 + 16, 2*35*32 + 16},
+		// Fixed mask: no U, 15 elements.
+		{pendulumParams(m127, FixedMask), 15, 15*16 + 16, 2*15*16 + 16},
+		{pendulumParams(p255, FixedMask), 15, 15*32 + 16, 2*15*32 + 16},
+	} {
+		name := paramsName(tc.prm)
+		if got := MaterialElems(tc.prm); got != tc.elems {
+			t.Errorf("%s: MaterialElems = %d, want %d", name, got, tc.elems)
+		}
+		c, p := DealerBytesPerTick(tc.prm, true), DealerBytesPerTick(tc.prm, false)
+		if c != tc.compress || p != tc.plain || c >= p {
+			t.Errorf("%s: DealerBytesPerTick = %d compressed, %d plain; want %d, %d", name, c, p, tc.compress, tc.plain)
+		}
+	}
+}
+
+func TestSession(t *testing.T) {
+	prm := pendulumParams(mustField(t, PresetM127), FixedMask)
+	a, b := NewSession([32]byte{1}), NewSession([32]byte{2})
+	if a.P0Seed() != NewSession([32]byte{1}).P0Seed() {
+		t.Errorf("P0Seed is not deterministic")
+	}
+	if a.P0Seed() == b.P0Seed() || a.P0Seed() == a.derive("fixed-U") {
+		t.Errorf("derived secrets collide")
+	}
+	u, err := a.FixedU(prm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u0, u1, err := a.FixedUShares(prm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !prm.Field.ReconstNew(u0, u1).Equal(u) {
+		t.Errorf("FixedUShares do not reconstruct FixedU")
+	}
+	if s0, _ := FixedUShare0(prm, a.P0Seed()); !s0.Equal(u0) {
+		t.Errorf("FixedUShare0 differs from P0's share")
+	}
+	if ub, _ := b.FixedU(prm); ub.Equal(u) {
+		t.Errorf("two sessions share U")
+	}
+	// Dealer replicas of one session agree on U, so their items mix.
+	d1, _ := NewDealer(prm, a, true)
+	d2, _ := NewDealer(prm, NewSession([32]byte{1}), false)
+	if !d1.fixedU.Equal(d2.fixedU) || !d1.fixedU.Equal(u) {
+		t.Errorf("dealers of one session disagree on U")
+	}
+}
+
+func TestDealerErrors(t *testing.T) {
+	f := mustField(t, PresetM127)
+	if _, err := NewDealer(Params{Field: f}, NewSession([32]byte{}), true); !errors.Is(err, ErrParams) {
+		t.Errorf("NewDealer with invalid params: %v", err)
+	}
+	d, err := NewDealer(pendulumParams(f, PerTick), NewSession([32]byte{}), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("no entropy")
+	if _, err := d.Next(iotest.ErrReader(boom)); !errors.Is(err, boom) {
+		t.Errorf("Next with a failing reader: %v", err)
+	}
+	// Running dry after the nonce, and part way through the material.
+	for _, n := range []int64{16, 100, 500} {
+		if _, err := d.Next(io.LimitReader(seeded(124), n)); err == nil {
+			t.Errorf("Next with %d bytes of randomness: no error", n)
+		}
+	}
+}
