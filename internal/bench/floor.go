@@ -1,9 +1,15 @@
 // Package bench measures the product on this machine: `duet bench`.
+//
+// Every measurement runs beside a zero-computation floor on the same NATS
+// server in the same run (floor.go): the machines this runs on are shared
+// and noisy, so the ratio to the floor is the number to read, not the
+// absolute latency.
 package bench
 
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -13,83 +19,158 @@ import (
 // FloorSizes are the payload sizes of one tick's messages.
 type FloorSizes struct {
 	Measure, Exchange, Output int
+	// OneWay selects the topology of Protocol 2: only P0 sends an exchange
+	// message (to P1); P0 answers at once, P1 after P0's message. Otherwise
+	// both parties exchange one message each (Protocol 1, a controller tick).
+	OneWay bool
 }
 
-// Floor measures the zero-computation floor of one tick over NATS: the same
+// FloorRig is the zero-computation floor of one tick over NATS: the same
 // topology as the secure loop (sensor -> both parties, one exchange between
 // them, both -> actuator) and the same message sizes, with no computation
-// and no encryption. It returns n latencies from the sensor's publish to the
-// actuator's receipt of the second output message, ticks paced by gap.
-func Floor(ctx context.Context, url string, sz FloorSizes, n int, gap time.Duration) ([]time.Duration, error) {
-	conns := make([]*nats.Conn, 4) // sensor, p0, p1, actuator
-	for i := range conns {
+// and no encryption. Each of the four roles has its own connection, as the
+// services do.
+type FloorRig struct {
+	conns  [4]*nats.Conn // sensor, p0, p1, actuator
+	prefix string
+	meas   []byte
+	done   chan uint64 // ticks whose second output arrived
+	tick   uint64      // last tick sent (Run is not safe for concurrent use)
+}
+
+// NewFloorRig connects the four roles to url and subscribes the parties and
+// the actuator.
+func NewFloorRig(url string, sz FloorSizes) (*FloorRig, error) {
+	r := &FloorRig{prefix: fmt.Sprintf("floor.%d", time.Now().UnixNano()), meas: make([]byte, sz.Measure), done: make(chan uint64, 16)}
+	for i := range r.conns {
 		nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("duet-floor-%d", i)))
 		if err != nil {
-			return nil, err
+			r.Close()
+			return nil, fmt.Errorf("bench: floor: %w", err)
 		}
-		defer nc.Close()
-		conns[i] = nc
+		r.conns[i] = nc
 	}
-	sensor, act := conns[0], conns[3]
-	prefix := fmt.Sprintf("floor.%d", time.Now().UnixNano())
-	meas, exch, out := make([]byte, sz.Measure), make([]byte, sz.Exchange), make([]byte, sz.Output)
+	exch, out := make([]byte, sz.Exchange), make([]byte, sz.Output)
 	for i := 0; i < 2; i++ {
-		nc, id := conns[1+i], i
+		nc, id := r.conns[1+i], i
 		var mu sync.Mutex
 		got := map[string]int{}
+		// need is how many messages party id waits for before answering.
+		need := 2
+		if sz.OneWay && id == 0 {
+			need = 1
+		}
 		step := func(tick string) {
 			mu.Lock()
 			got[tick]++
-			done := got[tick] == 2
-			if done {
+			ready := got[tick] == need
+			if ready {
 				delete(got, tick)
 			}
 			mu.Unlock()
-			if done {
-				nc.Publish(prefix+".out."+tick, out)
+			if ready {
+				nc.Publish(r.prefix+".out."+tick, out)
 			}
 		}
-		if _, err := nc.Subscribe(fmt.Sprintf("%s.m%d.*", prefix, id), func(m *nats.Msg) {
-			tick := m.Subject[len(prefix)+4:]
-			nc.Publish(fmt.Sprintf("%s.x%d.%s", prefix, 1-id, tick), exch)
+		if _, err := nc.Subscribe(fmt.Sprintf("%s.m%d.*", r.prefix, id), func(m *nats.Msg) {
+			tick := m.Subject[len(r.prefix)+4:]
+			if !sz.OneWay || id == 0 {
+				nc.Publish(fmt.Sprintf("%s.x%d.%s", r.prefix, 1-id, tick), exch)
+			}
 			step(tick)
 		}); err != nil {
+			r.Close()
 			return nil, err
 		}
-		if _, err := nc.Subscribe(fmt.Sprintf("%s.x%d.*", prefix, id), func(m *nats.Msg) {
-			step(m.Subject[len(prefix)+4:])
+		if _, err := nc.Subscribe(fmt.Sprintf("%s.x%d.*", r.prefix, id), func(m *nats.Msg) {
+			step(m.Subject[len(r.prefix)+4:])
 		}); err != nil {
+			r.Close()
 			return nil, err
 		}
-		nc.Flush()
+		if err := nc.Flush(); err != nil {
+			r.Close()
+			return nil, err
+		}
 	}
-	done := make(chan struct{}, 1)
-	var outs sync.Map
-	if _, err := act.Subscribe(prefix+".out.*", func(m *nats.Msg) {
-		k := m.Subject
-		if v, loaded := outs.LoadOrStore(k, 1); loaded && v.(int) == 1 {
-			outs.Delete(k)
-			done <- struct{}{}
+	act := r.conns[3]
+	outs := map[string]bool{}
+	if _, err := act.Subscribe(r.prefix+".out.*", func(m *nats.Msg) {
+		tick := m.Subject[len(r.prefix)+5:]
+		if !outs[tick] { // the callback is never run concurrently with itself
+			outs[tick] = true
+			return
+		}
+		delete(outs, tick)
+		if t, err := strconv.ParseUint(tick, 10, 64); err == nil {
+			select {
+			case r.done <- t:
+			default:
+			}
 		}
 	}); err != nil {
+		r.Close()
 		return nil, err
 	}
-	act.Flush()
+	if err := act.Flush(); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Run returns n latencies from the sensor's publish to the actuator's receipt
+// of the second output message, ticks paced by gap. Tick numbers continue
+// across calls.
+func (r *FloorRig) Run(ctx context.Context, n int, gap time.Duration) ([]time.Duration, error) {
+	sensor := r.conns[0]
 	lat := make([]time.Duration, 0, n)
-	for t := 0; t < n; t++ {
-		tick := fmt.Sprint(t)
+	timeout := time.NewTimer(time.Hour)
+	defer timeout.Stop()
+	for i := 0; i < n; i++ {
+		r.tick++
+		t := r.tick
+		tick := strconv.FormatUint(t, 10)
 		start := time.Now()
-		sensor.Publish(prefix+".m0."+tick, meas)
-		sensor.Publish(prefix+".m1."+tick, meas)
-		select {
-		case <-done:
-		case <-time.After(time.Second):
-			return nil, fmt.Errorf("bench: floor tick %d timed out", t)
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		sensor.Publish(r.prefix+".m0."+tick, r.meas)
+		sensor.Publish(r.prefix+".m1."+tick, r.meas)
+		timeout.Reset(time.Second)
+	wait:
+		for {
+			select {
+			case got := <-r.done:
+				if got == t {
+					break wait
+				}
+			case <-timeout.C:
+				return nil, fmt.Errorf("bench: floor tick %d timed out", t)
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
 		lat = append(lat, time.Since(start))
-		time.Sleep(gap)
+		if gap > 0 {
+			time.Sleep(gap)
+		}
 	}
 	return lat, nil
+}
+
+// Close closes the connections.
+func (r *FloorRig) Close() {
+	for _, nc := range r.conns {
+		if nc != nil {
+			nc.Close()
+		}
+	}
+}
+
+// Floor measures n floor ticks with a fresh rig (see FloorRig).
+func Floor(ctx context.Context, url string, sz FloorSizes, n int, gap time.Duration) ([]time.Duration, error) {
+	r, err := NewFloorRig(url, sz)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return r.Run(ctx, n, gap)
 }

@@ -4,22 +4,21 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/duet-mpc/duet/internal/demo"
 )
 
 func TestFloorRuns(t *testing.T) {
-	ns, dir, err := demo.StartServer()
-	if err != nil {
-		t.Fatal(err)
+	url := startServer(t)
+	for _, oneWay := range []bool{false, true} {
+		lat, err := Floor(context.Background(), url, FloorSizes{Measure: 200, Exchange: 700, Output: 150, OneWay: oneWay}, 50, time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lat) != 50 {
+			t.Fatalf("%d latencies, want 50", len(lat))
+		}
+		s := Summarize(lat)
+		if s.Min <= 0 || s.Min > s.P50 || s.P50 > s.P99 || s.P99 > s.Max {
+			t.Fatalf("stats out of order: %+v", s)
+		}
 	}
-	defer func() { ns.Shutdown(); _ = dir }()
-	lat, err := Floor(context.Background(), ns.ClientURL(), FloorSizes{200, 700, 150}, 300, 40*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(lat) != 300 {
-		t.Fatalf("%d latencies, want 300", len(lat))
-	}
-	t.Logf("floor p50 %v p99 %v", demo.Percentile(lat, .5), demo.Percentile(lat, .99))
 }

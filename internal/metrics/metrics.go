@@ -16,15 +16,15 @@ import (
 type Set struct {
 	Reg *prometheus.Registry
 
-	Rejects        *prometheus.CounterVec   // reason
-	Ticks          *prometheus.CounterVec   // loop
-	Misses         *prometheus.CounterVec   // loop
-	Mismatches     *prometheus.CounterVec   // loop: item id or state version disagreed between parties
-	ItemsConsumed  *prometheus.CounterVec   // loop
-	ItemsDiscarded *prometheus.CounterVec   // loop
-	ItemsPublished *prometheus.CounterVec   // loop
-	QueueDepth     *prometheus.GaugeVec     // loop
-	LowWater       *prometheus.CounterVec   // loop
+	Rejects        *prometheus.CounterVec // reason
+	Ticks          *prometheus.CounterVec // loop
+	Misses         *prometheus.CounterVec // loop
+	Mismatches     *prometheus.CounterVec // loop: item id or state version disagreed between parties
+	ItemsConsumed  *prometheus.CounterVec // loop
+	ItemsDiscarded *prometheus.CounterVec // loop
+	ItemsPublished *prometheus.CounterVec // loop
+	QueueDepth     *prometheus.GaugeVec   // loop
+	LowWater       *prometheus.CounterVec // loop
 	Reconnects     prometheus.Counter
 	TickLatency    *prometheus.HistogramVec // loop, seconds
 }

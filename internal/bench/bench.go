@@ -1,0 +1,370 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"time"
+
+	"github.com/duet-mpc/duet/internal/demo"
+	"github.com/duet-mpc/duet/pkg/mpc"
+	"github.com/duet-mpc/duet/pkg/plant"
+)
+
+// Sections of a run, in order.
+const (
+	SectionFig5   = "fig5"
+	SectionTick   = "tick"
+	SectionDealer = "dealer"
+	SectionScale  = "scale"
+)
+
+// AllSections lists the sections in the order they run.
+var AllSections = []string{SectionFig5, SectionTick, SectionDealer, SectionScale}
+
+// Options configure Run.
+type Options struct {
+	Quick    bool
+	URL      string   // NATS server; empty: an embedded one (demo.StartServer)
+	Out      string   // output directory (CSV, PNG, profiles)
+	Sections []string // default AllSections
+	// Examples is the directory of the pendulum's controller.json and
+	// plant.json (default examples/qube-servo2).
+	Examples string
+	Profile  bool // write a CPU profile per section into Out/pprof/
+	// Plan, if set, replaces PlanFor(Quick) (tests use a tiny one).
+	Plan     *Plan
+	Log      *slog.Logger
+	Progress io.Writer // progress lines (nil: none)
+}
+
+// Report is everything a run measured.
+type Report struct {
+	Server  string // "embedded" or the URL
+	Quick   bool
+	Started time.Time
+	Took    time.Duration
+	Fig5    []Fig5Row
+	Tick    []TickRow
+	Dealer  []DealerRow
+	Scale   []ScaleRow
+	// ScaleLimit is the p99 limit of the scale search.
+	ScaleLimit time.Duration
+}
+
+// Plan is what a run measures: the sizes of each section.
+type Plan struct {
+	Fig5Ds      []int
+	Fig5Reps    int
+	Fig5Warmup  int
+	Ticks       int
+	TickWarmup  int
+	TickBlock   int
+	TickNs      []int
+	DealerItems int
+	ScaleLoops  []int
+	ScaleDur    time.Duration
+	ScaleBudget time.Duration
+	// ScaleNoPersistLoops is the second search, with the parties' per-tick
+	// state persistence off (DUET_PERSIST=false).
+	ScaleNoPersistLoops []int
+}
+
+// PlanFor returns the full or the --quick plan.
+func PlanFor(quick bool) Plan {
+	if quick {
+		return Plan{Fig5Ds: []int{10, 50, 100}, Fig5Reps: 20, Fig5Warmup: 5, Ticks: 300, TickWarmup: 50, TickBlock: 50, TickNs: []int{4, 16, 32, 64},
+			DealerItems: 2000, ScaleLoops: []int{25, 50}, ScaleDur: 2 * time.Second, ScaleBudget: time.Minute,
+			ScaleNoPersistLoops: []int{25, 50}}
+	}
+	return Plan{Fig5Ds: []int{10, 20, 30, 40, 50, 60, 70, 80, 90, 100}, Fig5Reps: 100, Fig5Warmup: 10, Ticks: 2000, TickWarmup: 100, TickBlock: 100,
+		TickNs:      []int{4, 16, 32, 64},
+		DealerItems: 5000, ScaleLoops: []int{50, 100, 200, 300, 400, 500, 600, 700, 850, 1000, 1250, 1500}, ScaleDur: 6 * time.Second,
+		ScaleBudget: 2 * time.Minute, ScaleNoPersistLoops: []int{50, 100, 200, 300, 400, 500, 600, 700, 850, 1000, 1250, 1500}}
+}
+
+// Run runs the selected sections and writes their CSV files and plots into
+// opt.Out as each section completes.
+func Run(ctx context.Context, opt Options) (*Report, error) {
+	if opt.Examples == "" {
+		opt.Examples = filepath.Join("examples", "qube-servo2")
+	}
+	if len(opt.Sections) == 0 {
+		opt.Sections = AllSections
+	}
+	for _, s := range opt.Sections {
+		if !slices.Contains(AllSections, s) {
+			return nil, fmt.Errorf("bench: unknown section %q (want some of %v)", s, AllSections)
+		}
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opt.Progress == nil {
+		opt.Progress = io.Discard
+	}
+	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
+		return nil, err
+	}
+	cs, err := mpc.LoadControllerSpec(filepath.Join(opt.Examples, "controller.json"))
+	if err != nil {
+		return nil, err
+	}
+	ps, err := plant.LoadSpec(filepath.Join(opt.Examples, "plant.json"))
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Server: redact(opt.URL), Quick: opt.Quick, Started: time.Now(), ScaleLimit: 10 * time.Millisecond}
+	url := opt.URL
+	if url == "" {
+		ns, dir, err := demo.StartServer()
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+			os.RemoveAll(dir)
+		}()
+		url, rep.Server = ns.ClientURL(), "embedded"
+	}
+	plan := PlanFor(opt.Quick)
+	if opt.Plan != nil {
+		plan = *opt.Plan
+	}
+	pr := func(format string, a ...any) { fmt.Fprintf(opt.Progress, format+"\n", a...) }
+	for _, sec := range opt.Sections {
+		stop, err := startProfile(opt, sec)
+		if err != nil {
+			return rep, err
+		}
+		t0 := time.Now()
+		pr("bench: %s ...", sec)
+		switch sec {
+		case SectionFig5:
+			err = runFig5Section(ctx, url, plan, rep, pr)
+		case SectionTick:
+			err = runTickSection(ctx, url, plan, cs, ps, opt.Log, rep, pr)
+		case SectionDealer:
+			err = runDealerSection(ctx, url, plan, cs, opt.Log, rep, pr)
+		case SectionScale:
+			prof := ""
+			if opt.Profile {
+				prof = filepath.Join(opt.Out, "pprof")
+				if err = os.MkdirAll(prof, 0o755); err != nil {
+					break
+				}
+			}
+			err = runScaleSection(ctx, url, plan, cs, prof, opt.Log, rep, pr)
+		}
+		stop()
+		pr("bench: %s done in %v", sec, time.Since(t0).Round(100*time.Millisecond))
+		if werr := rep.write(opt.Out); werr != nil && err == nil {
+			err = werr
+		}
+		if err != nil {
+			return rep, err
+		}
+	}
+	rep.Took = time.Since(rep.Started)
+	return rep, nil
+}
+
+// startProfile profiles a section into Out/pprof/<section>.pprof. The scale
+// section profiles each step's measurement window instead (its set-up and
+// prefill would dominate a profile of the whole section).
+// redact hides a password in a server URL (the report prints it).
+func redact(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return s
+}
+
+func startProfile(opt Options, section string) (func(), error) {
+	if !opt.Profile || section == SectionScale {
+		return func() {}, nil
+	}
+	dir := filepath.Join(opt.Out, "pprof")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return startCPUProfile(filepath.Join(dir, section+".pprof"))
+}
+
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+func (rep *Report) write(dir string) error {
+	if err := rep.WriteCSVs(dir); err != nil {
+		return err
+	}
+	if len(rep.Fig5) > 0 {
+		if err := rep.WriteFig5Plot(dir); err != nil {
+			return err
+		}
+	}
+	if len(rep.Scale) > 0 {
+		if err := rep.WriteScalePlot(dir, us(rep.ScaleLimit)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func runFig5Section(ctx context.Context, url string, plan Plan, rep *Report, pr func(string, ...any)) error {
+	for _, s := range Fig5Series {
+		rows, err := RunFig5(ctx, Fig5Options{URL: url, Ds: plan.Fig5Ds, Reps: plan.Fig5Reps, Warmup: plan.Fig5Warmup,
+			Gap: time.Millisecond, Series: []Series{s}})
+		rep.Fig5 = append(rep.Fig5, rows...)
+		for _, r := range rows {
+			pr("  %-18s d=%3d  mean %8.1fµs  p50 %8.1fµs  floor p50 %7.1fµs  ×%.2f  %d B/party",
+				s.Name(), r.D, us(r.Lat.Mean), us(r.Lat.P50), us(r.Floor.P50), ratio(r.Lat.P50, r.Floor.P50), r.BytesPerParty())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TickCases are the cases of tick.csv: the pendulum (fixed mask; per-tick and
+// without persistence as extra rows) and random controllers of n states.
+func TickCases(pendulum mpc.ControllerSpec, pendulumPlant plant.Spec, ns []int) []TickCase {
+	cs := []TickCase{
+		{Name: "pendulum", Controller: pendulum, Plant: pendulumPlant, Variant: mpc.FixedMask},
+		{Name: "pendulum-pertick", Controller: pendulum, Plant: pendulumPlant, Variant: mpc.PerTick},
+		{Name: "pendulum-nopersist", Controller: pendulum, Plant: pendulumPlant, Variant: mpc.FixedMask, NoPersist: true},
+	}
+	for _, n := range ns {
+		cs = append(cs, TickCase{Name: caseName(n), Controller: RandomController(n, 1, 1), Plant: BenchPlant(), Variant: mpc.FixedMask})
+	}
+	return cs
+}
+
+func runTickSection(ctx context.Context, url string, plan Plan, cs mpc.ControllerSpec, ps plant.Spec, log *slog.Logger, rep *Report, pr func(string, ...any)) error {
+	for _, c := range TickCases(cs, ps, plan.TickNs) {
+		row, err := RunTick(ctx, TickOptions{URL: url, Ticks: plan.Ticks, Warmup: plan.TickWarmup, Block: plan.TickBlock, Compress: true, Log: log}, c)
+		if err != nil {
+			return fmt.Errorf("bench: tick %s: %w", c.Name, err)
+		}
+		rep.Tick = append(rep.Tick, row)
+		pr("  %-19s p50 %7.1fµs p99 %7.1fµs  floor p50 %6.1fµs p99 %6.1fµs  ×%.2f / ×%.2f  misses %d  abandoned %d",
+			row.Case, us(row.Lat.P50), us(row.Lat.P99), us(row.Floor.P50), us(row.Floor.P99),
+			ratio(row.Lat.P50, row.Floor.P50), ratio(row.Lat.P99, row.Floor.P99), row.Misses, row.Abandoned)
+		if row.MaxDiff > row.Bound {
+			return fmt.Errorf("bench: tick %s: max |u - uplain| = %g exceeds the bound %g", c.Name, row.MaxDiff, row.Bound)
+		}
+	}
+	return nil
+}
+
+// DealerCases are the pendulum and a d = 100 controller (n = 99, m = p = 1:
+// Φ is 100 x 100, the largest Fig. 5 point).
+func DealerCases(pendulum mpc.ControllerSpec) []DealerCase {
+	return []DealerCase{{Name: "pendulum", Controller: pendulum}, {Name: "d100", Controller: RandomController(99, 1, 1)}}
+}
+
+func runDealerSection(ctx context.Context, url string, plan Plan, cs mpc.ControllerSpec, log *slog.Logger, rep *Report, pr func(string, ...any)) error {
+	rows, err := RunDealer(ctx, DealerOptions{URL: url, Items: plan.DealerItems, Log: log}, DealerCases(cs))
+	rep.Dealer = rows
+	for _, r := range rows {
+		pr("  %-8s %-8s compress=%-5v replicas=%d  %8.0f items/s  %6d B/tick payload  %8.1f B/item in the stream",
+			r.Case, r.Variant, r.Compress, r.Replicas, r.Rate, r.PayloadBytes, r.StreamBytes)
+	}
+	return err
+}
+
+func runScaleSection(ctx context.Context, url string, plan Plan, cs mpc.ControllerSpec, profileDir string, log *slog.Logger, rep *Report, pr func(string, ...any)) error {
+	// The main search runs the parties as cmd/party does by default
+	// (DUET_PERSIST=true: the state share is persisted every tick); the
+	// second one without persistence, to show what it costs.
+	for _, persist := range []bool{true, false} {
+		loops := plan.ScaleLoops
+		if !persist {
+			loops = plan.ScaleNoPersistLoops
+		}
+		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget,
+			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log,
+			OnStep: func(r ScaleRow) {
+				rep.Scale = append(rep.Scale, r)
+				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) | cpu %.2f cores  ok %v (set-up %v)",
+					r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong, r.Stalls, r.StallMax.Round(100*time.Microsecond),
+					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond),
+					r.CPU, r.OK, r.Setup.Round(100*time.Millisecond))
+			}})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Target is one of the performance targets and whether this run met it.
+type Target struct {
+	Name     string
+	Got      string
+	Met      bool
+	Measured bool
+}
+
+// Targets evaluates the targets on what was measured.
+func (rep *Report) Targets() []Target {
+	var ts []Target
+	tick := func(name string) (TickRow, bool) {
+		for _, r := range rep.Tick {
+			if r.Case == name {
+				return r, true
+			}
+		}
+		return TickRow{}, false
+	}
+	r, ok := tick("pendulum")
+	ts = append(ts,
+		Target{Name: "pendulum tick p50 <= 1.5x floor", Measured: ok, Met: ok && ratio(r.Lat.P50, r.Floor.P50) <= 1.5,
+			Got: fmt.Sprintf("%.0f µs vs %.0f µs: %.2fx", us(r.Lat.P50), us(r.Floor.P50), ratio(r.Lat.P50, r.Floor.P50))},
+		Target{Name: "pendulum tick p99 <= 2x floor", Measured: ok, Met: ok && ratio(r.Lat.P99, r.Floor.P99) <= 2,
+			Got: fmt.Sprintf("%.0f µs vs %.0f µs: %.2fx", us(r.Lat.P99), us(r.Floor.P99), ratio(r.Lat.P99, r.Floor.P99))})
+	r, ok = tick("n32")
+	ts = append(ts, Target{Name: "n=32 fixed-mask tick p50 < 300 µs", Measured: ok, Met: ok && r.Lat.P50 < 300*time.Microsecond,
+		Got: fmt.Sprintf("%.0f µs (floor %.0f µs)", us(r.Lat.P50), us(r.Floor.P50))})
+	var f Fig5Row
+	ok = false
+	for _, x := range rep.Fig5 {
+		if x.Series == (Series{1, mpc.FixedMask}) && x.D == 100 {
+			f, ok = x, true
+		}
+	}
+	ts = append(ts, Target{Name: "Protocol 1 fixed mask d=100 p50 <= 2x floor", Measured: ok, Met: ok && ratio(f.Lat.P50, f.Floor.P50) <= 2,
+		Got: fmt.Sprintf("%.0f µs vs %.0f µs: %.2fx", us(f.Lat.P50), us(f.Floor.P50), ratio(f.Lat.P50, f.Floor.P50))})
+	var best, tried [2]int // without, with persistence
+	measured := false
+	for _, s := range rep.Scale {
+		i := 0
+		if s.Persist {
+			i, measured = 1, true
+		}
+		tried[i] = max(tried[i], s.Loops)
+		if s.OK {
+			best[i] = max(best[i], s.Loops)
+		}
+	}
+	ts = append(ts, Target{Name: ">= 500 loops per party pair (25 Hz, p99 < 10 ms, no misses)", Measured: measured, Met: best[1] >= 500,
+		Got: fmt.Sprintf("%d loops (largest tried %d); without persistence %d (largest tried %d)", best[1], tried[1], best[0], tried[0])})
+	return ts
+}

@@ -1,0 +1,95 @@
+package bench
+
+import (
+	"context"
+	"encoding/csv"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+func readCSV(t *testing.T, path string) [][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) == 0 {
+		t.Fatalf("%s is empty", path)
+	}
+	return recs
+}
+
+// TestRunWritesFiles runs Fig. 5 and the tick section with a tiny plan and
+// checks the files: exact headers, one tick.csv row per required case.
+func TestRunWritesFiles(t *testing.T) {
+	url := startServer(t)
+	out := t.TempDir()
+	plan := Plan{Fig5Ds: []int{10}, Fig5Reps: 5, Fig5Warmup: 1, Ticks: 10, TickWarmup: 5, TickBlock: 5, TickNs: []int{4, 16, 32, 64}}
+	rep, err := Run(context.Background(), Options{URL: url, Out: out, Sections: []string{SectionFig5, SectionTick},
+		Examples: "../../examples/qube-servo2", Plan: &plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct {
+		name   string
+		header []string
+		rows   int
+	}{
+		{"protocol1.csv", []string{"variant", "d", "reps", "min_us", "mean_us", "max_us", "ci99_lo_us", "ci99_hi_us", "bytes_per_party"}, 2},
+		{"protocol2.csv", []string{"d", "reps", "min_us", "mean_us", "max_us", "ci99_lo_us", "ci99_hi_us", "bytes_per_party"}, 1},
+		{"tick.csv", []string{"case", "p50_us", "p99_us", "floor_p50_us", "floor_p99_us"}, 7},
+		{"fig5_floor.csv", Fig5FloorHeader, 3},
+		{"tick_detail.csv", TickDetailHeader, 7},
+	} {
+		recs := readCSV(t, filepath.Join(out, f.name))
+		if !slices.Equal(recs[0], f.header) {
+			t.Errorf("%s header %q, want %q", f.name, recs[0], f.header)
+		}
+		if len(recs)-1 != f.rows {
+			t.Errorf("%s has %d rows, want %d", f.name, len(recs)-1, f.rows)
+		}
+	}
+	var cases []string
+	for _, r := range readCSV(t, filepath.Join(out, "tick.csv"))[1:] {
+		cases = append(cases, r[0])
+	}
+	for _, want := range []string{"pendulum", "n4", "n16", "n32", "n64"} {
+		if !slices.Contains(cases, want) {
+			t.Errorf("tick.csv has no %s row (rows %v)", want, cases)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "fig5.png")); err != nil {
+		t.Error(err)
+	}
+	for _, r := range rep.Tick {
+		if r.Lat.N+r.Misses != 10 || r.Floor.N != 10 || r.MaxDiff > r.Bound {
+			t.Errorf("%s: %d ticks + %d misses, %d floor ticks, max |u - uplain| %g (bound %g)", r.Case, r.Lat.N, r.Misses, r.Floor.N, r.MaxDiff, r.Bound)
+		}
+	}
+	if len(rep.Targets()) != 5 {
+		t.Errorf("%d targets, want 5", len(rep.Targets()))
+	}
+}
+
+// TestOtherCSVHeaders checks the headers of the files the slow sections write.
+func TestOtherCSVHeaders(t *testing.T) {
+	out := t.TempDir()
+	rep := &Report{Dealer: []DealerRow{{Case: "pendulum", Replicas: 1}}, Scale: []ScaleRow{{Loops: 50, P99: time.Millisecond, OK: true, Persist: true}, {Loops: 50, OK: true}}, ScaleLimit: 10 * time.Millisecond}
+	if err := rep.write(out); err != nil {
+		t.Fatal(err)
+	}
+	if got := readCSV(t, filepath.Join(out, "scale.csv")); !slices.Equal(got[0], []string{"loops", "p50_us", "p99_us", "misses", "ok"}) || len(got) != 2 {
+		t.Errorf("scale.csv: %q", got)
+	}
+	if got := readCSV(t, filepath.Join(out, "dealer.csv")); !slices.Equal(got[0], DealerHeader) || len(got) != 2 {
+		t.Errorf("dealer.csv: %q", got)
+	}
+}

@@ -1,0 +1,109 @@
+package bench
+
+import (
+	"encoding/csv"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// CSV headers. protocol1.csv, protocol2.csv, tick.csv, dealer.csv and
+// scale.csv are the files `duet bench` promises; the *_detail.csv files add
+// what the summary table prints (floors, ratios, message sizes, misses).
+var (
+	Protocol1Header   = []string{"variant", "d", "reps", "min_us", "mean_us", "max_us", "ci99_lo_us", "ci99_hi_us", "bytes_per_party"}
+	Protocol2Header   = Protocol1Header[1:]
+	Fig5FloorHeader   = []string{"series", "d", "p50_us", "p99_us", "mean_us", "floor_p50_us", "floor_p99_us", "floor_mean_us", "ratio_p50", "ratio_mean", "measure_bytes", "exchange_bytes", "output_bytes", "bytes_p0", "bytes_p1"}
+	TickHeader        = []string{"case", "p50_us", "p99_us", "floor_p50_us", "floor_p99_us"}
+	TickDetailHeader  = []string{"case", "n", "m", "p", "modulus", "variant", "persist", "ticks", "misses", "p50_us", "p99_us", "floor_p50_us", "floor_p99_us", "ratio_p50", "ratio_p99", "measure_bytes", "exchange_bytes", "output_bytes", "max_du", "du_bound", "abandoned", "queue_after"}
+	DealerHeader      = []string{"case", "variant", "compress", "replicas", "items", "seconds", "items_per_s", "payload_bytes_per_tick", "stream_bytes_per_item"}
+	ScaleHeader       = []string{"loops", "p50_us", "p99_us", "misses", "ok"}
+	ScaleDetailHeader = []string{"loops", "persist", "ticks", "p50_us", "p99_us", "misses", "wrong", "ok", "floor_ticks", "floor_p50_us", "floor_p99_us", "floor_misses", "stalls", "stall_max_ms", "floor_stalls", "floor_stall_max_ms", "cpu_cores", "setup_s"}
+)
+
+func writeCSV(dir, name string, header []string, rows [][]string) error {
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write(header)
+	_ = w.WriteAll(rows) // WriteAll flushes
+	if err := w.Error(); err != nil {
+		f.Close()
+		return fmt.Errorf("bench: writing %s: %w", name, err)
+	}
+	return f.Close()
+}
+
+func ff(x float64, prec int) string { return strconv.FormatFloat(x, 'f', prec, 64) }
+func fi(x int) string               { return strconv.Itoa(x) }
+func fb(x bool) string              { return strconv.FormatBool(x) }
+
+func statCols(s Stats) []string {
+	return []string{fi(s.N), ff(us(s.Min), 1), ff(us(s.Mean), 1), ff(us(s.Max), 1), ff(us(s.CILo), 1), ff(us(s.CIHi), 1)}
+}
+
+// WriteCSVs writes every CSV file of the report into dir.
+func (rep *Report) WriteCSVs(dir string) error {
+	var p1, p2, fl [][]string
+	for _, r := range rep.Fig5 {
+		cols := append(append([]string{fi(r.D)}, statCols(r.Lat)...), fi(r.BytesPerParty()))
+		if r.Series.Protocol == 1 {
+			p1 = append(p1, append([]string{r.Series.Variant.String()}, cols...))
+		} else {
+			p2 = append(p2, cols)
+		}
+		fl = append(fl, []string{r.Series.Name(), fi(r.D), ff(us(r.Lat.P50), 1), ff(us(r.Lat.P99), 1), ff(us(r.Lat.Mean), 1),
+			ff(us(r.Floor.P50), 1), ff(us(r.Floor.P99), 1), ff(us(r.Floor.Mean), 1),
+			ff(ratio(r.Lat.P50, r.Floor.P50), 2), ff(ratio(r.Lat.Mean, r.Floor.Mean), 2),
+			fi(r.Sizes.Measure), fi(r.Sizes.Exchange), fi(r.Sizes.Output), fi(r.BytesP0), fi(r.BytesP1)})
+	}
+	var tk, td [][]string
+	for _, r := range rep.Tick {
+		tk = append(tk, []string{r.Case, ff(us(r.Lat.P50), 1), ff(us(r.Lat.P99), 1), ff(us(r.Floor.P50), 1), ff(us(r.Floor.P99), 1)})
+		td = append(td, []string{r.Case, fi(r.N), fi(r.M), fi(r.P), r.Modulus, r.Variant.String(), fb(r.Persist), fi(r.Lat.N + r.Misses), fi(r.Misses),
+			ff(us(r.Lat.P50), 1), ff(us(r.Lat.P99), 1), ff(us(r.Floor.P50), 1), ff(us(r.Floor.P99), 1),
+			ff(ratio(r.Lat.P50, r.Floor.P50), 2), ff(ratio(r.Lat.P99, r.Floor.P99), 2),
+			fi(r.Sizes.Measure), fi(r.Sizes.Exchange), fi(r.Sizes.Output), ff(r.MaxDiff, 6), ff(r.Bound, 6), fi(r.Abandoned), fi(r.QueueAfter)})
+	}
+	var dl [][]string
+	for _, r := range rep.Dealer {
+		dl = append(dl, []string{r.Case, r.Variant.String(), fb(r.Compress), fi(r.Replicas), fi(r.Items), ff(r.Seconds, 4), ff(r.Rate, 0),
+			fi(r.PayloadBytes), ff(r.StreamBytes, 1)})
+	}
+	var sc, sd [][]string
+	for _, r := range rep.Scale {
+		if r.Persist { // scale.csv is the main search (default configuration)
+			sc = append(sc, []string{fi(r.Loops), ff(us(r.P50), 1), ff(us(r.P99), 1), fi(r.Misses), fb(r.OK)})
+		}
+		sd = append(sd, []string{fi(r.Loops), fb(r.Persist), fi(r.Ticks), ff(us(r.P50), 1), ff(us(r.P99), 1), fi(r.Misses), fi(r.Wrong), fb(r.OK),
+			fi(r.FloorTicks), ff(us(r.FloorP50), 1), ff(us(r.FloorP99), 1), fi(r.FloorMisses),
+			fi(r.Stalls), ff(float64(r.StallMax)/1e6, 1), fi(r.FloorStalls), ff(float64(r.FloorStallMax)/1e6, 1), ff(r.CPU, 2), ff(r.Setup.Seconds(), 1)})
+	}
+	files := []struct {
+		name   string
+		header []string
+		rows   [][]string
+		have   bool
+	}{
+		{"protocol1.csv", Protocol1Header, p1, len(rep.Fig5) > 0},
+		{"protocol2.csv", Protocol2Header, p2, len(rep.Fig5) > 0},
+		{"fig5_floor.csv", Fig5FloorHeader, fl, len(rep.Fig5) > 0},
+		{"tick.csv", TickHeader, tk, len(rep.Tick) > 0},
+		{"tick_detail.csv", TickDetailHeader, td, len(rep.Tick) > 0},
+		{"dealer.csv", DealerHeader, dl, len(rep.Dealer) > 0},
+		{"scale.csv", ScaleHeader, sc, len(rep.Scale) > 0},
+		{"scale_detail.csv", ScaleDetailHeader, sd, len(rep.Scale) > 0},
+	}
+	for _, f := range files {
+		if !f.have {
+			continue
+		}
+		if err := writeCSV(dir, f.name, f.header, f.rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}

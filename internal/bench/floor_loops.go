@@ -1,0 +1,149 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// floorLoops is the floor of the scale test: n concurrent loops ticking every
+// period with the floor's topology and message sizes (FloorRig), no
+// computation and no encryption, one connection per role for all loops (as
+// the party services have). What it misses and its p99 are the machine's and
+// the broker's, not the product's.
+func floorLoops(ctx context.Context, url string, sz FloorSizes, n int, period, warmup, duration, deadline time.Duration) (lat []time.Duration, sent, misses int, err error) {
+	var conns [4]*nats.Conn // sensor, p0, p1, actuator
+	for i := range conns {
+		if conns[i], err = nats.Connect(url, nats.Name(fmt.Sprintf("duet-floor-loops-%d", i))); err != nil {
+			return nil, 0, 0, err
+		}
+		defer conns[i].Close()
+	}
+	prefix := "floor." + uniqueTag()
+	type key struct {
+		loop string
+		tick string
+	}
+	exch, out, meas := make([]byte, sz.Exchange), make([]byte, sz.Output), make([]byte, sz.Measure)
+	// split returns loop and tick of prefix.<loop>.<kind>.<tick>.
+	split := func(subj string) (string, string, bool) {
+		parts := strings.Split(subj[len(prefix)+1:], ".")
+		if len(parts) != 3 {
+			return "", "", false
+		}
+		return parts[0], parts[2], true
+	}
+	for i := 0; i < 2; i++ {
+		nc, id := conns[1+i], i
+		var mu sync.Mutex
+		got := map[key]int{}
+		step := func(k key) {
+			mu.Lock()
+			got[k]++
+			ready := got[k] == 2
+			if ready {
+				delete(got, k)
+			}
+			mu.Unlock()
+			if ready {
+				nc.Publish(prefix+"."+k.loop+".out."+k.tick, out)
+			}
+		}
+		if _, err := nc.Subscribe(fmt.Sprintf("%s.*.m%d.*", prefix, id), func(m *nats.Msg) {
+			if loop, tick, ok := split(m.Subject); ok {
+				nc.Publish(fmt.Sprintf("%s.%s.x%d.%s", prefix, loop, 1-id, tick), exch)
+				step(key{loop, tick})
+			}
+		}); err != nil {
+			return nil, 0, 0, err
+		}
+		if _, err := nc.Subscribe(fmt.Sprintf("%s.*.x%d.*", prefix, id), func(m *nats.Msg) {
+			if loop, tick, ok := split(m.Subject); ok {
+				step(key{loop, tick})
+			}
+		}); err != nil {
+			return nil, 0, 0, err
+		}
+		if err := nc.Flush(); err != nil {
+			return nil, 0, 0, err
+		}
+	}
+	type tickState struct {
+		start    time.Time
+		measured bool
+		outs     int
+		lat      time.Duration
+	}
+	var mu sync.Mutex
+	ticks := map[key]*tickState{}
+	if _, err := conns[3].Subscribe(prefix+".*.out.*", func(m *nats.Msg) {
+		loop, tick, ok := split(m.Subject)
+		if !ok {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if ts := ticks[key{loop, tick}]; ts != nil {
+			ts.outs++
+			if ts.outs == 2 {
+				ts.lat = time.Since(ts.start)
+			}
+		}
+	}); err != nil {
+		return nil, 0, 0, err
+	}
+	if err := conns[3].Flush(); err != nil {
+		return nil, 0, 0, err
+	}
+	start := time.Now()
+	measureFrom, stopAt := start.Add(warmup), start.Add(warmup+duration)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * period / time.Duration(n))
+			loop := strconv.Itoa(i)
+			tk := time.NewTicker(period)
+			defer tk.Stop()
+			for t := 1; ; t++ {
+				now := time.Now()
+				if now.After(stopAt) || ctx.Err() != nil {
+					return
+				}
+				tick := strconv.Itoa(t)
+				mu.Lock()
+				ticks[key{loop, tick}] = &tickState{start: now, measured: !now.Before(measureFrom)}
+				mu.Unlock()
+				conns[0].Publish(prefix+"."+loop+".m0."+tick, meas)
+				conns[0].Publish(prefix+"."+loop+".m1."+tick, meas)
+				select {
+				case <-tk.C:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	time.Sleep(deadline + 100*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, ts := range ticks {
+		if !ts.measured {
+			continue
+		}
+		sent++
+		if ts.outs < 2 || ts.lat > deadline {
+			misses++
+			continue
+		}
+		lat = append(lat, ts.lat)
+	}
+	return lat, sent, misses, ctx.Err()
+}

@@ -1,0 +1,38 @@
+package bench
+
+import (
+	"os"
+	"testing"
+
+	"github.com/duet-mpc/duet/internal/demo"
+	"github.com/duet-mpc/duet/pkg/mpc"
+	"github.com/duet-mpc/duet/pkg/plant"
+)
+
+// startServer starts an embedded NATS server for one test.
+func startServer(t *testing.T) string {
+	t.Helper()
+	ns, dir, err := demo.StartServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		_ = os.RemoveAll(dir)
+	})
+	return ns.ClientURL()
+}
+
+func pendulum(t testing.TB) (mpc.ControllerSpec, plant.Spec) {
+	t.Helper()
+	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := plant.LoadSpec("../../examples/qube-servo2/plant.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, ps
+}

@@ -1,0 +1,492 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/sim"
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// Loops per party pair: one P0 and one P1 service (internal/party, one
+// process each in production, one NATS connection each here) serve N loops
+// at 25 Hz. Each loop is set up by the real sensor (its own offline queue,
+// consumers and sealed set-up records) and prefilled by real dealer
+// replicas, which are then stopped so that they cost nothing during the
+// measurement. The client side is lighter than N sensor + actuator + plant
+// services: one goroutine per loop plays the sensor (encode, share, seal to
+// each party, publish; no plant request, no tick notice) and the actuator
+// (open both output shares, reconstruct, decode, and check u against the
+// float64 controller on the same y within sim.OutputBound). The parties
+// cannot tell the difference: they receive the same messages.
+//
+// A tick is a miss if its two output shares have not both arrived within the
+// deadline (30 ms, the actuator's default) or reconstruct to a wrong u.
+
+// ScaleOptions configure RunScale.
+type ScaleOptions struct {
+	URL        string
+	Loops      []int         // tried in order; the search stops at the first failure
+	Duration   time.Duration // measured per step (default 6 s)
+	Warmup     time.Duration // unmeasured first (default 1 s)
+	Period     time.Duration // tick period (default 40 ms: 25 Hz)
+	Deadline   time.Duration // default 30 ms
+	P99Limit   time.Duration // default 10 ms
+	Controller mpc.ControllerSpec
+	Variant    mpc.Variant
+	Compress   bool
+	NoPersist  bool
+	Clients    int // client connections (default 4)
+	// Budget stops the search before a step that would start after it has
+	// elapsed (0: no limit).
+	Budget time.Duration
+	// ProfileDir, if set, receives a CPU profile of each step's measurement
+	// window (scale-<loops>[-persist].pprof).
+	ProfileDir string
+	Log        *slog.Logger
+	// OnStep, if set, is called after each step (progress).
+	OnStep func(ScaleRow)
+}
+
+// ScaleRow is one step of the search.
+type ScaleRow struct {
+	Loops    int
+	Ticks    int // measured ticks sent
+	P50, P99 time.Duration
+	Misses   int
+	Wrong    int // reconstructed u outside the bound of the float64 controller
+	OK       bool
+	CPU      float64 // process CPU seconds per wall second during the measurement
+	Setup    time.Duration
+	Persist  bool // the parties persisted their state every tick
+	// The floor at the same number of loops (floorLoops), measured just
+	// before on the same server.
+	FloorTicks, FloorMisses int
+	FloorP50, FloorP99      time.Duration
+	// Stalls counts wake-ups of a 1 ms sleeper more than 5 ms late during
+	// the measurement (the floor's in FloorStalls); StallMax is the worst.
+	Stalls, FloorStalls     int
+	StallMax, FloorStallMax time.Duration
+}
+
+func (o *ScaleOptions) defaults() {
+	if o.Duration <= 0 {
+		o.Duration = 6 * time.Second
+	}
+	if o.Warmup <= 0 {
+		o.Warmup = time.Second
+	}
+	if o.Period <= 0 {
+		o.Period = 40 * time.Millisecond
+	}
+	if o.Deadline <= 0 {
+		o.Deadline = 30 * time.Millisecond
+	}
+	if o.P99Limit <= 0 {
+		o.P99Limit = 10 * time.Millisecond
+	}
+	if o.Clients <= 0 {
+		o.Clients = 4
+	}
+}
+
+// RunScale runs the search.
+func RunScale(ctx context.Context, opt ScaleOptions) ([]ScaleRow, error) {
+	opt.defaults()
+	var rows []ScaleRow
+	began := time.Now()
+	for _, n := range opt.Loops {
+		if opt.Budget > 0 && time.Since(began) > opt.Budget {
+			break
+		}
+		row, err := runScalePoint(ctx, opt, n)
+		if err != nil {
+			return rows, fmt.Errorf("bench: scale with %d loops: %w", n, err)
+		}
+		rows = append(rows, row)
+		if opt.OnStep != nil {
+			opt.OnStep(row)
+		}
+		if !row.OK {
+			break
+		}
+	}
+	return rows, nil
+}
+
+func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, error) {
+	row := ScaleRow{Loops: n, Persist: !opt.NoPersist}
+	began := time.Now()
+	r, err := newRig(ctx, opt.URL, opt.Log)
+	if err != nil {
+		return row, err
+	}
+	defer r.close()
+	ticksPerLoop := int((opt.Warmup+opt.Duration)/opt.Period) + 10
+	const prefetch = 64
+	lowWater := ticksPerLoop + 2*prefetch + 32
+	run := uniqueTag()
+	loops := make([]string, n)
+	for i := range loops {
+		loops[i] = fmt.Sprintf("s%s-%d", run, i)
+	}
+	// Set-up: the real sensor's, in parallel on a few connections.
+	var prm mpc.Params
+	var rz mpc.Resolved
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for w := 0; w < 8; w++ {
+		nc, err := r.connect(fmt.Sprintf("setup%d", w))
+		if err != nil {
+			return row, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				sn, err := r.setupLoop(nc, loopSpec{Loop: loops[i], Controller: opt.Controller, Variant: opt.Variant, Compress: opt.Compress,
+					QueueMax: int64(2*lowWater + 256)})
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				if err == nil && i == 0 {
+					rz = sn.Resolved()
+					prm = rz.Params
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return row, firstErr
+	}
+	if err := r.startParties(loops, !opt.NoPersist, nil); err != nil {
+		return row, err
+	}
+	stopDealers, err := r.startDealers(2, lowWater, 200*time.Millisecond)
+	if err != nil {
+		return row, err
+	}
+	if err := waitFor(ctx, 5*time.Minute, "parties' set-up", r.partiesReady); err != nil {
+		return row, err
+	}
+	if err := r.waitQueues(ctx, loops, lowWater, 10*time.Minute); err != nil {
+		return row, err
+	}
+	stopDealers()
+	row.Setup = time.Since(began)
+
+	// The floor first, on the same server, with this loop's message sizes.
+	sizes, err := envelopeSizes(r.ids, loops[0], prm)
+	if err != nil {
+		return row, err
+	}
+	mon := startStallMonitor()
+	flat, fsent, fmiss, err := floorLoops(ctx, opt.URL, sizes, n, opt.Period, opt.Warmup, opt.Duration, opt.Deadline)
+	row.FloorStalls, row.FloorStallMax = mon.end()
+	if err != nil {
+		return row, err
+	}
+	fs := Summarize(flat)
+	row.FloorTicks, row.FloorMisses, row.FloorP50, row.FloorP99 = fsent, fmiss, fs.P50, fs.P99
+
+	bound := sim.OutputBound(opt.Controller, rz)
+	clients := make([]*nats.Conn, opt.Clients)
+	for i := range clients {
+		if clients[i], err = r.connect(fmt.Sprintf("client%d", i)); err != nil {
+			return row, err
+		}
+	}
+	ls := make([]*lightLoop, n)
+	for i := range ls {
+		if ls[i], err = newLightLoop(r.ids, clients[i%len(clients)], loops[i], opt.Controller, prm, bound); err != nil {
+			return row, err
+		}
+		defer ls[i].close()
+	}
+	for _, nc := range clients {
+		if err := nc.Flush(); err != nil {
+			return row, err
+		}
+	}
+	if opt.ProfileDir != "" {
+		name := fmt.Sprintf("scale-%d", n)
+		if !opt.NoPersist {
+			name += "-persist"
+		}
+		stop, err := startCPUProfile(filepath.Join(opt.ProfileDir, name+".pprof"))
+		if err != nil {
+			return row, err
+		}
+		defer stop()
+	}
+	cpu0 := cpuTime()
+	mon = startStallMonitor()
+	start := time.Now()
+	measureFrom := start.Add(opt.Warmup)
+	stopAt := measureFrom.Add(opt.Duration)
+	var sendWG sync.WaitGroup
+	for i, l := range ls {
+		sendWG.Add(1)
+		go func() {
+			defer sendWG.Done()
+			// Loops are spread evenly over the period, as independent plants would be.
+			time.Sleep(time.Duration(i) * opt.Period / time.Duration(n))
+			l.run(ctx, opt.Period, measureFrom, stopAt)
+		}()
+	}
+	sendWG.Wait()
+	wall := time.Since(start)
+	row.Stalls, row.StallMax = mon.end()
+	time.Sleep(opt.Deadline + 100*time.Millisecond)
+	row.CPU = (cpuTime() - cpu0).Seconds() / wall.Seconds()
+	var lat []time.Duration
+	for _, l := range ls {
+		ll, sent, misses, wrong := l.results(opt.Deadline)
+		lat = append(lat, ll...)
+		row.Ticks += sent
+		row.Misses += misses
+		row.Wrong += wrong
+	}
+	s := Summarize(lat)
+	row.P50, row.P99 = s.P50, s.P99
+	row.OK = row.Misses == 0 && row.Wrong == 0 && row.P99 < opt.P99Limit && row.Ticks > 0
+	return row, nil
+}
+
+// uniqueTag is a short random tag for loop ids (loop ids travel in every
+// header, so they are kept short, like a real deployment's).
+func uniqueTag() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%x", b)
+}
+
+// lightLoop plays one loop's sensor and actuator.
+type lightLoop struct {
+	nc           *nats.Conn
+	sub          *nats.Subscription
+	sealS, sealA *codec.Sealer
+	guard        *codec.ReplayGuard
+	loop         string
+	prm          mpc.Params
+	fc           *mpc.FloatController
+	bound        float64
+	rng          io.Reader
+	yEnc, y0, y1 mpc.Matrix
+
+	mu    sync.Mutex
+	ticks map[uint64]*lightTick
+	sent  int // measured ticks sent
+}
+
+type lightTick struct {
+	start    time.Time
+	measured bool
+	uplain   []float64
+	have     [2]bool
+	u        [2]mpc.Matrix
+	lat      time.Duration
+	done     bool
+	wrong    bool
+}
+
+func newLightLoop(ids *identities, nc *nats.Conn, loop string, cs mpc.ControllerSpec, prm mpc.Params, bound float64) (*lightLoop, error) {
+	l := &lightLoop{nc: nc, loop: loop, prm: prm, fc: cs.NewFloatController(), bound: bound, guard: codec.NewReplayGuard(),
+		ticks: map[uint64]*lightTick{}, yEnc: mpc.NewMatrix(prm.P, 1), y0: mpc.NewMatrix(prm.P, 1), y1: mpc.NewMatrix(prm.P, 1)}
+	var err error
+	if l.sealS, err = ids.sealer(codec.RoleSensor); err != nil {
+		return nil, err
+	}
+	if l.sealA, err = ids.sealer(codec.RoleActuator); err != nil {
+		return nil, err
+	}
+	var key [32]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		return nil, err
+	}
+	l.rng = mpc.NewPRG(key, [16]byte{})
+	if l.sub, err = nc.Subscribe(bus.OutputSubject(loop), l.onOutput); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *lightLoop) close() { _ = l.sub.Unsubscribe() }
+
+// run sends a tick every period until stopAt; ticks sent from measureFrom on
+// are measured.
+func (l *lightLoop) run(ctx context.Context, period time.Duration, measureFrom, stopAt time.Time) {
+	tk := time.NewTicker(period)
+	defer tk.Stop()
+	f := l.prm.Field
+	y := make([]float64, l.prm.P)
+	for t := uint64(1); ; t++ {
+		now := time.Now()
+		if now.After(stopAt) || ctx.Err() != nil {
+			return
+		}
+		// A measurement that moves: a slow sinusoid of a few degrees per output.
+		for i := range y {
+			y[i] = 3 * math.Sin(float64(t)/25+float64(i))
+		}
+		if err := f.EcdInto(l.yEnc.Data, y, l.prm.K, l.prm.L); err == nil {
+			if err := f.ShareInto(l.rng, l.yEnc, l.y0, l.y1); err == nil {
+				up := append([]float64(nil), l.fc.Step(y)...)
+				lt := &lightTick{uplain: up, measured: !now.Before(measureFrom)}
+				l.mu.Lock()
+				l.ticks[t] = lt
+				if lt.measured {
+					l.sent++
+				}
+				lt.start = time.Now()
+				l.mu.Unlock()
+				l.publish(t, 0, l.y0, lt.start)
+				l.publish(t, 1, l.y1, lt.start)
+			}
+		}
+		select {
+		case <-tk.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (l *lightLoop) publish(t uint64, i int, y mpc.Matrix, start time.Time) {
+	body, err := codec.Marshal(codec.MeasurePayload{Y: codec.PutMatrix(l.prm.Field, y), SentUnixNano: start.UnixNano()})
+	if err != nil {
+		return
+	}
+	env, err := l.sealS.Seal(codec.Header{Kind: codec.KindMeasure, Loop: l.loop, Tick: t, From: codec.RoleSensor, To: codec.PartyRole(i)}, body)
+	if err != nil {
+		return
+	}
+	_ = l.nc.Publish(bus.MeasureSubject(l.loop, i), env)
+}
+
+func (l *lightLoop) onOutput(m *nats.Msg) {
+	h, body, err := l.sealA.Open(m.Data)
+	if err != nil || h.Kind != codec.KindOutput || h.Loop != l.loop || l.guard.Accept(h) != nil {
+		return
+	}
+	var op codec.OutputPayload
+	if codec.Unmarshal(body, &op) != nil {
+		return
+	}
+	u, err := op.U.Decode(l.prm.Field, l.prm.M, 1)
+	if err != nil {
+		return
+	}
+	id, ok := h.From.PartyID()
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lt := l.ticks[h.Tick]
+	if lt == nil || lt.done || lt.have[id] {
+		return
+	}
+	lt.have[id], lt.u[id] = true, u
+	if !lt.have[0] || !lt.have[1] {
+		return
+	}
+	lt.lat, lt.done = time.Since(lt.start), true
+	z := mpc.NewMatrix(l.prm.M, 1)
+	l.prm.Field.Reconst(z, lt.u[0], lt.u[1])
+	got := make([]float64, l.prm.M)
+	l.prm.Field.DcdInto(got, z.Data, 2*l.prm.L)
+	for i := range got {
+		if math.Abs(got[i]-lt.uplain[i]) > l.bound {
+			lt.wrong = true
+		}
+	}
+}
+
+// results returns the latencies of the measured ticks completed within the
+// deadline, the number sent, the misses and the wrong results. A tick that
+// never completed was abandoned by the parties, whose state then no longer
+// follows the float64 controller's: u is checked only up to the first one.
+func (l *lightLoop) results(deadline time.Duration) (lat []time.Duration, sent, misses, wrong int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ticks := make([]uint64, 0, len(l.ticks))
+	for t := range l.ticks {
+		ticks = append(ticks, t)
+	}
+	slices.Sort(ticks)
+	inSync := true
+	for _, t := range ticks {
+		lt := l.ticks[t]
+		inSync = inSync && lt.done
+		if !lt.measured {
+			continue
+		}
+		switch {
+		case !lt.done || lt.lat > deadline:
+			misses++
+		case lt.wrong && inSync:
+			wrong++
+		default:
+			lat = append(lat, lt.lat)
+		}
+	}
+	return lat, l.sent, misses, wrong
+}
+
+// envelopeSizes seals one tick's measurement, Protocol 1 message and output
+// share of a loop, for a floor with the same message sizes.
+func envelopeSizes(ids *identities, loop string, prm mpc.Params) (FloorSizes, error) {
+	f := prm.Field
+	r, c := prm.PhiShape()
+	const tick, item = 1000, 100000 // typical magnitudes: msgpack integers are compact
+	sz := FloorSizes{}
+	seal := func(from, to codec.Role, kind codec.Kind, payload any) (int, error) {
+		s, err := ids.sealer(from)
+		if err != nil {
+			return 0, err
+		}
+		body, err := codec.Marshal(payload)
+		if err != nil {
+			return 0, err
+		}
+		env, err := s.Seal(codec.Header{Kind: kind, Loop: loop, Tick: tick, From: from, To: to}, body)
+		return len(env), err
+	}
+	var err error
+	if sz.Measure, err = seal(codec.RoleSensor, codec.RoleParty0, codec.KindMeasure,
+		codec.MeasurePayload{Y: codec.PutMatrix(f, mpc.NewMatrix(prm.P, 1)), SentUnixNano: time.Now().UnixNano()}); err != nil {
+		return sz, err
+	}
+	mul := codec.MulPayload{Item: item, Version: tick, T: codec.PutMatrix(f, mpc.NewMatrix(c, 1))}
+	if prm.Variant == mpc.PerTick {
+		mul.S = codec.PutMatrix(f, mpc.NewMatrix(r, c))
+	}
+	if sz.Exchange, err = seal(codec.RoleParty0, codec.RoleParty1, codec.KindMul, mul); err != nil {
+		return sz, err
+	}
+	sz.Output, err = seal(codec.RoleParty0, codec.RoleActuator, codec.KindOutput, codec.OutputPayload{Item: item, U: codec.PutMatrix(f, mpc.NewMatrix(prm.M, 1))})
+	return sz, err
+}

@@ -1,0 +1,352 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/duet-mpc/duet/internal/actuator"
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/internal/plantsvc"
+	"github.com/duet-mpc/duet/internal/sensor"
+	"github.com/duet-mpc/duet/internal/sim"
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+	"github.com/duet-mpc/duet/pkg/plant"
+)
+
+// The full controller tick through the real services: sensor (encode, share,
+// seal, publish), P0 and P1 (item from the JetStream queue, Protocol 1 with
+// one exchange, output shares, Protocol 2 and the state persistence off the
+// actuation path), actuator (open, reconstruct, decode, apply). The latency
+// is the actuator's: from the sensor's publish to the reconstruction. The
+// queue is prefilled so the dealers are idle, and ticks are paced (each
+// waits for the previous one to be applied, then a gap) so they never
+// overlap. The floor runs interleaved in blocks on the same server with the
+// message sizes sniffed from the case's own warm-up ticks.
+
+// TickCase is one row of tick.csv.
+type TickCase struct {
+	Name       string
+	Controller mpc.ControllerSpec
+	Plant      plant.Spec
+	Variant    mpc.Variant
+	NoPersist  bool // parties without crash-recovery persistence
+}
+
+// TickOptions configure RunTick.
+type TickOptions struct {
+	URL      string
+	Ticks    int           // measured ticks (and as many floor ticks)
+	Warmup   int           // unmeasured ticks first (default 50)
+	Gap      time.Duration // pause after each tick is applied (default 2 ms)
+	Block    int           // system and floor alternate in blocks of this many ticks (default 100)
+	Compress bool
+	Log      *slog.Logger
+}
+
+// TickRow is a case's result.
+type TickRow struct {
+	Case       string
+	Lat, Floor Stats
+	Misses     int // deadline misses and ticks never applied
+	Sizes      FloorSizes
+	MaxDiff    float64 // max |u - uplain| over the measured ticks
+	Bound      float64 // the bound max |u - uplain| must respect (sim.OutputBound)
+	N, M, P    int
+	Modulus    string
+	Variant    mpc.Variant
+	QueueAfter int // items left in the queue after the run (dealers idle: > 0)
+	Persist    bool
+	// Abandoned counts ticks the parties did not complete (their state
+	// version did not advance within a second); u is compared with the
+	// float64 controller only before the first one.
+	Abandoned int
+}
+
+// RunTick measures one case.
+func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) {
+	if opt.Warmup <= 0 {
+		opt.Warmup = 50
+	}
+	if opt.Gap <= 0 {
+		opt.Gap = 2 * time.Millisecond
+	}
+	if opt.Block <= 0 {
+		opt.Block = 100
+	}
+	row := TickRow{Case: c.Name, Variant: c.Variant, Persist: !c.NoPersist}
+	r, err := newRig(ctx, opt.URL, opt.Log)
+	if err != nil {
+		return row, err
+	}
+	defer r.close()
+	loop := "b" + uniqueTag() // 7 characters, like "pendulum": ids travel in every header
+	total := opt.Warmup + opt.Ticks
+	const prefetch = 64 // party.Options default: items buffered ahead per party
+	lowWater := total + 2*prefetch + 64
+	rec := newTickRecorder()
+
+	nc, err := r.connect("sensor")
+	if err != nil {
+		return row, err
+	}
+	sn, err := r.setupLoop(nc, loopSpec{Loop: loop, Controller: c.Controller, Variant: c.Variant, Compress: opt.Compress,
+		QueueMax: int64(2*lowWater + 256), Fast: true, OnTick: rec.onTick})
+	if err != nil {
+		return row, err
+	}
+	prm := sn.Resolved().Params
+	row.Bound = sim.OutputBound(c.Controller, sn.Resolved())
+	row.N, row.M, row.P, row.Modulus = prm.N, prm.M, prm.P, prm.Field.Name()
+	if err := r.startPlantActuator(loop, c.Plant, prm, rec.onApply); err != nil {
+		return row, err
+	}
+	if err := r.startParties([]string{loop}, !c.NoPersist, nil); err != nil {
+		return row, err
+	}
+	if _, err := r.startDealers(1, lowWater, 0); err != nil {
+		return row, err
+	}
+	if err := waitFor(ctx, 60*time.Second, "parties' set-up", r.partiesReady); err != nil {
+		return row, err
+	}
+	if err := r.waitQueues(ctx, []string{loop}, lowWater, 120*time.Second); err != nil {
+		return row, err
+	}
+
+	// Warm-up, with a sniffer recording the envelope sizes for the floor.
+	rec.partiesAt = func(v uint64) bool {
+		for _, p := range r.parties {
+			if st, ok := p.Status(loop); !ok || st.Version < v {
+				return false
+			}
+		}
+		return true
+	}
+	sizes, err := r.sniffSizes(loop, func() error { return rec.run(ctx, sn, 1, opt.Warmup, opt.Gap) })
+	if err != nil {
+		return row, err
+	}
+	row.Sizes = sizes
+	floor, err := NewFloorRig(opt.URL, sizes)
+	if err != nil {
+		return row, err
+	}
+	defer floor.Close()
+	var flat []time.Duration
+	next := uint64(opt.Warmup) + 1
+	for done := 0; done < opt.Ticks; {
+		b := min(opt.Block, opt.Ticks-done)
+		if err := rec.run(ctx, sn, next, b, opt.Gap); err != nil {
+			return row, err
+		}
+		fl, err := floor.Run(ctx, b, opt.Gap)
+		if err != nil {
+			return row, err
+		}
+		flat = append(flat, fl...)
+		next += uint64(b)
+		done += b
+	}
+	lat, misses, maxDiff := rec.results(uint64(opt.Warmup)+1, uint64(total))
+	row.Lat, row.Floor, row.Misses, row.MaxDiff = Summarize(lat), Summarize(flat), misses, maxDiff
+	row.Abandoned = rec.abandoned
+	if n, _, err := r.queueDepth(ctx, loop); err == nil {
+		row.QueueAfter = int(n)
+	}
+	return row, nil
+}
+
+// startPlantActuator starts the plant service and the actuator of a loop.
+func (r *rig) startPlantActuator(loop string, ps plant.Spec, prm mpc.Params, onApply func(actuator.Applied)) error {
+	pl, err := plant.New(ps)
+	if err != nil {
+		return err
+	}
+	if pl.Outputs() != prm.P || pl.Inputs() != prm.M {
+		return fmt.Errorf("bench: plant has %d outputs and %d inputs, the controller expects p=%d, m=%d", pl.Outputs(), pl.Inputs(), prm.P, prm.M)
+	}
+	nc, err := r.connect("plant")
+	if err != nil {
+		return err
+	}
+	s, err := r.ids.sealer(codec.RolePlant)
+	if err != nil {
+		return err
+	}
+	ps2, err := plantsvc.New(nc, s, plantsvc.Options{Loop: loop, Plant: pl, Wait: 60 * time.Millisecond, Log: r.log, Metrics: metrics.New("plant")})
+	if err != nil {
+		return err
+	}
+	r.run("plant", r.ctx, ps2.Run)
+	nc, err = r.connect("actuator")
+	if err != nil {
+		return err
+	}
+	if s, err = r.ids.sealer(codec.RoleActuator); err != nil {
+		return err
+	}
+	act, err := actuator.New(nc, s, actuator.Options{Loop: loop, Deadline: 30 * time.Millisecond, Log: r.log, Metrics: metrics.New("actuator"), OnApply: onApply})
+	if err != nil {
+		return err
+	}
+	r.run("actuator", r.ctx, act.Run)
+	return waitFor(r.ctx, 30*time.Second, "actuator set-up", act.Ready)
+}
+
+// sniffSizes runs f with a subscriber on the loop's subjects and returns the
+// largest envelope seen of each kind the floor mimics. The subscriber is gone
+// before the measured ticks (it would add a delivery to every message).
+func (r *rig) sniffSizes(loop string, f func() error) (FloorSizes, error) {
+	var mu sync.Mutex
+	var sz FloorSizes
+	sub, err := r.admin.Subscribe(bus.Prefix+"."+loop+".>", func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		n := len(m.Data)
+		switch {
+		case strings.HasSuffix(m.Subject, ".measure.p0"):
+			sz.Measure = max(sz.Measure, n)
+		case m.Subject == bus.ExchangeSubject(loop, 0): // P1's Protocol 1 message (P0's is the same size)
+			sz.Exchange = max(sz.Exchange, n)
+		case m.Subject == bus.OutputSubject(loop):
+			sz.Output = max(sz.Output, n)
+		}
+	})
+	if err != nil {
+		return sz, err
+	}
+	if err := r.admin.Flush(); err != nil {
+		return sz, err
+	}
+	err = f()
+	_ = sub.Unsubscribe()
+	_ = r.admin.Flush()
+	mu.Lock()
+	defer mu.Unlock()
+	if err == nil && (sz.Measure == 0 || sz.Exchange == 0 || sz.Output == 0) {
+		err = fmt.Errorf("bench: sniffed no complete tick (sizes %+v)", sz)
+	}
+	return sz, err
+}
+
+// tickRecorder collects the sensor's and the actuator's hooks.
+type tickRecorder struct {
+	mu      sync.Mutex
+	uplain  map[uint64][]float64
+	applied map[uint64]actuator.Applied
+	wake    chan uint64
+	sent    uint64 // measurements sent (the parties' state version after they complete)
+
+	// partiesAt reports whether both parties completed v state updates.
+	partiesAt func(v uint64) bool
+	abandoned int
+	desync    uint64 // first tick the parties did not complete (0: none)
+}
+
+func newTickRecorder() *tickRecorder {
+	return &tickRecorder{uplain: map[uint64][]float64{}, applied: map[uint64]actuator.Applied{}, wake: make(chan uint64, 64)}
+}
+
+func (t *tickRecorder) onTick(tick uint64, _, uplain []float64) {
+	t.mu.Lock()
+	t.uplain[tick] = append([]float64(nil), uplain...)
+	t.sent++
+	t.mu.Unlock()
+}
+
+func (t *tickRecorder) onApply(a actuator.Applied) {
+	a.U = append([]float64(nil), a.U...)
+	t.mu.Lock()
+	t.applied[a.Tick] = a
+	t.mu.Unlock()
+	select {
+	case t.wake <- a.Tick:
+	default:
+	}
+}
+
+// run sends ticks first, first+1, ... (n of them) through the sensor, each
+// after the previous one was applied (or missed) and both parties completed
+// it (Protocol 2 and persistence included), with a gap: ticks never overlap.
+func (t *tickRecorder) run(ctx context.Context, sn *sensor.Sensor, first uint64, n int, gap time.Duration) error {
+	for i := 0; i < n; i++ {
+		tick := first + uint64(i)
+		if err := sn.RunN(ctx, 1); err != nil {
+			return err
+		}
+		deadline := time.After(time.Second)
+	wait:
+		for {
+			t.mu.Lock()
+			_, ok := t.applied[tick]
+			t.mu.Unlock()
+			if ok {
+				break
+			}
+			select {
+			case <-t.wake:
+			case <-deadline:
+				break wait // counted as a miss
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		t.mu.Lock()
+		want := t.sent
+		t.mu.Unlock()
+		if t.partiesAt != nil {
+			give := time.Now().Add(time.Second)
+			for !t.partiesAt(want) && time.Now().Before(give) {
+				time.Sleep(50 * time.Microsecond)
+			}
+			if !t.partiesAt(want) {
+				t.abandoned++
+				if t.desync == 0 {
+					t.desync = tick
+				}
+				// Resynchronize the expectation with what the parties did.
+				t.mu.Lock()
+				t.sent--
+				t.mu.Unlock()
+			}
+		}
+		sleep(gap)
+	}
+	return nil
+}
+
+// results returns the latencies of the applied ticks in [from, to], the
+// misses (deadline misses and ticks never applied) and max |u - uplain|.
+func (t *tickRecorder) results(from, to uint64) ([]time.Duration, int, float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var lat []time.Duration
+	misses, maxDiff := 0, 0.0
+	for tick := from; tick <= to; tick++ {
+		a, ok := t.applied[tick]
+		if !ok || a.Miss {
+			misses++
+			continue
+		}
+		lat = append(lat, a.Latency)
+		if t.desync != 0 && tick >= t.desync {
+			continue // the parties' state no longer follows the float64 controller's
+		}
+		up := t.uplain[tick]
+		for i := range a.U {
+			if i < len(up) {
+				maxDiff = math.Max(maxDiff, math.Abs(a.U[i]-up[i]))
+			}
+		}
+	}
+	return lat, misses, maxDiff
+}

@@ -1,0 +1,118 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/csv"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/duet-mpc/duet/pkg/mpc"
+	"github.com/duet-mpc/duet/pkg/plant"
+)
+
+func specs(t *testing.T) (mpc.ControllerSpec, plant.Spec) {
+	t.Helper()
+	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := plant.LoadSpec("../../examples/qube-servo2/plant.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, ps
+}
+
+// TestPendulumBalances is `duet sim` on the shipped example: from 3 s on
+// (tick 75 at 40 ms) |α| < 1.5°, for both variants, and the secure input stays
+// within the a-priori bound of the plaintext one.
+func TestPendulumBalances(t *testing.T) {
+	cs, ps := specs(t)
+	for _, v := range []mpc.Variant{mpc.PerTick, mpc.FixedMask} {
+		seed := uint64(3)
+		var trace bytes.Buffer
+		res, err := Run(Config{Controller: cs, Plant: ps, Steps: 500, Variant: v, Compress: true, Seed: &seed, Trace: &trace})
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxAlpha := 0.0
+		for i, y := range res.Y {
+			if i >= 75 {
+				maxAlpha = math.Max(maxAlpha, math.Abs(y[1]))
+			}
+		}
+		if maxAlpha >= 1.5 {
+			t.Errorf("%v: max |α| from 3 s on = %.3f°, want < 1.5°", v, maxAlpha)
+		}
+		if res.MaxDiff > res.Bound || res.MaxDiff == 0 {
+			t.Errorf("%v: max |u - uplain| = %g, bound %g", v, res.MaxDiff, res.Bound)
+		}
+		if res.Resolved.Params.Field.Name() != mpc.PresetM127 {
+			t.Errorf("auto picked %s, want %s", res.Resolved.Params.Field.Name(), mpc.PresetM127)
+		}
+		rows, err := csv.NewReader(&trace).ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(rows[0], ","); got != "step,y0,y1,u0,uplain0" {
+			t.Errorf("trace header %q", got)
+		}
+		if len(rows) != 501 {
+			t.Errorf("trace has %d rows, want 501", len(rows))
+		}
+	}
+}
+
+// TestSeedReplays: the same seed gives the same trace bit for bit.
+func TestSeedReplays(t *testing.T) {
+	cs, ps := specs(t)
+	seed := uint64(11)
+	var a, b bytes.Buffer
+	for _, buf := range []*bytes.Buffer{&a, &b} {
+		if _, err := Run(Config{Controller: cs, Plant: ps, Steps: 100, Seed: &seed, Trace: buf}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.String() != b.String() {
+		t.Fatal("two runs with the same seed differ")
+	}
+}
+
+func TestErrors(t *testing.T) {
+	cs, ps := specs(t)
+	if _, err := Run(Config{Controller: cs, Plant: ps, Steps: 0}); err == nil {
+		t.Error("zero steps accepted")
+	}
+	// A plant whose outputs do not match the controller's p.
+	lti := plant.Spec{Kind: plant.KindLTI, A: [][]float64{{0.5}}, B: [][]float64{{1}}, C: [][]float64{{1}}}
+	if _, err := Run(Config{Controller: cs, Plant: lti, Steps: 10}); err == nil || !strings.Contains(err.Error(), "outputs") {
+		t.Errorf("mismatched plant: %v", err)
+	}
+	// A measurement outside Q<k,l> is an error naming the value and the bound.
+	big := plant.Spec{Kind: plant.KindLTI, A: [][]float64{{1}}, B: [][]float64{{0}}, C: [][]float64{{1}, {1}}, X0: []float64{1000}}
+	if _, err := Run(Config{Controller: cs, Plant: big, Steps: 10}); err == nil || !strings.Contains(err.Error(), "1000") || !strings.Contains(err.Error(), "Q<18,9>") {
+		t.Errorf("out-of-range measurement: %v", err)
+	}
+	// An unstable A with "auto" is refused, with a hint.
+	unstable := cs
+	unstable.A = [][]float64{{0, 0, 0}, {0, 0, 0}, {0, 0, 1.25}}
+	if _, err := Run(Config{Controller: unstable, Plant: ps, Steps: 10}); err == nil || !strings.Contains(err.Error(), "explicit") {
+		t.Errorf("unstable A with auto: %v", err)
+	}
+	// An explicit modulus with an unstable A runs with a warning.
+	unstable.Modulus = mpc.PresetP25519
+	res, err := Run(Config{Controller: unstable, Plant: ps, Steps: 10})
+	if err != nil {
+		t.Fatalf("unstable A with an explicit modulus: %v", err)
+	}
+	if len(res.Resolved.Warnings) == 0 {
+		t.Error("no warning for an unstable A with an explicit modulus")
+	}
+	// Too few bits.
+	small := cs
+	small.Modulus = "18446744073709551557" // an odd 64-bit number
+	if _, err := Run(Config{Controller: small, Plant: ps, Steps: 10}); err == nil || !strings.Contains(err.Error(), "need 93 bits") {
+		t.Errorf("64-bit modulus: %v", err)
+	}
+}
