@@ -7,8 +7,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/crypto/nacl/secretbox"
 
@@ -64,6 +66,12 @@ type persister struct {
 	rev      uint64
 	instance uint64
 	dirty    bool // the latest state is not persisted yet
+
+	// The write in flight (pipelined): it overlaps the idle time until the
+	// next tick, which waits for it before starting.
+	js      jetstream.JetStream
+	subject string
+	pending jetstream.PubAckFuture
 }
 
 // saveTimeout bounds a state write; the tick loop never waits longer.
@@ -110,7 +118,8 @@ func (w *worker) openPersister(ctx context.Context) error {
 	if _, err := rand.Read(inst[:]); err != nil {
 		return err
 	}
-	w.persist = &persister{kv: kv, key: *w.s.opt.StateKey, instance: binary.LittleEndian.Uint64(inst[:]) | 1}
+	w.persist = &persister{kv: kv, key: *w.s.opt.StateKey, instance: binary.LittleEndian.Uint64(inst[:]) | 1,
+		js: w.s.js, subject: "$KV." + StateBucket(w.id) + "." + w.loop}
 	return nil
 }
 
@@ -189,36 +198,73 @@ func (w *worker) record() stateRecord {
 	return rec
 }
 
-// save persists after a state update. A write whose outcome is unknown
-// (timeout, reconnecting) leaves the state dirty: no new tick starts until a
-// write succeeds (see onMeasure), so the persisted state is never more than
-// one update behind. A revision conflict is checked against the stored
-// record: if another instance wrote it, this one has been fenced off.
+// save persists after a state update. The write is published
+// asynchronously, compare-and-set on the record's revision
+// (Nats-Expected-Last-Subject-Sequence), and the next tick waits for its
+// acknowledgement before starting (flushState), so the persisted state is
+// never more than one update behind. A revision conflict is checked against
+// the stored record: if another instance wrote it, this one has been fenced
+// off.
 func (w *worker) save(ctx context.Context) error {
 	if w.persist == nil {
 		return nil
 	}
-	w.persist.dirty = true
-	data, err := w.persist.seal(w.record())
+	p := w.persist
+	if p.pending != nil { // the previous write is still in flight
+		if err := w.resolve(ctx); err != nil {
+			return err
+		}
+	}
+	p.dirty = true
+	data, err := p.seal(w.record())
 	if err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(ctx, saveTimeout)
-	defer cancel()
-	rev, err := w.persist.kv.Update(sctx, w.loop, data, w.persist.rev)
-	if err == nil {
-		w.persist.rev, w.persist.dirty = rev, false
-		return nil
-	}
-	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+	msg := nats.NewMsg(p.subject)
+	msg.Data = data
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.rev, 10))
+	fut, err := p.js.PublishMsgAsync(msg)
+	if err != nil {
 		w.s.opt.Log.Warn("persisting state", "party", w.id, "loop", w.loop, "err", err)
 		return nil
 	}
-	// Conflict: who wrote last? (Our own earlier write may have landed after
-	// its timeout.)
-	e, gerr := w.persist.kv.Get(sctx, w.loop)
-	if gerr != nil {
-		w.s.opt.Log.Warn("persisting state: re-reading the record", "party", w.id, "loop", w.loop, "err", gerr)
+	p.pending = fut
+	return nil
+}
+
+// resolve waits (bounded) for the write in flight.
+func (w *worker) resolve(ctx context.Context) error {
+	p := w.persist
+	fut := p.pending
+	p.pending = nil
+	t := time.NewTimer(saveTimeout)
+	defer t.Stop()
+	select {
+	case ack := <-fut.Ok():
+		p.rev, p.dirty = ack.Sequence, false
+		return nil
+	case err := <-fut.Err():
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return w.checkFence(ctx)
+		}
+		w.s.opt.Log.Warn("persisting state", "party", w.id, "loop", w.loop, "err", err)
+	case <-t.C:
+		w.s.opt.Log.Warn("persisting state: no acknowledgement", "party", w.id, "loop", w.loop)
+	case <-ctx.Done():
+	}
+	return nil // dirty: retried synchronously before the next tick
+}
+
+// checkFence re-reads the record after a revision conflict: our own earlier
+// write may have landed after its timeout; anyone else's means a fence.
+func (w *worker) checkFence(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(ctx, saveTimeout)
+	defer cancel()
+	e, err := w.persist.kv.Get(sctx, w.loop)
+	if err != nil {
+		w.s.opt.Log.Warn("persisting state: re-reading the record", "party", w.id, "loop", w.loop, "err", err)
 		return nil
 	}
 	rec, oerr := w.persist.open(e.Value())
@@ -226,20 +272,51 @@ func (w *worker) save(ctx context.Context) error {
 		return ErrFenced
 	}
 	w.persist.rev = e.Revision()
-	rev, err = w.persist.kv.Update(sctx, w.loop, data, w.persist.rev)
+	return nil
+}
+
+// saveSync writes the current record and waits (bounded) for the result.
+func (w *worker) saveSync(ctx context.Context) error {
+	p := w.persist
+	p.dirty = true
+	data, err := p.seal(w.record())
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, saveTimeout)
+	defer cancel()
+	rev, err := p.kv.Update(sctx, w.loop, data, p.rev)
 	if err == nil {
-		w.persist.rev, w.persist.dirty = rev, false
+		p.rev, p.dirty = rev, false
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+		w.s.opt.Log.Warn("persisting state", "party", w.id, "loop", w.loop, "err", err)
+		return nil
+	}
+	if err := w.checkFence(ctx); err != nil {
+		return err
+	}
+	if rev, err = p.kv.Update(sctx, w.loop, data, p.rev); err == nil {
+		p.rev, p.dirty = rev, false
 	}
 	return nil
 }
 
-// flushState retries a pending state write before a new tick starts; it
-// reports whether the state is persisted.
+// flushState makes sure the latest state is persisted before a new tick
+// starts; it reports whether it is.
 func (w *worker) flushState(ctx context.Context) bool {
-	if w.persist == nil || !w.persist.dirty {
+	if w.persist == nil {
 		return true
 	}
-	if err := w.save(ctx); err != nil {
+	var err error
+	if w.persist.pending != nil {
+		err = w.resolve(ctx)
+	}
+	if err == nil && w.persist.dirty {
+		err = w.saveSync(ctx)
+	}
+	if err != nil {
 		w.fenced = true
 		return false
 	}

@@ -35,9 +35,12 @@ type worker struct {
 	peer codec.Role
 
 	inbox chan *nats.Msg
-	items chan jetstream.Msg
-	guard *codec.ReplayGuard
-	ready atomic.Bool
+	items chan item
+
+	// Subjects, built once.
+	subjPeer, subjOut string
+	guard             *codec.ReplayGuard
+	ready             atomic.Bool
 	// Published copies for observers (tests, readiness).
 	versionPub  atomic.Uint64
 	restoredPub atomic.Bool
@@ -76,7 +79,9 @@ func newWorker(s *Service, loop string) *worker {
 	return &worker{
 		s: s, loop: loop, id: s.opt.ID, peer: codec.PartyRole(1 - s.opt.ID),
 		inbox:     make(chan *nats.Msg, 1024),
-		items:     make(chan jetstream.Msg, s.opt.Prefetch),
+		items:     make(chan item, s.opt.Prefetch),
+		subjPeer:  bus.ExchangeSubject(loop, 1-s.opt.ID),
+		subjOut:   bus.OutputSubject(loop),
 		guard:     codec.NewReplayGuard(),
 		pendMul:   map[uint64]peerMul{},
 		pendTrunc: map[uint64]peerTrunc{},
@@ -119,10 +124,20 @@ func (w *worker) run(ctx context.Context) error {
 		return fmt.Errorf("offline consumer: %w", err)
 	}
 	// The consumer acknowledges on delivery (see bus.EnsureOfflineQueue):
-	// an item is consumed before this party can use it.
+	// an item is consumed before this party can use it. Items are opened and
+	// decoded here, off the tick's critical path (material only reads what
+	// the set-up fixed before Consume starts).
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		it := item{}
+		meta, err := m.Metadata()
+		if err != nil {
+			it.err = err
+		} else {
+			it.seq = meta.Sequence.Stream
+			it.mat, it.err = w.material(m.Data())
+		}
 		select {
-		case w.items <- m:
+		case w.items <- it:
 		case <-ctx.Done():
 		}
 	}, jetstream.PullMaxMessages(w.s.opt.Prefetch))
@@ -251,10 +266,9 @@ func (w *worker) send(kind codec.Kind, tick uint64, payload any) {
 		w.s.opt.Log.Error("marshal", "err", err)
 		return
 	}
-	to := w.peer
-	subj := bus.ExchangeSubject(w.loop, 1-w.id)
+	to, subj := w.peer, w.subjPeer
 	if kind == codec.KindOutput {
-		to, subj = codec.RoleActuator, bus.OutputSubject(w.loop)
+		to, subj = codec.RoleActuator, w.subjOut
 	}
 	env, err := w.s.sealer.Seal(codec.Header{Kind: kind, Loop: w.loop, Tick: tick, From: w.s.sealer.Self(), To: to}, body)
 	if err != nil {
@@ -390,39 +404,39 @@ func (w *worker) decodeMul(mp codec.MulPayload) (peerMul, error) {
 
 var errNoItem = errors.New("party: no offline item available")
 
-// nextItem takes the next usable item from the queue: acknowledged before use,
+// item is one decoded offline item.
+type item struct {
+	seq uint64
+	mat mpc.TickMaterial
+	err error
+}
+
+// nextItem takes the next usable item from the queue: consumed on delivery,
 // never one at or below the high-water mark, never one below minSeq.
 func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error) {
 	timer := time.NewTimer(w.s.opt.ItemWait)
 	defer timer.Stop()
 	for {
-		var m jetstream.Msg
+		var it item
 		select {
-		case m = <-w.items:
+		case it = <-w.items:
 		case <-timer.C:
 			return 0, mpc.TickMaterial{}, errNoItem
 		case <-ctx.Done():
 			return 0, mpc.TickMaterial{}, ctx.Err()
 		}
-		meta, err := m.Metadata()
-		if err != nil {
-			_ = m.Term()
-			continue
-		}
-		seq := meta.Sequence.Stream
-		if seq <= w.hwm || seq < w.minSeq {
+		if it.seq <= w.hwm || it.seq < w.minSeq {
 			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
 			continue
 		}
-		w.hwm = seq
-		mat, err := w.material(m.Data())
-		if err != nil {
-			w.reject(err)
+		w.hwm = it.seq
+		if it.err != nil {
+			w.reject(it.err)
 			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
 			continue
 		}
 		w.s.opt.Metrics.ItemsConsumed.WithLabelValues(w.loop).Inc()
-		return seq, mat, nil
+		return it.seq, it.mat, nil
 	}
 }
 

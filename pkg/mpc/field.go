@@ -1,6 +1,7 @@
 package mpc
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/bits"
@@ -339,7 +340,11 @@ func (f *Field) Float64(a Elem, scale int) float64 {
 // PutElem writes a's fixed-width little-endian encoding into dst[:ByteLen()].
 func (f *Field) PutElem(dst []byte, a Elem) {
 	_ = dst[f.byteLen-1]
-	for i := 0; i < f.byteLen; i++ {
+	i := 0
+	for ; i+8 <= f.byteLen; i += 8 { // whole limbs
+		binary.LittleEndian.PutUint64(dst[i:], a[i/8])
+	}
+	for ; i < f.byteLen; i++ {
 		dst[i] = byte(a[i/8] >> (8 * (i % 8)))
 	}
 }
@@ -351,8 +356,12 @@ func (f *Field) ElemFromBytes(b []byte) (Elem, error) {
 	if len(b) != f.byteLen {
 		return a, fmt.Errorf("%w: %d bytes, want %d for modulus %s", ErrEncoding, len(b), f.byteLen, f.name)
 	}
-	for i, c := range b {
-		a[i/8] |= uint64(c) << (8 * (i % 8))
+	i := 0
+	for ; i+8 <= len(b); i += 8 { // whole limbs
+		a[i/8] = binary.LittleEndian.Uint64(b[i:])
+	}
+	for ; i < len(b); i++ {
+		a[i/8] |= uint64(b[i]) << (8 * (i % 8))
 	}
 	if cmp(a, f.q) >= 0 {
 		return Elem{}, fmt.Errorf("%w: value is not below the modulus %s", ErrEncoding, f.name)
