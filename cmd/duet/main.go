@@ -10,9 +10,11 @@ import (
 	"syscall"
 
 	"github.com/duet-mpc/duet/internal/cli"
+	"github.com/duet-mpc/duet/internal/service"
 )
 
 func main() {
+	service.TuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
