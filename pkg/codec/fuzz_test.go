@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/duet-mpc/duet/pkg/mpc"
@@ -61,7 +62,10 @@ func FuzzOpen(f *testing.F) {
 }
 
 // FuzzUnmarshalPayloads decodes arbitrary bytes as every payload type. It
-// must never panic, and whatever decodes must re-encode to the input.
+// must never panic, and whatever decodes must re-encode to the input. For the
+// types with a fast path, it must agree with the reflection path: both accept
+// or both reject with the same sentinel, decode the same value and encode it
+// to the same bytes.
 func FuzzUnmarshalPayloads(f *testing.F) {
 	for _, v := range samplePayloads(f) {
 		b, err := Marshal(v)
@@ -74,13 +78,26 @@ func FuzzUnmarshalPayloads(f *testing.F) {
 	f.Add([]byte{0x81, 0xa1, 'y', 0x91, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0})
 	types := []reflect.Type{}
 	for _, v := range samplePayloads(f) {
-		types = append(types, reflect.TypeOf(v).Elem())
+		if typ := reflect.TypeOf(v).Elem(); !slices.Contains(types, typ) {
+			types = append(types, typ)
+		}
 	}
 	p := testParams(f, mpc.PresetP25519, mpc.PerTick)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, typ := range types {
 			v := reflect.New(typ).Interface()
 			err := Unmarshal(data, v)
+			_, fast := v.(fastDecoder)
+			if fast {
+				ref := reflect.New(typ).Interface()
+				refErr := unmarshalReflect(data, ref)
+				if (err == nil) != (refErr == nil) || Reason(err) != Reason(refErr) {
+					t.Fatalf("%v: fast path: %v; reflection: %v", typ, err, refErr)
+				}
+				if err == nil && !reflect.DeepEqual(v, ref) {
+					t.Fatalf("%v: fast path decodes %+v; reflection %+v", typ, v, ref)
+				}
+			}
 			if err != nil {
 				if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrTooLarge) && !errors.Is(err, ErrLoopID) {
 					t.Fatalf("%v: error %v wraps no expected sentinel", typ, err)
@@ -90,6 +107,11 @@ func FuzzUnmarshalPayloads(f *testing.F) {
 			b, err := Marshal(v)
 			if err != nil || !bytes.Equal(b, data) {
 				t.Fatalf("%v: decode-then-encode differs (%v)", typ, err)
+			}
+			if fast {
+				if ref, err := marshalReflect(v); err != nil || !bytes.Equal(ref, b) {
+					t.Fatalf("%v: Marshal differs from the reflection path (%v)", typ, err)
+				}
 			}
 			// Exercise the decoders behind the payloads.
 			switch v := v.(type) {

@@ -22,6 +22,11 @@ import (
 //     arrays, strings for binaries, reordered or repeated fields.
 //
 // So whatever Unmarshal accepts is exactly what Marshal produces.
+//
+// The payloads on the per-tick path (see marshalFast) skip all of this: they
+// are encoded and parsed by hand in msgpack_fast.go, into exactly the same
+// bytes and accepting exactly the same inputs, which the differential tests
+// check against the reflection path kept here for every other type.
 
 const maxDepth = 16
 
@@ -35,6 +40,18 @@ func newEncoder(w io.Writer) *msgpack.Encoder {
 
 // Marshal encodes a payload. The result is at most MaxEnvelope bytes.
 func Marshal(v any) ([]byte, error) {
+	if b, n, ok := marshalFast(v); ok {
+		if n > MaxEnvelope {
+			return nil, fmt.Errorf("%w: %T encodes to %d bytes, limit %d", ErrTooLarge, v, n, MaxEnvelope)
+		}
+		return b, nil
+	}
+	return marshalReflect(v)
+}
+
+// marshalReflect is Marshal through the library, for every type without a
+// fast path.
+func marshalReflect(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := newEncoder(&buf)
 	err := enc.Encode(v)
@@ -53,8 +70,22 @@ type validator interface{ validate() error }
 
 // Unmarshal decodes data into v, a pointer to a payload type (or any other
 // struct without maps or interfaces). It accepts exactly the encodings Marshal
-// produces; every error wraps ErrTooLarge or ErrMalformed.
+// produces; every error wraps ErrTooLarge or ErrMalformed (or, for a payload
+// that parses but fails its own checks, ErrLoopID). Byte slices in v are
+// copies and never alias data.
 func Unmarshal(data []byte, v any) error {
+	if len(data) > MaxEnvelope {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxEnvelope)
+	}
+	if ok, err := unmarshalFast(data, v); ok {
+		return err
+	}
+	return unmarshalReflect(data, v)
+}
+
+// unmarshalReflect is Unmarshal through the library: scan, decode, re-encode
+// and compare.
+func unmarshalReflect(data []byte, v any) error {
 	if len(data) > MaxEnvelope {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxEnvelope)
 	}

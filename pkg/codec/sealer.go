@@ -77,27 +77,38 @@ func (s *Sealer) Seal(h Header, payload []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: payload of %d bytes, limit %d", ErrTooLarge, len(payload), MaxEnvelope)
 	}
 
-	plain := make([]byte, 0, 1+maxHeaderLen+5+len(payload))
-	plain = append(plain, mpFixArray|sealedFields)
-	plain = appendHeader(plain, h)
-	plain = appendBinHeader(plain, len(payload))
-	plain = append(plain, payload...)
+	// One allocation holds the envelope and, after it, the sealed plaintext
+	// being staged: secretbox cannot encrypt in place, and the two regions do
+	// not overlap. The plaintext is cleared once sealed, and the result is
+	// capped at the envelope.
+	var hbuf [maxHeaderLen]byte
+	hdr := appendHeader(hbuf[:0], h)
+	plainLen := 1 + len(hdr) + binHeaderLen(len(payload)) + len(payload)
+	boxLen := plainLen + box.Overhead
+	prefixLen := 1 + len(hdr) + binHeaderLen(nonceSize) + nonceSize + binHeaderLen(boxLen)
+	envLen := prefixLen + boxLen
+	if envLen > MaxEnvelope {
+		return nil, fmt.Errorf("%w: envelope of %d bytes, limit %d", ErrTooLarge, envLen, MaxEnvelope)
+	}
+	buf := make([]byte, envLen+plainLen)
 
-	var nonce [nonceSize]byte
+	out := append(buf[:0:envLen], mpFixArray|envelopeFields)
+	out = append(out, hdr...)
+	out = appendBinHeader(out, nonceSize)
+	nonce := (*[nonceSize]byte)(out[len(out) : len(out)+nonceSize])
 	if _, err := io.ReadFull(s.rand, nonce[:]); err != nil {
 		return nil, fmt.Errorf("codec: reading nonce: %w", err)
 	}
-	boxLen := len(plain) + box.Overhead
-	out := make([]byte, 0, 1+maxHeaderLen+2+nonceSize+5+boxLen)
-	out = append(out, mpFixArray|envelopeFields)
-	out = appendHeader(out, h)
-	out = appendBinHeader(out, nonceSize)
-	out = append(out, nonce[:]...)
-	out = appendBinHeader(out, boxLen)
-	if len(out)+boxLen > MaxEnvelope {
-		return nil, fmt.Errorf("%w: envelope of %d bytes, limit %d", ErrTooLarge, len(out)+boxLen, MaxEnvelope)
-	}
-	return box.SealAfterPrecomputation(out, plain, &nonce, key), nil
+	out = appendBinHeader(out[:len(out)+nonceSize], boxLen)
+
+	plain := append(buf[envLen:envLen], mpFixArray|sealedFields)
+	plain = append(plain, hdr...)
+	plain = appendBinHeader(plain, len(payload))
+	plain = append(plain, payload...)
+
+	env := box.SealAfterPrecomputation(out, plain, nonce, key)
+	clear(plain)
+	return env, nil
 }
 
 // Open authenticates and decrypts an envelope addressed to Self() and returns

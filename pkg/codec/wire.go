@@ -11,18 +11,30 @@ import (
 // exact input bytes, and any MessagePack library can read what we write.
 
 const (
+	mpFixMap   = 0x80 // 0x80-0x8f: map of 0-15 pairs
 	mpFixArray = 0x90 // 0x90-0x9f: array of 0-15
 	mpFixStr   = 0xa0 // 0xa0-0xbf: string of 0-31 bytes
+	mpNil      = 0xc0
+	mpFalse    = 0xc2
+	mpTrue     = 0xc3
 	mpBin8     = 0xc4
 	mpBin16    = 0xc5
 	mpBin32    = 0xc6
+	mpFloat64  = 0xcb
 	mpUint8    = 0xcc
 	mpUint16   = 0xcd
 	mpUint32   = 0xce
 	mpUint64   = 0xcf
+	mpInt8     = 0xd0
+	mpInt16    = 0xd1
+	mpInt32    = 0xd2
+	mpInt64    = 0xd3
 	mpStr8     = 0xd9
 	mpStr16    = 0xda
 	mpStr32    = 0xdb
+	mpArray16  = 0xdc
+	mpArray32  = 0xdd
+	mpNegFix   = 0xe0 // 0xe0-0xff: -32 to -1
 )
 
 func appendUint(b []byte, v uint64) []byte {
@@ -63,6 +75,17 @@ func appendBinHeader(b []byte, n int) []byte {
 		return binary.BigEndian.AppendUint16(append(b, mpBin16), uint16(n))
 	}
 	return binary.BigEndian.AppendUint32(append(b, mpBin32), uint32(n))
+}
+
+// binHeaderLen is the length of appendBinHeader's output.
+func binHeaderLen(n int) int {
+	switch {
+	case n <= 0xff:
+		return 2
+	case n <= 0xffff:
+		return 3
+	}
+	return 5
 }
 
 // reader decodes the canonical subset from b. Errors wrap ErrMalformed and

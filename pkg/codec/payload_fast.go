@@ -1,0 +1,274 @@
+package codec
+
+// Fast-path encoders and parsers of the per-tick payloads (msgpack_fast.go).
+// Each writes and reads the fields in declaration order under their msgpack
+// tags, exactly as the library does; keep them in step with the structs.
+
+func (w MatrixWire) encodedLen() int {
+	return 1 + keyLen("r") + uintLen(uint64(w.Rows)) + keyLen("c") + uintLen(uint64(w.Cols)) + keyLen("d") + binLen(w.Data)
+}
+
+func (w MatrixWire) appendMsgpack(b []byte) []byte {
+	b = append(b, mpFixMap|3)
+	b = appendUint(appendKey(b, "r"), uint64(w.Rows))
+	b = appendUint(appendKey(b, "c"), uint64(w.Cols))
+	return appendBin(appendKey(b, "d"), w.Data)
+}
+
+// matrix reads a MatrixWire field; Data aliases the input.
+func (d *decoder) matrix(name string) (w MatrixWire) {
+	if !d.key(name) {
+		return w
+	}
+	d.mapHeader(name, 3)
+	w.Rows = d.uint32("r")
+	w.Cols = d.uint32("c")
+	w.Data = d.bytes("d")
+	return w
+}
+
+func (w *MatrixWire) unmarshalMsgpack(data []byte) error {
+	d := newDecoder(data)
+	var v MatrixWire
+	d.mapHeader("MatrixWire", 3)
+	v.Rows = d.uint32("r")
+	v.Cols = d.uint32("c")
+	v.Data = d.bytes("d")
+	if err := d.end(); err != nil {
+		return err
+	}
+	own(&v.Data)
+	*w = v
+	return nil
+}
+
+func (p MeasurePayload) encodedLen() int {
+	return 1 + keyLen("y") + p.Y.encodedLen() + keyLen("sent") + intLen(p.SentUnixNano)
+}
+
+func (p MeasurePayload) appendMsgpack(b []byte) []byte {
+	b = append(b, mpFixMap|2)
+	b = p.Y.appendMsgpack(appendKey(b, "y"))
+	return appendInt(appendKey(b, "sent"), p.SentUnixNano)
+}
+
+func (p *MeasurePayload) unmarshalMsgpack(data []byte) error {
+	d := newDecoder(data)
+	var v MeasurePayload
+	d.mapHeader("MeasurePayload", 2)
+	v.Y = d.matrix("y")
+	v.SentUnixNano = d.int("sent")
+	if err := d.end(); err != nil {
+		return err
+	}
+	own(&v.Y.Data)
+	*p = v
+	return nil
+}
+
+func (p MulPayload) encodedLen() int {
+	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("ver") + uintLen(p.Version) +
+		keyLen("s") + p.S.encodedLen() + keyLen("t") + p.T.encodedLen()
+}
+
+func (p MulPayload) appendMsgpack(b []byte) []byte {
+	b = append(b, mpFixMap|4)
+	b = appendUint(appendKey(b, "item"), p.Item)
+	b = appendUint(appendKey(b, "ver"), p.Version)
+	b = p.S.appendMsgpack(appendKey(b, "s"))
+	return p.T.appendMsgpack(appendKey(b, "t"))
+}
+
+func (p *MulPayload) unmarshalMsgpack(data []byte) error {
+	d := newDecoder(data)
+	var v MulPayload
+	d.mapHeader("MulPayload", 4)
+	v.Item = d.uint("item")
+	v.Version = d.uint("ver")
+	v.S = d.matrix("s")
+	v.T = d.matrix("t")
+	if err := d.end(); err != nil {
+		return err
+	}
+	own(&v.S.Data, &v.T.Data)
+	*p = v
+	return nil
+}
+
+func (p TruncPayload) encodedLen() int {
+	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("y") + p.Y.encodedLen()
+}
+
+func (p TruncPayload) appendMsgpack(b []byte) []byte {
+	b = append(b, mpFixMap|2)
+	b = appendUint(appendKey(b, "item"), p.Item)
+	return p.Y.appendMsgpack(appendKey(b, "y"))
+}
+
+func (p *TruncPayload) unmarshalMsgpack(data []byte) error {
+	d := newDecoder(data)
+	var v TruncPayload
+	d.mapHeader("TruncPayload", 2)
+	v.Item = d.uint("item")
+	v.Y = d.matrix("y")
+	if err := d.end(); err != nil {
+		return err
+	}
+	own(&v.Y.Data)
+	*p = v
+	return nil
+}
+
+func (p OutputPayload) encodedLen() int {
+	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("u") + p.U.encodedLen()
+}
+
+func (p OutputPayload) appendMsgpack(b []byte) []byte {
+	b = append(b, mpFixMap|2)
+	b = appendUint(appendKey(b, "item"), p.Item)
+	return p.U.appendMsgpack(appendKey(b, "u"))
+}
+
+func (p *OutputPayload) unmarshalMsgpack(data []byte) error {
+	d := newDecoder(data)
+	var v OutputPayload
+	d.mapHeader("OutputPayload", 2)
+	v.Item = d.uint("item")
+	v.U = d.matrix("u")
+	if err := d.end(); err != nil {
+		return err
+	}
+	own(&v.U.Data)
+	*p = v
+	return nil
+}
+
+func (p TickPayload) encodedLen() int {
+	return 1 + keyLen("sent") + intLen(p.SentUnixNano)
+}
+
+func (p TickPayload) appendMsgpack(b []byte) []byte {
+	return appendInt(appendKey(append(b, mpFixMap|1), "sent"), p.SentUnixNano)
+}
+
+func (p *TickPayload) unmarshalMsgpack(data []byte) error {
+	d := newDecoder(data)
+	var v TickPayload
+	d.mapHeader("TickPayload", 1)
+	v.SentUnixNano = d.int("sent")
+	if err := d.end(); err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+func (p MaterialPayload) encodedLen() int {
+	return 1 + keyLen("nonce") + binHeaderLen(len(p.Nonce)) + len(p.Nonce) +
+		keyLen("u") + p.U.encodedLen() + keyLen("v") + p.V.encodedLen() + keyLen("w") + p.W.encodedLen() +
+		keyLen("m") + p.M.encodedLen() + keyLen("l") + p.L.encodedLen()
+}
+
+func (p MaterialPayload) appendMsgpack(b []byte) []byte {
+	b = append(b, mpFixMap|6)
+	b = appendBin(appendKey(b, "nonce"), p.Nonce[:])
+	b = p.U.appendMsgpack(appendKey(b, "u"))
+	b = p.V.appendMsgpack(appendKey(b, "v"))
+	b = p.W.appendMsgpack(appendKey(b, "w"))
+	b = p.M.appendMsgpack(appendKey(b, "m"))
+	return p.L.appendMsgpack(appendKey(b, "l"))
+}
+
+func (p *MaterialPayload) unmarshalMsgpack(data []byte) error {
+	d := newDecoder(data)
+	var v MaterialPayload
+	d.mapHeader("MaterialPayload", 6)
+	v.Nonce = d.nonce("nonce")
+	v.U = d.matrix("u")
+	v.V = d.matrix("v")
+	v.W = d.matrix("w")
+	v.M = d.matrix("m")
+	v.L = d.matrix("l")
+	if err := d.end(); err != nil {
+		return err
+	}
+	own(&v.U.Data, &v.V.Data, &v.W.Data, &v.M.Data, &v.L.Data)
+	*p = v
+	return nil
+}
+
+func (m ItemMsg) encodedLen() int {
+	return 1 + keyLen("loop") + strLen(m.Loop) + keyLen("epoch") + uintLen(m.Epoch) +
+		keyLen("nonce") + binHeaderLen(len(m.Nonce)) + len(m.Nonce) +
+		keyLen("p0") + binLen(m.P0) + keyLen("p1") + binLen(m.P1)
+}
+
+func (m ItemMsg) appendMsgpack(b []byte) []byte {
+	b = append(b, mpFixMap|5)
+	b = appendStr(appendKey(b, "loop"), m.Loop)
+	b = appendUint(appendKey(b, "epoch"), m.Epoch)
+	b = appendBin(appendKey(b, "nonce"), m.Nonce[:])
+	b = appendBin(appendKey(b, "p0"), m.P0)
+	return appendBin(appendKey(b, "p1"), m.P1)
+}
+
+func (m *ItemMsg) unmarshalMsgpack(data []byte) error {
+	d := newDecoder(data)
+	var v ItemMsg
+	d.mapHeader("ItemMsg", 5)
+	loop := d.str("loop")
+	v.Epoch = d.uint("epoch")
+	v.Nonce = d.nonce("nonce")
+	v.P0 = d.bytes("p0")
+	v.P1 = d.bytes("p1")
+	if err := d.end(); err != nil {
+		return err
+	}
+	v.Loop = string(loop)
+	own(&v.P0, &v.P1)
+	*m = v
+	return nil
+}
+
+func (p PlantYPayload) encodedLen() int {
+	return 1 + keyLen("y") + floatsLen(p.Y)
+}
+
+func (p PlantYPayload) appendMsgpack(b []byte) []byte {
+	return appendFloats(appendKey(append(b, mpFixMap|1), "y"), p.Y)
+}
+
+func (p *PlantYPayload) unmarshalMsgpack(data []byte) error {
+	d := newDecoder(data)
+	var v PlantYPayload
+	d.mapHeader("PlantYPayload", 1)
+	v.Y = d.floats("y")
+	if err := d.end(); err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+func (p PlantUPayload) encodedLen() int {
+	return 1 + keyLen("u") + floatsLen(p.U) + keyLen("failsafe") + 1
+}
+
+func (p PlantUPayload) appendMsgpack(b []byte) []byte {
+	b = append(b, mpFixMap|2)
+	b = appendFloats(appendKey(b, "u"), p.U)
+	return appendBool(appendKey(b, "failsafe"), p.FailSafe)
+}
+
+func (p *PlantUPayload) unmarshalMsgpack(data []byte) error {
+	d := newDecoder(data)
+	var v PlantUPayload
+	d.mapHeader("PlantUPayload", 2)
+	v.U = d.floats("u")
+	v.FailSafe = d.bool("failsafe")
+	if err := d.end(); err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
