@@ -5,11 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/duet-mpc/duet/internal/acl"
 	"github.com/duet-mpc/duet/internal/keys"
+	"github.com/duet-mpc/duet/pkg/codec"
 )
 
 func init() {
@@ -21,12 +23,19 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "keys", "output directory: <role>.seed (0600, secret) and <role>.pub per role")
 	force := fs.Bool("force", false, "overwrite existing key files (rotates every key)")
+	ifMissing := fs.Bool("if-missing", false, "do nothing (exit 0) if the directory already holds keys; for init containers")
 	tlsHosts := fs.String("tls-hosts", "", "also write a private CA and a NATS server certificate for these comma-separated host names/IPs (ca.pem, nats-cert.pem, nats-key.pem)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
+	}
+	if *ifMissing && !*force {
+		if _, err := os.Stat(keys.SeedPath(*dir, codec.RoleSensor)); err == nil {
+			fmt.Fprintf(stdout, "%s already holds keys; kept them\n", *dir)
+			return nil
+		}
 	}
 	if err := keys.Generate(*dir, *force); err != nil {
 		return err

@@ -1,0 +1,104 @@
+# duet: static binaries, FROM scratch images and the docker compose stack.
+#
+#   make up      build everything and start the stack (the one command on a fresh clone)
+#   make e2e     end-to-end test of the stack (scripts/e2e.sh)
+#   make down    stop the stack and delete its volumes (keys, JetStream data)
+#
+# Nothing is pulled from a registry: the binaries are built here with
+# CGO_ENABLED=0 and copied into FROM scratch images (deploy/docker/).
+
+GO        ?= go
+# docker compose v2 if present, else docker-compose v1 (>= 1.29).
+COMPOSE   ?= $(shell docker compose version >/dev/null 2>&1 && echo 'docker compose' || echo docker-compose)
+PROJECT   ?= duet
+IMAGE_TAG ?= latest
+DEALERS   ?= 2
+
+SERVICES  := sensor party actuator dealer plant
+IMAGES    := $(SERVICES) nats tools
+BIN       := build/bin
+CTX       := build/ctx
+GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w'
+# The classic builder is enough for COPY-only images (and needs no buildx).
+BUILDKIT  ?= $(shell docker buildx version >/dev/null 2>&1 && echo 1 || echo 0)
+
+SHELL       := bash
+.SHELLFLAGS := -eo pipefail -c
+
+export IMAGE_TAG
+
+.PHONY: all build images keys up down e2e ps logs k8s-secrets clean
+
+all: build
+
+## build: static binaries of every service, duet and nats-server into build/bin
+build:
+	@mkdir -p $(BIN)
+	$(GOBUILD) -o $(BIN)/ $(addprefix ./cmd/,$(SERVICES) duet)
+	$(GOBUILD) -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+
+## images: one FROM scratch image per service, plus duet-nats and duet-tools
+images: build
+	@set -e; for img in $(IMAGES); do \
+	  ctx=$(CTX)/$$img; rm -rf $$ctx; mkdir -p $$ctx/keys $$ctx/data; \
+	  ln -f $(BIN)/duet $$ctx/duet; \
+	  case $$img in \
+	    nats)  ln -f $(BIN)/nats-server $$ctx/nats-server ;; \
+	    tools) ;; \
+	    *)     ln -f $(BIN)/$$img $$ctx/$$img ;; \
+	  esac; \
+	  cp examples/qube-servo2/controller.json examples/qube-servo2/plant.json $$ctx/; \
+	  echo "docker build duet-$$img:$(IMAGE_TAG)"; \
+	  DOCKER_BUILDKIT=$(BUILDKIT) docker build -q -f deploy/docker/$$img.Dockerfile -t duet-$$img:$(IMAGE_TAG) $$ctx 2>&1 >/dev/null \
+	    | { grep -v -e DEPRECATED -e 'legacy builder' -e BuildKit -e '^ *environment-variable' -e '^$$' || true; } >&2; \
+	done
+
+## up: images, the keys (once per keys volume) and the stack, detached
+up: keys
+	$(COMPOSE) -p $(PROJECT) up -d --scale keys=0 --scale dealer=$(DEALERS)
+	$(COMPOSE) -p $(PROJECT) ps
+
+## keys: `duet keys --dir /keys` into the stack's keys volume, once: `duet
+## keys` refuses to overwrite, and "already exists" counts as done. The
+## compose keys service is then scaled to 0 so that `up` does not run it again.
+keys: images
+	@out=$$($(COMPOSE) -p $(PROJECT) run --rm keys 2>&1) && echo "$$out" | tail -1 || { \
+	  echo "$$out" | grep -q 'already exists' || { echo "$$out" >&2; exit 1; }; \
+	  echo "keys: the keys volume already holds keys; kept them"; }
+
+## down: stop the stack and remove its containers, network and volumes
+down:
+	$(COMPOSE) -p $(PROJECT) down -v --remove-orphans
+
+ps:
+	$(COMPOSE) -p $(PROJECT) ps
+
+logs:
+	$(COMPOSE) -p $(PROJECT) logs --tail=50
+
+## e2e: the end-to-end test against a real stack (builds images; always tears down)
+e2e: images
+	COMPOSE='$(COMPOSE)' SKIP_BUILD=1 scripts/e2e.sh
+
+## k8s-secrets: the Secrets and the ConfigMap that k8s/ mounts, from `duet keys`
+## (generated once into K8S_KEYS; keep that directory offline and out of git):
+## duet-key-<role> (<role>.seed), duet-pubkeys (every .pub), duet-controller.
+K8S_KEYS   ?= build/k8s-keys
+K8S_NS     ?= duet
+CONTROLLER ?= examples/qube-servo2/controller.json
+ROLES      := sensor party0 party1 actuator dealer plant
+KUBECTL    ?= kubectl
+k8s-secrets: build
+	@test -e $(K8S_KEYS)/sensor.seed || $(BIN)/duet keys --dir $(K8S_KEYS)
+	$(KUBECTL) apply -f k8s/base/namespace.yaml
+	@for r in $(ROLES); do \
+	  $(KUBECTL) -n $(K8S_NS) create secret generic duet-key-$$r --from-file=$$r.seed=$(K8S_KEYS)/$$r.seed \
+	    --dry-run=client -o yaml | $(KUBECTL) apply -f -; \
+	done
+	$(KUBECTL) -n $(K8S_NS) create configmap duet-pubkeys $(foreach r,$(ROLES),--from-file=$(r).pub=$(K8S_KEYS)/$(r).pub) \
+	  --dry-run=client -o yaml | $(KUBECTL) apply -f -
+	$(KUBECTL) -n $(K8S_NS) create secret generic duet-controller --from-file=controller.json=$(CONTROLLER) \
+	  --dry-run=client -o yaml | $(KUBECTL) apply -f -
+
+clean:
+	rm -rf build

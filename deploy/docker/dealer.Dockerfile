@@ -1,0 +1,12 @@
+# duet-dealer: a dealer replica: offline material (triples, masks) into the JetStream queues.
+# FROM scratch: one static binary (CGO_ENABLED=0), no shell, no libc, no CA
+# certificates. The build context is build/ctx/dealer, filled by `make images`.
+# /duet is there for the health check: `/duet health http://127.0.0.1:9100/readyz`.
+FROM scratch
+COPY dealer duet /
+# An empty /keys owned by the service user: a named volume mounted there
+# starts with this owner (compose); Kubernetes mounts Secrets instead.
+COPY --chown=65532:65532 keys /keys
+USER 65532:65532
+EXPOSE 9100
+ENTRYPOINT ["/dealer"]

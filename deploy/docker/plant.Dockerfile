@@ -1,0 +1,13 @@
+# duet-plant: the simulated plant (QUBE-Servo 2 by default).
+# FROM scratch: one static binary (CGO_ENABLED=0), no shell, no libc, no CA
+# certificates. The build context is build/ctx/plant, filled by `make images`.
+# /duet is there for the health check: `/duet health http://127.0.0.1:9100/readyz`.
+FROM scratch
+COPY plant duet /
+COPY plant.json /etc/duet/plant.json
+# An empty /keys owned by the service user: a named volume mounted there
+# starts with this owner (compose); Kubernetes mounts Secrets instead.
+COPY --chown=65532:65532 keys /keys
+USER 65532:65532
+EXPOSE 9100
+ENTRYPOINT ["/plant"]

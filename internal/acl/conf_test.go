@@ -1,0 +1,52 @@
+package acl_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/duet-mpc/duet/internal/acl"
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+// TestGeneratedConfigParses feeds the generated authorization block, included
+// from a main configuration the way deploy/nats.conf does, to the real
+// nats-server parser and checks every role's user and permissions arrive.
+func TestGeneratedConfigParses(t *testing.T) {
+	dir := t.TempDir()
+	if err := acl.GenerateUsers(filepath.Join(dir, "keys"), false); err != nil {
+		t.Fatal(err)
+	}
+	main := "listen: 127.0.0.1:4222\ninclude \"keys/" + acl.AuthConfigFile + "\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(main), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Nkeys) != len(codec.AllRoles) {
+		t.Fatalf("%d nkey users, want %d", len(o.Nkeys), len(codec.AllRoles))
+	}
+	for _, r := range codec.AllRoles {
+		u, err := acl.LoadUser(acl.UserSeedPath(filepath.Join(dir, "keys"), r), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found *server.NkeyUser
+		for _, nk := range o.Nkeys {
+			if nk.Nkey == u.Pub {
+				found = nk
+			}
+		}
+		if found == nil || found.Permissions == nil || found.Permissions.Subscribe == nil {
+			t.Fatalf("%s: user or permissions missing", r)
+		}
+		want := acl.Permissions(r)
+		if len(found.Permissions.Subscribe.Allow) != len(want.Sub) {
+			t.Errorf("%s: %d subscribe permissions parsed, want %d", r, len(found.Permissions.Subscribe.Allow), len(want.Sub))
+		}
+	}
+}

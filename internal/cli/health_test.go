@@ -1,0 +1,52 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHealth(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/readyz":
+			w.Write([]byte("ready\n"))
+		case "/slow":
+			time.Sleep(time.Second)
+		default:
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	var out strings.Builder
+	if err := Run(ctx, []string{"health", srv.URL + "/readyz"}, &out, io.Discard); err != nil {
+		t.Fatalf("health on 200: %v", err)
+	}
+	if !strings.Contains(out.String(), "200 OK") {
+		t.Errorf("health printed %q, want the status", out.String())
+	}
+	out.Reset()
+	if err := Run(ctx, []string{"health", "-q", srv.URL + "/readyz"}, &out, io.Discard); err != nil || out.Len() != 0 {
+		t.Errorf("health -q: err %v, printed %q; want nil and nothing", err, out.String())
+	}
+	if err := Run(ctx, []string{"health", srv.URL + "/other"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("health on 503: %v, want an error naming the status", err)
+	}
+	if err := Run(ctx, []string{"health", "--timeout", "50ms", srv.URL + "/slow"}, io.Discard, io.Discard); err == nil {
+		t.Errorf("health past its timeout succeeded")
+	}
+	if err := Run(ctx, []string{"health", "http://127.0.0.1:1/readyz"}, io.Discard, io.Discard); err == nil {
+		t.Errorf("health with nothing listening succeeded")
+	}
+	for _, args := range [][]string{{"health"}, {"health", "a", "b"}, {"health", "--bogus", "x"}} {
+		if err := Run(ctx, args, io.Discard, io.Discard); !errors.Is(err, ErrUsage) {
+			t.Errorf("Run(%q) = %v, want ErrUsage", args, err)
+		}
+	}
+}

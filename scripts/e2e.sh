@@ -1,0 +1,299 @@
+#!/usr/bin/env bash
+# End-to-end test of the docker compose stack (make e2e).
+#
+# Builds the images (unless SKIP_BUILD=1), starts the stack under its own
+# compose project and checks, reading the services' Prometheus metrics on
+# 127.0.0.1:
+#   1. the loop runs: the actuator reconstructs u_t every tick and the
+#      simulated pendulum stays in range (the sensor rejects no measurement);
+#   2. 30 s of steady state with no new deadline miss;
+#   3. dealers scaled 1 -> 3 -> 1 with duet_mismatches_total unchanged at the
+#      parties and no deadline miss;
+#   4. party0 cut off the network for 2 s: the loop resumes and balances the
+#      pendulum again;
+#   5. party1 killed (SIGKILL) and started again: the same (needs the parties'
+#      crash recovery: state shares persisted in JetStream).
+# The stack is always torn down (trap). Exits non-zero on any failure, after a
+# summary of what it saw.
+#
+# Environment: COMPOSE (default: `docker compose` if present, else
+# docker-compose), E2E_PROJECT (default duet-e2e), SKIP_BUILD=1, STEADY (30),
+# MAX_MISSES (default 0: deadline misses, and state version mismatches, that
+# a phase tolerates; a machine busy with other work starves the loop of CPU
+# for more than a period now and then, and item mismatches are never
+# tolerated), SKIP="partition kill" (phases to leave out), KEEP=1 (leave the
+# stack running for inspection).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for tool in docker curl jq; do
+	command -v $tool >/dev/null || { echo "e2e: $tool not found" >&2; exit 1; }
+done
+
+if [[ -z "${COMPOSE:-}" ]]; then
+	if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"; else COMPOSE=docker-compose; fi
+fi
+PROJECT=${E2E_PROJECT:-duet-e2e}
+STEADY=${STEADY:-30}
+MAX_MISSES=${MAX_MISSES:-0}
+SKIP=" ${SKIP:-} "
+read -r -a DC <<<"$COMPOSE"
+DC+=(-p "$PROJECT" -f docker-compose.yml -f scripts/e2e.compose.yml)
+
+# Host ports published by docker-compose.yml (127.0.0.1 only).
+P_SENSOR=19101 P_PARTY0=19102 P_PARTY1=19103 P_ACTUATOR=19104 P_NATS=18222
+
+T0=$SECONDS
+declare -a SUMMARY=()
+FAILED=0
+log() { printf '[e2e %3ds] %s\n' $((SECONDS - T0)) "$*"; }
+note() { SUMMARY+=("$*"); log "$*"; }
+pass() { note "PASS  $*"; }
+fail() {
+	note "FAIL  $*"
+	FAILED=1
+	exit 1
+}
+
+dump() {
+	log "--- compose ps"
+	"${DC[@]}" ps || true
+	for s in nats sensor party0 party1 actuator plant dealer; do
+		log "--- last log lines of $s"
+		"${DC[@]}" logs --no-color --tail=15 "$s" 2>&1 | tail -15 || true
+	done
+}
+
+cleanup() {
+	local rc=$?
+	[[ $rc -ne 0 ]] && FAILED=1
+	if [[ $FAILED -ne 0 ]]; then dump; fi
+	if [[ "${KEEP:-}" == 1 ]]; then
+		log "KEEP=1: stack $PROJECT left running (${DC[*]} down -v to remove)"
+	else
+		log "tearing down"
+		"${DC[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+	fi
+	echo
+	echo "== e2e summary ($((SECONDS - T0)) s)"
+	local npass=0 nfail=0
+	for l in "${SUMMARY[@]}"; do
+		echo "  $l"
+		case $l in PASS*) npass=$((npass + 1)) ;; FAIL*) nfail=$((nfail + 1)) ;; esac
+	done
+	if [[ $FAILED -ne 0 ]]; then
+		echo "== e2e FAILED"
+		((nfail > 0)) || nfail=1
+	else
+		echo "== e2e PASSED"
+	fi
+	echo "e2e: $npass passed, $nfail failed"
+	exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# metric PORT NAME [SUBSTRING]: the sum of a metric's samples (0 if none).
+metric() {
+	local body
+	body=$(curl -fsS --max-time 2 "http://127.0.0.1:$1/metrics" 2>/dev/null) || {
+		echo "-1"
+		return
+	}
+	awk -v name="$2" -v sub_="${3:-}" '
+		$1 !~ /^#/ { n = $1; sub(/\{.*/, "", n)
+		  if (n == name && (sub_ == "" || index($1, sub_) > 0)) { s += $2; found = 1 } }
+		END { printf "%d\n", found ? s : 0 }' <<<"$body"
+}
+ticks() { metric $P_ACTUATOR duet_ticks_total; }
+misses() { metric $P_ACTUATOR duet_deadline_misses_total; }
+range_rejects() { metric $P_SENSOR duet_rejects_total 'reason="range"'; }
+mismatches() { echo $(($(metric $P_PARTY0 duet_mismatches_total) + $(metric $P_PARTY1 duet_mismatches_total))); }
+
+# wait_ticks N TIMEOUT: wait until the actuator's ticks_total reaches N.
+wait_ticks() {
+	local want=$1 deadline=$((SECONDS + $2)) t
+	while ((SECONDS < deadline)); do
+		t=$(ticks)
+		((t >= want)) && return 0
+		sleep 0.5
+	done
+	return 1
+}
+
+# wait_healthy SERVICE COUNT TIMEOUT: wait until COUNT containers of SERVICE are healthy.
+wait_healthy() {
+	local svc=$1 want=$2 deadline=$((SECONDS + $3)) n ids
+	while ((SECONDS < deadline)); do
+		ids=$("${DC[@]}" ps -q "$svc" 2>/dev/null || true)
+		n=0
+		if [[ -n "$ids" ]]; then
+			# shellcheck disable=SC2086
+			n=$(docker inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{end}}' $ids | grep -c '^healthy$' || true)
+		fi
+		((n == want)) && return 0
+		sleep 1
+	done
+	return 1
+}
+
+cid() { "${DC[@]}" ps -q "$1"; }
+
+# connz IP FIELD: a field of the NATS server's view of the client at IP.
+connz() {
+	curl -fsS --max-time 2 "http://127.0.0.1:$P_NATS/connz" 2>/dev/null |
+		jq -r --arg ip "$1" --arg f "$2" '[.connections[] | select(.ip == $ip) | .[$f]] | first // -1'
+}
+
+# version_mismatches SINCE: "state version mismatch" lines both parties
+# logged since SINCE (unix time). duet_mismatches_total counts these (a
+# party abandoned a tick its peer finished: a timing fault, like a miss) and
+# item mismatches (the parties paired different offline items: a queue fault).
+version_mismatches() {
+	local n=0 c s
+	for s in party0 party1; do
+		c=$(docker logs --since "$1" "$(cid $s)" 2>&1 | grep -c '"state version mismatch"' || true)
+		n=$((n + c))
+	done
+	echo "$n"
+}
+
+for p in $P_SENSOR $P_PARTY0 $P_PARTY1 $P_ACTUATOR $P_NATS; do
+	if curl -s --max-time 1 -o /dev/null "http://127.0.0.1:$p/"; then
+		fail "port 127.0.0.1:$p is in use (a stack from 'make up' still running? 'make down' first)"
+	fi
+done
+
+if [[ "${SKIP_BUILD:-}" != 1 ]]; then
+	log "building images (make images)"
+	make --no-print-directory images
+fi
+
+log "starting stack $PROJECT"
+"${DC[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+"${DC[@]}" run --rm keys >/dev/null || fail "duet keys into the keys volume"
+"${DC[@]}" up -d --scale keys=0 --scale dealer=1 2>&1 | grep -v -e '^Creating' -e '^$' || true
+for s in nats sensor party0 party1 actuator dealer plant; do
+	wait_healthy "$s" 1 120 || fail "$s did not become healthy within 120 s"
+done
+pass "stack healthy after $((SECONDS - T0)) s (nats, sensor, party0, party1, actuator, 1 dealer, plant)"
+
+# 1. The loop runs and the pendulum is held up.
+wait_ticks 100 60 || fail "the actuator reconstructed only $(ticks) ticks within 60 s of start"
+sleep 3
+r=$(range_rejects)
+((r == 0)) || fail "the pendulum left the measurable range during start-up ($r measurements rejected)"
+pass "loop running: $(ticks) ticks at the actuator, $(misses) start-up misses, pendulum in range"
+
+# 2. Steady state: no new deadline miss for $STEADY s.
+t0=$(ticks) m0=$(misses)
+sleep "$STEADY"
+t1=$(ticks) m1=$(misses) r=$(range_rejects)
+dt=$((t1 - t0)) dm=$((m1 - m0))
+min=$((STEADY * 25 * 8 / 10)) # 80% of the ticks of a 40 ms period
+((dm <= MAX_MISSES)) || fail "steady state: $dm new deadline misses in ${STEADY} s ($dt ticks; load average $(cut -d' ' -f1-3 /proc/loadavg))"
+((dt >= min)) || fail "steady state: only $dt ticks in ${STEADY} s, want >= $min"
+((r == 0)) || fail "steady state: the pendulum left the measurable range ($r rejects)"
+pass "steady ${STEADY} s: $dt ticks, $dm new misses (allowed $MAX_MISSES), pendulum in range"
+
+# 3. Dealers 1 -> 3 -> 1: parties never disagree on an item.
+mm0=$(mismatches) m0=$(misses) t0=$(ticks) since=$(date +%s)
+"${DC[@]}" up -d --no-recreate --scale keys=0 --scale dealer=3 dealer 2>&1 | grep -v -e '^Creating' -e '^$' || true
+wait_healthy dealer 3 60 || fail "3 dealers did not become healthy"
+sleep 8
+"${DC[@]}" up -d --no-recreate --scale keys=0 --scale dealer=1 dealer 2>&1 | grep -v -e '^Stopping' -e '^Removing' -e '^$' || true
+wait_healthy dealer 1 60 || fail "did not scale back to 1 dealer"
+sleep 8
+mm1=$(mismatches) m1=$(misses) t1=$(ticks) vm=$(version_mismatches "$since")
+im=$((mm1 - mm0 - vm))
+((im == 0)) || fail "dealer scaling: $im item mismatches at the parties (duet_mismatches_total $mm0 -> $mm1, $vm of them state version)"
+((vm <= MAX_MISSES)) || fail "dealer scaling: duet_mismatches_total $mm0 -> $mm1: $vm state version mismatches (ticks abandoned by one party; load average $(cut -d' ' -f1-3 /proc/loadavg))"
+((m1 - m0 <= MAX_MISSES)) || fail "dealer scaling: $((m1 - m0)) deadline misses ($((t1 - t0)) ticks; load average $(cut -d' ' -f1-3 /proc/loadavg))"
+((t1 - t0 >= 300)) || fail "dealer scaling: only $((t1 - t0)) ticks"
+pass "dealers 1 -> 3 -> 1: $((t1 - t0)) ticks, duet_mismatches_total $mm0 -> $mm1 (0 item, $vm state version), $((m1 - m0)) new misses"
+
+# The simulated pendulum cannot survive a 2 s outage of its controller: it
+# falls, its angles leave the range the controller's fixed point encodes,
+# and the sensor stops sampling it. So, as an operator would, the test
+# catches it (stops the plant simulator) when a party goes and sets it upright
+# again (starts the simulator) once the party is back. The parties' state
+# does not advance while either of them is away, so the loop must balance the
+# pendulum again: that checks that the state shares came back consistent, not
+# only that ticks flow. It must be caught before anything of a falling
+# pendulum completes a tick: a single such measurement winds up the
+# controller state so far that it cannot balance a fresh pendulum. A killed
+# party's messages are lost, so nothing completes until it is back; a
+# partitioned party's are only delayed (TCP) and complete when it returns,
+# so for the partition the pendulum is caught first.
+catch_pendulum() { docker stop -t 0 "$(cid plant)" >/dev/null; }
+release_pendulum() {
+	docker start "$(cid plant)" >/dev/null
+	wait_healthy plant 1 30 || fail "the plant did not come back"
+}
+
+# recovered WHAT T0 M0: ticks resume and then run 5 s clean with the pendulum held.
+recovered() {
+	local what=$1 t0=$2 m0=$3 t1 m1 t2 m2 r1 r2
+	wait_ticks $((t0 + 50)) 60 || return 1
+	t1=$(ticks) m1=$(misses) r1=$(range_rejects)
+	sleep 5
+	t2=$(ticks) m2=$(misses) r2=$(range_rejects)
+	((r2 == r1)) || fail "$what: the loop resumed but did not balance the pendulum again ($((r2 - r1)) measurements out of range within 5 s; a fresh pendulum balances): inconsistent state shares?"
+	((t2 - t1 >= 100)) || fail "$what: only $((t2 - t1)) ticks in the 5 s after the loop resumed"
+	((m2 - m1 <= MAX_MISSES)) || fail "$what: $((m2 - m1)) misses in the 5 s after the loop resumed"
+	RECOVERED="$((m1 - m0)) misses while it was away, then 5 s clean: $((t2 - t1)) ticks, pendulum balanced"
+}
+
+# 4. party0 partitioned for 2 s (its TCP connection to NATS survives: same
+# address after reconnecting, as when a link flaps).
+if [[ $SKIP == *" partition "* ]]; then
+	note "SKIP  party0 partition (SKIP)"
+else
+	t0=$(ticks) m0=$(misses)
+	p0=$(cid party0)
+	net=$(docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}' "$p0")
+	ip=$(docker inspect -f "{{(index .NetworkSettings.Networks \"$net\").IPAddress}}" "$p0")
+	catch_pendulum
+	docker network disconnect "$net" "$p0"
+	sleep 2
+	docker network connect --ip "$ip" "$net" "$p0"
+	# TCP retransmits with exponential backoff (0.2, 0.4, 0.8, 1.6, 3.2 s):
+	# give the connection 5 s to resume, and the server time to flush what it
+	# held for party0, before the pendulum goes up.
+	sleep 5
+	deadline=$((SECONDS + 30))
+	until (($(connz "$ip" pending_bytes) == 0)); do
+		((SECONDS < deadline)) || fail "party0 partition: NATS still holds $(connz "$ip" pending_bytes) bytes for party0 after 30 s"
+		sleep 0.2
+	done
+	release_pendulum
+	recovered "party0 partition" "$t0" "$m0" ||
+		fail "party0 partition: ticks did not resume within 60 s (actuator at $(ticks), was $t0; party mismatches $(mismatches))"
+	pass "party0 cut off for 2 s: loop resumed ($RECOVERED)"
+fi
+
+# 5. party1 killed (SIGKILL) and started again: it must restore its state
+# share (crash recovery: persisted, sealed, in JetStream KV) for the loop to
+# resume without a controller reset.
+if [[ $SKIP == *" kill "* ]]; then
+	note "SKIP  party1 kill + restart (SKIP)"
+else
+	t0=$(ticks) m0=$(misses)
+	p1=$(cid party1)
+	docker kill "$p1" >/dev/null
+	catch_pendulum
+	sleep 1
+	docker start "$p1" >/dev/null
+	wait_healthy party1 1 60 || fail "party1 not healthy again within 60 s of its restart"
+	release_pendulum
+	if ! recovered "party1 restart" "$t0" "$m0"; then
+		why=$(docker logs "$p1" 2>&1 | grep '"state version mismatch"' | tail -1 | grep -o '"own":[0-9]*,"peer":[0-9]*' || true)
+		fail "party1 restart: ticks did not resume (actuator at $(ticks), was $t0 at the kill${why:+; party1 reports state version mismatch $why: its state share was not restored})"
+	fi
+	# DUET_PERSIST is on in docker-compose.yml: the share must come from KV
+	# (the pendulum balancing again shows it is the right one).
+	restored=$(docker logs "$p1" 2>&1 | grep '"state restored"' | tail -1 | grep -o '"version":[0-9]*,"tick":[0-9]*' || true)
+	[[ -n $restored ]] || fail "party1 restart: ticks resumed, but party1 did not log \"state restored\" (crash recovery off?)"
+	pass "party1 kill + restart: state share restored from JetStream KV ($restored), loop resumed ($RECOVERED)"
+fi
+
+note "INFO  totals at the actuator: $(ticks) ticks, $(misses) misses; party mismatches $(mismatches)"
