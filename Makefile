@@ -88,14 +88,23 @@ K8S_NS     ?= duet
 CONTROLLER ?= examples/qube-servo2/controller.json
 ROLES      := sensor party0 party1 actuator dealer plant
 KUBECTL    ?= kubectl
+# Names in the NATS server certificate (clients and cluster routes).
+NATS_TLS_HOSTS ?= nats,nats.duet,nats.duet.svc,nats-0.nats-headless,nats-1.nats-headless,nats-2.nats-headless,localhost
 k8s-secrets: build
-	@test -e $(K8S_KEYS)/sensor.seed || $(BIN)/duet keys --dir $(K8S_KEYS)
+	@test -e $(K8S_KEYS)/sensor.seed || $(BIN)/duet keys --dir $(K8S_KEYS) --tls-hosts $(NATS_TLS_HOSTS)
 	$(KUBECTL) apply -f k8s/base/namespace.yaml
 	@for r in $(ROLES); do \
 	  $(KUBECTL) -n $(K8S_NS) create secret generic duet-key-$$r --from-file=$$r.seed=$(K8S_KEYS)/$$r.seed \
+	    --from-file=$$r.nats.nk=$(K8S_KEYS)/$$r.nats.nk \
 	    --dry-run=client -o yaml | $(KUBECTL) apply -f -; \
 	done
 	$(KUBECTL) -n $(K8S_NS) create configmap duet-pubkeys $(foreach r,$(ROLES),--from-file=$(r).pub=$(K8S_KEYS)/$(r).pub) \
+	  --dry-run=client -o yaml | $(KUBECTL) apply -f -
+	$(KUBECTL) -n $(K8S_NS) create secret generic duet-nats-auth --from-file=nats-auth.conf=$(K8S_KEYS)/nats-auth.conf \
+	  --dry-run=client -o yaml | $(KUBECTL) apply -f -
+	$(KUBECTL) -n $(K8S_NS) create secret generic duet-nats-tls --from-file=$(K8S_KEYS)/nats-cert.pem \
+	  --from-file=$(K8S_KEYS)/nats-key.pem --from-file=$(K8S_KEYS)/ca.pem --dry-run=client -o yaml | $(KUBECTL) apply -f -
+	$(KUBECTL) -n $(K8S_NS) create configmap duet-nats-ca --from-file=$(K8S_KEYS)/ca.pem \
 	  --dry-run=client -o yaml | $(KUBECTL) apply -f -
 	$(KUBECTL) -n $(K8S_NS) create secret generic duet-controller --from-file=controller.json=$(CONTROLLER) \
 	  --dry-run=client -o yaml | $(KUBECTL) apply -f -

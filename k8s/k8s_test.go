@@ -398,8 +398,9 @@ func secretsOf(spec *corev1.PodSpec) []mount {
 }
 
 // checkSecrets: one key Secret per role, mounted by that role's pods only,
-// exposing only <role>.seed with a mode keys.Load accepts; no Secret is
-// shared between roles; the keys directory is DUET_KEYS_DIR.
+// exposing only <role>.seed and <role>.nats.nk (its end-to-end key and its
+// NATS user) with a mode keys.Load accepts; no Secret is shared between
+// roles; the keys directory is DUET_KEYS_DIR.
 func checkSecrets(t *testing.T, r *rendered) {
 	users := map[string][]string{}
 	for _, w := range r.workloads {
@@ -414,11 +415,12 @@ func checkSecrets(t *testing.T, r *rendered) {
 				}
 				own = true
 				want := role + ".seed"
-				if len(m.items) != 1 || m.items[0].Key != want || m.items[0].Path != want {
-					t.Errorf("%s: %s must project exactly %s (items %v)", w, m.secret, want, m.items)
+				if len(m.items) != 2 || m.items[0].Key != want || m.items[0].Path != want ||
+					m.items[1].Key != role+".nats.nk" || m.items[1].Path != role+".nats.nk" {
+					t.Errorf("%s: %s must project exactly %s and %s.nats.nk (items %v)", w, m.secret, want, role, m.items)
 				}
 				mode := m.mode
-				if len(m.items) == 1 && m.items[0].Mode != nil {
+				if len(m.items) >= 1 && m.items[0].Mode != nil {
 					mode = m.items[0].Mode
 				}
 				if mode == nil || *mode&0o077 != 0 {
