@@ -213,19 +213,7 @@ func (a *Actuator) onMsg(m *nats.Msg) {
 // accept checks replay, decodes and validates; only a fully valid message
 // advances the replay guard.
 func (a *Actuator) accept(h codec.Header, body []byte, v any, validate func() error) error {
-	if err := a.guard.Check(h); err != nil {
-		a.reject(err)
-		return err
-	}
-	if err := codec.Unmarshal(body, v); err != nil {
-		a.reject(err)
-		return err
-	}
-	if err := validate(); err != nil {
-		a.reject(err)
-		return err
-	}
-	if err := a.guard.Accept(h); err != nil {
+	if err := a.guard.Admit(h, body, v, validate); err != nil {
 		a.reject(err)
 		return err
 	}

@@ -337,19 +337,7 @@ func (w *worker) handle(ctx context.Context, m *nats.Msg) {
 // only a message that passes everything advances the replay guard, so a
 // well-sealed but malformed message cannot move the expected tick.
 func (w *worker) accept(h codec.Header, body []byte, v any, validate func() error) error {
-	if err := w.guard.Check(h); err != nil {
-		w.reject(err)
-		return err
-	}
-	if err := codec.Unmarshal(body, v); err != nil {
-		w.reject(err)
-		return err
-	}
-	if err := validate(); err != nil {
-		w.reject(err)
-		return err
-	}
-	if err := w.guard.Accept(h); err != nil {
+	if err := w.guard.Admit(h, body, v, validate); err != nil {
 		w.reject(err)
 		return err
 	}

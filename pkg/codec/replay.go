@@ -107,3 +107,22 @@ func checkReplayHeader(h Header) error {
 	}
 	return nil
 }
+
+// Admit is the receiving side of an opened envelope: it checks h is fresh,
+// decodes body into v, runs validate (shape and range checks on v), and only
+// then records h's tick, so a well-sealed but malformed message cannot move
+// the expected tick. It returns the first failure.
+func (g *ReplayGuard) Admit(h Header, body []byte, v any, validate func() error) error {
+	if err := g.Check(h); err != nil {
+		return err
+	}
+	if err := Unmarshal(body, v); err != nil {
+		return err
+	}
+	if validate != nil {
+		if err := validate(); err != nil {
+			return err
+		}
+	}
+	return g.Accept(h)
+}
