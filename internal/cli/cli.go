@@ -9,6 +9,9 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/duet-mpc/duet/pkg/mpc"
+	"github.com/duet-mpc/duet/pkg/plant"
 )
 
 type command struct {
@@ -59,4 +62,32 @@ func usage(w io.Writer) {
 	}
 	b.WriteString("\nRun 'duet <command> -h' for a command's flags.\n")
 	io.WriteString(w, b.String())
+}
+
+// parseFlags parses a subcommand's flags and refuses positional arguments.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
+	}
+	return nil
+}
+
+// loadLoop reads a controller and a plant spec and the Protocol 1 variant.
+func loadLoop(ctrlPath, plantPath, mask string) (mpc.ControllerSpec, plant.Spec, mpc.Variant, error) {
+	v, err := mpc.ParseVariant(mask)
+	if err != nil {
+		return mpc.ControllerSpec{}, plant.Spec{}, 0, err
+	}
+	cs, err := mpc.LoadControllerSpec(ctrlPath)
+	if err != nil {
+		return cs, plant.Spec{}, 0, err
+	}
+	ps, err := plant.LoadSpec(plantPath)
+	return cs, ps, v, err
 }

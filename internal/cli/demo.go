@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/duet-mpc/duet/internal/demo"
-	"github.com/duet-mpc/duet/pkg/mpc"
 	"github.com/duet-mpc/duet/pkg/plant"
 )
 
@@ -30,21 +29,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	dealers := fs.Int("dealers", 2, "dealer replicas")
 	deadline := fs.Duration("deadline", 30*time.Millisecond, "actuator deadline after the sensor's publish")
 	verbose := fs.Bool("v", false, "log service events to stderr")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
-	}
-	v, err := mpc.ParseVariant(*mask)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cs, err := mpc.LoadControllerSpec(*ctrl)
-	if err != nil {
-		return err
-	}
-	ps, err := plant.LoadSpec(*plantPath)
+	cs, ps, v, err := loadLoop(*ctrl, *plantPath, *mask)
 	if err != nil {
 		return err
 	}

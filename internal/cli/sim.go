@@ -9,7 +9,6 @@ import (
 
 	"github.com/duet-mpc/duet/internal/sim"
 	"github.com/duet-mpc/duet/pkg/mpc"
-	"github.com/duet-mpc/duet/pkg/plant"
 )
 
 func init() {
@@ -26,21 +25,10 @@ func runSim(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	seed := fs.Int64("seed", -1, "seed for reproducible randomness (default: crypto/rand)")
 	mask := fs.String("mask", "per-tick", "Protocol 1 variant: per-tick (the paper's) or fixed")
 	compress := fs.Bool("compress", true, "seed-compress dealer material")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
-	}
-	v, err := mpc.ParseVariant(*mask)
-	if err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cs, err := mpc.LoadControllerSpec(*ctrl)
-	if err != nil {
-		return err
-	}
-	ps, err := plant.LoadSpec(*plantPath)
+	cs, ps, v, err := loadLoop(*ctrl, *plantPath, *mask)
 	if err != nil {
 		return err
 	}
