@@ -80,6 +80,8 @@ func Permissions(r codec.Role) Perms {
 		p.Pub = []string{
 			bus.Prefix + ".offline.*",
 			js + "INFO", js + "STREAM.INFO." + offline, js + "STREAM.INFO." + setup,
+			// The queue depth each party sees.
+			js + "CONSUMER.INFO." + offline + "." + bus.ConsumerName(0), js + "CONSUMER.INFO." + offline + "." + bus.ConsumerName(1),
 			// Watching the dealer records: an ordered consumer on the bucket.
 			js + "CONSUMER.CREATE." + setup, js + "CONSUMER.CREATE." + setup + ".>",
 			js + "CONSUMER.DELETE." + setup + ".>", "$JS.FC.>",

@@ -14,7 +14,7 @@ type Config struct {
 	config.Common
 	Name     string        `envconfig:"NAME" default:"" desc:"replica name for logs (default: host name)"`
 	LowWater int           `envconfig:"LOW_WATER" default:"750" desc:"refill a loop's queue when it holds fewer items (750 = 30 s of 40 ms ticks)"`
-	Batch    int           `envconfig:"BATCH" default:"64" desc:"extra items published per refill round"`
+	Batch    int           `envconfig:"BATCH" default:"64" desc:"items published per refill round (a replica refills a batch at a time, re-checking the depth in between)"`
 	Poll     time.Duration `envconfig:"POLL" default:"50ms" desc:"queue depth check interval"`
 }
 

@@ -66,7 +66,7 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Dealer, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New("dealer")
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(5*time.Second))
 	if err != nil {
 		return nil, err
 	}
@@ -166,16 +166,17 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 	tick := time.NewTicker(d.opt.Poll)
 	defer tick.Stop()
 	for {
-		info, err := stream.Info(ctx)
+		depth, err := pendingItems(ctx, stream)
 		if err == nil {
-			depth := int(info.State.Msgs)
 			d.opt.Metrics.QueueDepth.WithLabelValues(loop).Set(float64(depth))
 			if depth < d.opt.LowWater {
 				d.opt.Metrics.LowWater.WithLabelValues(loop).Inc()
-				if full := d.refill(ctx, loop, epoch, prm, gen, rng, subj, d.opt.LowWater-depth+d.opt.Batch); full {
-					// The stream is at MaxMsgs: another replica filled it.
+				// One batch per round, then look again: with several replicas
+				// each would otherwise refill the whole deficit.
+				if full := d.refill(ctx, loop, epoch, prm, gen, rng, subj, d.opt.Batch); !full {
+					continue
 				}
-				continue
+				// The stream is at MaxMsgs (DiscardNew): wait for the next poll.
 			}
 		} else if ctx.Err() == nil {
 			d.opt.Log.Debug("stream info", "loop", loop, "err", err)
@@ -186,6 +187,28 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 		case <-tick.C:
 		}
 	}
+}
+
+// pendingItems is the queue depth as the parties see it: the fewer of the
+// items not yet delivered to either party's consumer. (The stream's message
+// count is not used: it also holds items one party has taken and the other
+// not yet, and after a server restart it can lag the consumers.)
+func pendingItems(ctx context.Context, stream jetstream.Stream) (int, error) {
+	depth := -1
+	for i := 0; i < 2; i++ {
+		c, err := stream.Consumer(ctx, bus.ConsumerName(i))
+		if err != nil {
+			return 0, err
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if n := int(info.NumPending); depth < 0 || n < depth {
+			depth = n
+		}
+	}
+	return depth, nil
 }
 
 // refill publishes up to n items; it reports whether the stream was full.
@@ -203,9 +226,16 @@ func (d *Dealer) refill(ctx context.Context, loop string, epoch uint64, prm mpc.
 		}
 		futures = append(futures, f)
 	}
+	// A publish lost while the server restarts may never be acknowledged:
+	// wait a bounded time, then poll again.
+	wait := time.NewTimer(5 * time.Second)
+	defer wait.Stop()
 	full := false
 	for _, f := range futures {
 		select {
+		case <-wait.C:
+			d.opt.Log.Warn("offline item publish not acknowledged", "loop", loop)
+			return full
 		case <-f.Ok():
 			d.opt.Metrics.ItemsPublished.WithLabelValues(loop).Inc()
 		case err := <-f.Err():

@@ -247,6 +247,11 @@ func TestChaos(t *testing.T) {
 				continue
 			}
 			if math.Abs(r.Y[1]) >= 20 {
+				for j := rt; j <= k; j++ {
+					if r := byTick[j]; r.Miss || !r.Applied || j+40 > k {
+						t.Logf("tick %d applied %v miss %v y %v u %v uplain %v", j, r.Applied, r.Miss, r.Y, r.U, r.UPlain)
+					}
+				}
 				t.Fatalf("recovery %d (tick %d): the pendulum fell, |α| = %.1f° at tick %d", i, rt, r.Y[1], k)
 			}
 			if math.Abs(r.Y[1]) >= 1.5 {
