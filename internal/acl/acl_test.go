@@ -14,18 +14,14 @@ import (
 	"github.com/duet-mpc/duet/internal/acl"
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/demo"
+	"github.com/duet-mpc/duet/internal/sim"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
-	"github.com/duet-mpc/duet/pkg/plant"
 )
 
 func startACL(t *testing.T, o demo.Options) *demo.Cluster {
 	t.Helper()
-	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, err := plant.LoadSpec("../../examples/qube-servo2/plant.json")
+	cs, ps, err := sim.LoadSpecs("../../examples/qube-servo2/controller.json", "../../examples/qube-servo2/plant.json")
 	if err != nil {
 		t.Fatal(err)
 	}

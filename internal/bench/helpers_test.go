@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/duet-mpc/duet/internal/demo"
+	"github.com/duet-mpc/duet/internal/sim"
 	"github.com/duet-mpc/duet/pkg/mpc"
 	"github.com/duet-mpc/duet/pkg/plant"
 )
@@ -26,11 +27,7 @@ func startServer(t *testing.T) string {
 
 func pendulum(t testing.TB) (mpc.ControllerSpec, plant.Spec) {
 	t.Helper()
-	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, err := plant.LoadSpec("../../examples/qube-servo2/plant.json")
+	cs, ps, err := sim.LoadSpecs("../../examples/qube-servo2/controller.json", "../../examples/qube-servo2/plant.json")
 	if err != nil {
 		t.Fatal(err)
 	}

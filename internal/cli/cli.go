@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/duet-mpc/duet/internal/sim"
 	"github.com/duet-mpc/duet/pkg/mpc"
 	"github.com/duet-mpc/duet/pkg/plant"
 )
@@ -84,10 +85,6 @@ func loadLoop(ctrlPath, plantPath, mask string) (mpc.ControllerSpec, plant.Spec,
 	if err != nil {
 		return mpc.ControllerSpec{}, plant.Spec{}, 0, err
 	}
-	cs, err := mpc.LoadControllerSpec(ctrlPath)
-	if err != nil {
-		return cs, plant.Spec{}, 0, err
-	}
-	ps, err := plant.LoadSpec(plantPath)
+	cs, ps, err := sim.LoadSpecs(ctrlPath, plantPath)
 	return cs, ps, v, err
 }

@@ -154,3 +154,13 @@ func normInf(m [][]float64) float64 {
 	}
 	return best
 }
+
+// LoadSpecs reads a controller file and a plant file.
+func LoadSpecs(controllerPath, plantPath string) (mpc.ControllerSpec, plant.Spec, error) {
+	cs, err := mpc.LoadControllerSpec(controllerPath)
+	if err != nil {
+		return cs, plant.Spec{}, err
+	}
+	ps, err := plant.LoadSpec(plantPath)
+	return cs, ps, err
+}

@@ -13,11 +13,7 @@ import (
 
 func specs(t *testing.T) (mpc.ControllerSpec, plant.Spec) {
 	t.Helper()
-	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, err := plant.LoadSpec("../../examples/qube-servo2/plant.json")
+	cs, ps, err := LoadSpecs("../../examples/qube-servo2/controller.json", "../../examples/qube-servo2/plant.json")
 	if err != nil {
 		t.Fatal(err)
 	}
