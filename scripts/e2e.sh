@@ -7,8 +7,9 @@
 #   1. the loop runs: the actuator reconstructs u_t every tick and the
 #      simulated pendulum stays in range (the sensor rejects no measurement);
 #   2. 30 s of steady state with no new deadline miss;
-#   3. dealers scaled 1 -> 3 -> 1 with duet_mismatches_total unchanged at the
-#      parties and no deadline miss;
+#   3. dealers scaled 1 -> 3 -> 1 with duet_mismatches_total{kind="item"}
+#      unchanged at the parties (never tolerated) and at most SCALE_MAX_MISSES
+#      deadline misses and state version mismatches;
 #   4. party0 cut off the network for 2 s: the loop resumes and balances the
 #      pendulum again;
 #   5. party1 killed (SIGKILL) and started again: the same (needs the parties'
@@ -95,22 +96,44 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# metric PORT NAME [SUBSTRING]: the sum of a metric's samples (0 if none).
+# metric PORT NAME [SUBSTRING]: the sum of a metric's samples (0 if none;
+# -1 if the endpoint did not answer three tries: a loaded host can miss one).
 metric() {
-	local body
-	body=$(curl -fsS --max-time 2 "http://127.0.0.1:$1/metrics" 2>/dev/null) || {
-		echo "-1"
-		return
-	}
-	awk -v name="$2" -v sub_="${3:-}" '
-		$1 !~ /^#/ { n = $1; sub(/\{.*/, "", n)
-		  if (n == name && (sub_ == "" || index($1, sub_) > 0)) { s += $2; found = 1 } }
-		END { printf "%d\n", found ? s : 0 }' <<<"$body"
+	local body try
+	for try in 1 2 3; do
+		if body=$(curl -fsS --max-time 3 "http://127.0.0.1:$1/metrics" 2>/dev/null); then
+			awk -v name="$2" -v sub_="${3:-}" '
+				$1 !~ /^#/ { n = $1; sub(/\{.*/, "", n)
+				  if (n == name && (sub_ == "" || index($1, sub_) > 0)) { s += $2; found = 1 } }
+				END { printf "%d\n", found ? s : 0 }' <<<"$body"
+			return
+		fi
+		sleep 0.5
+	done
+	echo "-1"
+}
+# party_metric NAME [SUBSTRING]: the sum over both parties, or -1 if either
+# party's metrics could not be read (callers check with readable).
+party_metric() {
+	local a b
+	a=$(metric $P_PARTY0 "$@") b=$(metric $P_PARTY1 "$@")
+	if ((a < 0 || b < 0)); then echo "-1"; else echo $((a + b)); fi
+}
+# readable WHAT VALUE...: fail the run if a metric read returned -1, so that
+# an unanswered scrape never enters a difference as a count.
+readable() {
+	local what=$1 v
+	shift
+	for v in "$@"; do
+		((v >= 0)) || fail "$what: a service's /metrics did not answer three tries (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+	done
 }
 ticks() { metric $P_ACTUATOR duet_ticks_total; }
 misses() { metric $P_ACTUATOR duet_deadline_misses_total; }
 range_rejects() { metric $P_SENSOR duet_rejects_total 'reason="range"'; }
-mismatches() { echo $(($(metric $P_PARTY0 duet_mismatches_total) + $(metric $P_PARTY1 duet_mismatches_total))); }
+mismatches() { party_metric duet_mismatches_total; }
+item_mismatches() { party_metric duet_mismatches_total 'kind="item"'; }
+version_mismatches() { party_metric duet_mismatches_total 'kind="version"'; }
 
 # wait_ticks N TIMEOUT: wait until the actuator's ticks_total reaches N.
 wait_ticks() {
@@ -147,19 +170,6 @@ connz() {
 		jq -r --arg ip "$1" --arg f "$2" '[.connections[] | select(.ip == $ip) | .[$f]] | first // -1'
 }
 
-# version_mismatches SINCE: "state version mismatch" lines both parties
-# logged since SINCE (unix time). duet_mismatches_total counts these (a
-# party abandoned a tick its peer finished: a timing fault, like a miss) and
-# item mismatches (the parties paired different offline items: a queue fault).
-version_mismatches() {
-	local n=0 c s
-	for s in party0 party1; do
-		c=$(docker logs --since "$1" "$(cid $s)" 2>&1 | grep -c '"state version mismatch"' || true)
-		n=$((n + c))
-	done
-	echo "$n"
-}
-
 for p in $P_SENSOR $P_PARTY0 $P_PARTY1 $P_ACTUATOR $P_NATS; do
 	if curl -s --max-time 1 -o /dev/null "http://127.0.0.1:$p/"; then
 		fail "port 127.0.0.1:$p is in use (a stack from 'make up' still running? 'make down' first)"
@@ -191,6 +201,7 @@ pass "loop running: $(ticks) ticks at the actuator, $(misses) start-up misses, p
 t0=$(ticks) m0=$(misses)
 sleep "$STEADY"
 t1=$(ticks) m1=$(misses) r=$(range_rejects)
+readable "steady state" "$t0" "$m0" "$t1" "$m1" "$r"
 dt=$((t1 - t0)) dm=$((m1 - m0))
 min=$((STEADY * 25 * 8 / 10)) # 80% of the ticks of a 40 ms period
 ((dm <= MAX_MISSES)) || fail "steady state: $dm new deadline misses in ${STEADY} s ($dt ticks; load average $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -199,20 +210,21 @@ min=$((STEADY * 25 * 8 / 10)) # 80% of the ticks of a 40 ms period
 pass "steady ${STEADY} s: $dt ticks, $dm new misses (allowed $MAX_MISSES), pendulum in range"
 
 # 3. Dealers 1 -> 3 -> 1: parties never disagree on an item.
-mm0=$(mismatches) m0=$(misses) t0=$(ticks) since=$(date +%s)
+im0=$(item_mismatches) vm0=$(version_mismatches) m0=$(misses) t0=$(ticks)
 "${DC[@]}" up -d --no-recreate --scale keys=0 --scale dealer=3 dealer 2>&1 | grep -v -e '^Creating' -e '^$' || true
 wait_healthy dealer 3 60 || fail "3 dealers did not become healthy"
 sleep 8
 "${DC[@]}" up -d --no-recreate --scale keys=0 --scale dealer=1 dealer 2>&1 | grep -v -e '^Stopping' -e '^Removing' -e '^$' || true
 wait_healthy dealer 1 60 || fail "did not scale back to 1 dealer"
 sleep 8
-mm1=$(mismatches) m1=$(misses) t1=$(ticks) vm=$(version_mismatches "$since")
-im=$((mm1 - mm0 - vm))
-((im == 0)) || fail "dealer scaling: $im item mismatches at the parties (duet_mismatches_total $mm0 -> $mm1, $vm of them state version)"
-((vm <= SCALE_MAX_MISSES)) || fail "dealer scaling: duet_mismatches_total $mm0 -> $mm1: $vm state version mismatches (ticks abandoned by one party; load average $(cut -d' ' -f1-3 /proc/loadavg))"
+im1=$(item_mismatches) vm1=$(version_mismatches) m1=$(misses) t1=$(ticks)
+readable "dealer scaling" "$im0" "$vm0" "$m0" "$t0" "$im1" "$vm1" "$m1" "$t1"
+im=$((im1 - im0)) vm=$((vm1 - vm0))
+((im == 0)) || fail "dealer scaling: $im item mismatches at the parties (duet_mismatches_total{kind=\"item\"} $im0 -> $im1)"
+((vm <= SCALE_MAX_MISSES)) || fail "dealer scaling: $vm state version mismatches (ticks abandoned by one party; allowed $SCALE_MAX_MISSES; load average $(cut -d' ' -f1-3 /proc/loadavg))"
 ((m1 - m0 <= SCALE_MAX_MISSES)) || fail "dealer scaling: $((m1 - m0)) deadline misses ($((t1 - t0)) ticks; load average $(cut -d' ' -f1-3 /proc/loadavg))"
 ((t1 - t0 >= 300)) || fail "dealer scaling: only $((t1 - t0)) ticks"
-pass "dealers 1 -> 3 -> 1: $((t1 - t0)) ticks, duet_mismatches_total $mm0 -> $mm1 (0 item, $vm state version), $((m1 - m0)) new misses (allowed $SCALE_MAX_MISSES)"
+pass "dealers 1 -> 3 -> 1: $((t1 - t0)) ticks, 0 item mismatches, $vm state version mismatches, $((m1 - m0)) new misses (allowed $SCALE_MAX_MISSES)"
 
 # The simulated pendulum cannot survive a 2 s outage of its controller: it
 # falls, its angles leave the range the controller's fixed point encodes,

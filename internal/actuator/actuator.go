@@ -267,7 +267,7 @@ func (a *Actuator) onShare(t uint64, id int, item uint64, share mpc.Matrix) {
 		return
 	}
 	if p.item[0] != p.item[1] {
-		a.opt.Metrics.Mismatches.WithLabelValues(a.opt.Loop).Inc()
+		a.opt.Metrics.Mismatches.WithLabelValues(a.opt.Loop, "item").Inc()
 		a.opt.Log.Error("parties used different items", "tick", t, "p0", p.item[0], "p1", p.item[1])
 		return // the deadline applies the fail-safe
 	}

@@ -122,6 +122,13 @@ func TestDealersScaleDuringRun(t *testing.T) {
 	if n := len(c.Dealers()); n != 1 {
 		t.Fatalf("%d dealers running, want 1", n)
 	}
+	// The parties' own cross-check agrees with the audit: no item mismatch
+	// (the e2e test reads the same counter).
+	for _, name := range []string{"party0", "party1", "actuator"} {
+		if v := testutil.ToFloat64(c.Metrics[name].Mismatches.WithLabelValues(c.opt.Loop, "item")); v != 0 {
+			t.Errorf("%s: duet_mismatches_total{kind=\"item\"} = %v, want 0", name, v)
+		}
+	}
 }
 
 func counter(c *Cluster, service, reason string) float64 {

@@ -19,7 +19,7 @@ type Set struct {
 	Rejects        *prometheus.CounterVec // reason
 	Ticks          *prometheus.CounterVec // loop
 	Misses         *prometheus.CounterVec // loop
-	Mismatches     *prometheus.CounterVec // loop: item id or state version disagreed between parties
+	Mismatches     *prometheus.CounterVec // loop, kind (item|version): the parties disagreed
 	ItemsConsumed  *prometheus.CounterVec // loop
 	ItemsDiscarded *prometheus.CounterVec // loop
 	ItemsPublished *prometheus.CounterVec // loop
@@ -45,7 +45,7 @@ func New(service string) *Set {
 	s.Rejects = c("rejects_total", "Inbound messages rejected, by reason.", "reason")
 	s.Ticks = c("ticks_total", "Ticks completed.", "loop")
 	s.Misses = c("deadline_misses_total", "Ticks that missed their deadline or were abandoned.", "loop")
-	s.Mismatches = c("mismatches_total", "Ticks where the parties disagreed on the item or state version (resynchronized).", "loop")
+	s.Mismatches = c("mismatches_total", "Ticks where the parties disagreed (resynchronized), by kind: item (different offline items: a queue fault) or version (state versions: one party abandoned a tick its peer finished).", "loop", "kind")
 	s.ItemsConsumed = c("items_consumed_total", "Offline items used.", "loop")
 	s.ItemsDiscarded = c("items_discarded_total", "Offline items discarded unused (resynchronization, stale).", "loop")
 	s.ItemsPublished = c("items_published_total", "Offline items published by dealers.", "loop")

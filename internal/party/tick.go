@@ -85,14 +85,14 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 		return
 	}
 	if mp.item != w.item {
-		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop).Inc()
+		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, "item").Inc()
 		w.minSeq = max(w.item, mp.item) + 1
 		w.s.opt.Log.Warn("item mismatch: resynchronizing", "party", w.id, "loop", w.loop, "tick", t, "own", w.item, "peer", mp.item)
 		w.miss("item mismatch")
 		return
 	}
 	if mp.version != w.version {
-		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop).Inc()
+		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, "version").Inc()
 		// The party one update ahead rolls back to the share it kept (P0 is
 		// ahead when its Protocol 2 message was lost; either may be after a
 		// crash between finishing and persisting).
@@ -142,7 +142,8 @@ func (w *worker) onTrunc(t uint64, tp peerTrunc) {
 		return
 	}
 	if tp.item != w.item {
-		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop).Inc()
+		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, "item").Inc()
+		w.s.opt.Log.Warn("truncation item mismatch", "party", w.id, "loop", w.loop, "tick", t, "own", w.item, "peer", tp.item)
 		w.miss("truncation item mismatch")
 		return
 	}
