@@ -17,7 +17,11 @@ func main() {
 	role := func() codec.Role { return codec.PartyRole(cfg.Party) }
 	service.Main("party", role, &cfg, &cfg.Common, func(ctx context.Context, env *service.Env) error {
 		opt := party.Options{ID: cfg.Party, Loops: cfg.Loops, Prefetch: cfg.Prefetch,
-			ItemWait: cfg.ItemWait, Log: env.Log, Metrics: env.Metrics, StateReplicas: cfg.StateReplicas}
+			ItemWait: cfg.ItemWait, Log: env.Log, Metrics: env.Metrics, StateReplicas: cfg.StateReplicas,
+			PersistDelay: cfg.PersistDelay}
+		if opt.PersistDelay == 0 {
+			opt.PersistDelay = -1 // at once
+		}
 		if cfg.Persist {
 			key, err := party.StateKey(env.Identity)
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -27,6 +28,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	profile := fs.Bool("pprof", false, "write a CPU profile of each section into DIR/pprof/")
 	examples := fs.String("examples", "examples/qube-servo2", "directory of the pendulum's controller.json and plant.json")
 	verbose := fs.Bool("v", false, "log service events to stderr")
+	loops := fs.String("loops", "", "comma-separated loop counts for the scale search, tried in order (default: the plan's, 50 up to 1500)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -40,13 +42,23 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *only != "" {
 		sections = strings.Split(*only, ",")
 	}
+	var plan *bench.Plan
+	if *loops != "" {
+		ns, err := parseCounts(*loops)
+		if err != nil {
+			return fmt.Errorf("%w: --loops: %w", ErrUsage, err)
+		}
+		p := bench.PlanFor(*quick)
+		p.ScaleLoops, p.ScaleNoPersistLoops, p.ScaleBudget = ns, ns, 0
+		plan = &p
+	}
 	lvl := slog.LevelError + 4 // silent: the services log expected rejections at set-up and shutdown
 	if *verbose {
 		lvl = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 	rep, err := bench.Run(ctx, bench.Options{Quick: *quick, URL: *url, Out: *out, Sections: sections, Examples: *examples,
-		Profile: *profile, Log: log, Progress: stderr})
+		Profile: *profile, Plan: plan, Log: log, Progress: stderr})
 	if rep != nil {
 		printSummary(stdout, rep, *out)
 	}
@@ -114,4 +126,17 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 		fmt.Fprintf(w, "  %s %s: %s\n", mark, t.Name, t.Got)
 	}
 	fmt.Fprintf(w, "\nwrote CSV files and plots to %s\n", out)
+}
+
+// parseCounts parses "50,100,200": positive integers.
+func parseCounts(s string) ([]int, error) {
+	var ns []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		ns = append(ns, n)
+	}
+	return ns, nil
 }

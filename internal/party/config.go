@@ -17,6 +17,7 @@ type Config struct {
 	Persist        bool          `envconfig:"PERSIST" default:"true" desc:"persist the state share every tick (sealed) for crash recovery without controller reset"`
 	StateFileStore bool          `envconfig:"STATE_FILE_STORE" default:"true" desc:"JetStream file storage for the persisted state"`
 	StateReplicas  int           `envconfig:"STATE_REPLICAS" default:"1" desc:"JetStream replicas of the persisted state"`
+	PersistDelay   time.Duration `envconfig:"PERSIST_DELAY" default:"2ms" desc:"how long after a tick its state write starts (off the tick's critical path; 0: at once); the next tick waits for the write"`
 }
 
 // Validate checks the values.
@@ -32,6 +33,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StateReplicas < 1 || c.StateReplicas > 5 {
 		return fmt.Errorf("DUET_STATE_REPLICAS=%d: want 1..5", c.StateReplicas)
+	}
+	if c.PersistDelay < 0 || c.PersistDelay > time.Second {
+		return fmt.Errorf("DUET_PERSIST_DELAY=%v: want 0..1s", c.PersistDelay)
 	}
 	if c.ItemWait <= 0 {
 		return fmt.Errorf("DUET_ITEM_WAIT=%v: want > 0", c.ItemWait)

@@ -17,6 +17,9 @@ import (
 	"github.com/duet-mpc/duet/pkg/codec"
 )
 
+// DefaultPersistDelay is Options.PersistDelay's default.
+const DefaultPersistDelay = 2 * time.Millisecond
+
 // Options configure a party service.
 type Options struct {
 	ID       int      // 0 or 1
@@ -32,6 +35,12 @@ type Options struct {
 	StateKey      *[32]byte
 	StateStorage  jetstream.StorageType
 	StateReplicas int
+	// PersistDelay defers each state write after the tick that produced it
+	// (default 2 ms; negative: write at once), so that the write's work at
+	// the party and the server does not compete with the tick's output
+	// messages for the CPU. The next tick still waits for the write's
+	// acknowledgement before it starts.
+	PersistDelay time.Duration
 	// Audit, if set, is called once per completed multiplication with the
 	// stream sequence of the item used (a test hook and audit log).
 	Audit func(loop string, tick, item uint64)
@@ -64,6 +73,9 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Service, error) {
 	}
 	if opt.ItemWait <= 0 {
 		opt.ItemWait = 20 * time.Millisecond
+	}
+	if opt.PersistDelay == 0 {
+		opt.PersistDelay = DefaultPersistDelay
 	}
 	if opt.Log == nil {
 		opt.Log = slog.Default()

@@ -161,7 +161,29 @@ func (w *worker) finish(tr *mpc.TruncMsg, prev mpc.Matrix) {
 	w.versionPub.Store(w.version)
 	w.st = idle
 	w.s.opt.Metrics.Ticks.WithLabelValues(w.loop).Inc()
-	if err := w.save(context.Background()); err != nil {
+	if w.persist == nil {
+		return
+	}
+	if d := w.s.opt.PersistDelay; d > 0 && w.saveTimer != nil {
+		w.persist.dirty = true
+		w.saveTimer.Reset(d)
+		return
+	}
+	w.saveNow(context.Background())
+}
+
+// saveDeferred starts the state write that finish deferred, unless a tick
+// has begun since (the state is then mid-update; the tick's start flushed
+// the write synchronously already).
+func (w *worker) saveDeferred(ctx context.Context) {
+	if w.persist == nil || !w.persist.dirty || w.persist.pending != nil || w.st != idle {
+		return
+	}
+	w.saveNow(ctx)
+}
+
+func (w *worker) saveNow(ctx context.Context) {
+	if err := w.save(ctx); err != nil {
 		w.fenced = true
 		w.s.opt.Log.Error("stopping loop", "party", w.id, "loop", w.loop, "err", err)
 	}

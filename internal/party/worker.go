@@ -67,7 +67,9 @@ type worker struct {
 	minSeq  uint64 // items below this are discarded (resynchronization)
 
 	persist  *persister
-	restored bool
+	// saveTimer starts the deferred state write (Options.PersistDelay).
+	saveTimer *time.Timer
+	restored  bool
 	fenced   bool
 
 	prevPending mpc.Matrix
@@ -98,22 +100,27 @@ func (w *worker) run(ctx context.Context) error {
 	if err := w.restore(ctx); err != nil {
 		return err
 	}
-	enqueue := func(m *nats.Msg) {
-		select {
-		case w.inbox <- m:
-		default:
-			w.s.opt.Metrics.Rejects.WithLabelValues("overload").Inc()
-		}
-	}
 	// One subscription for the sensor's and the other party's messages keeps
 	// their arrival order: P0 sends its Protocol 2 message before its output
 	// share, so P1 always sees Trunc(t) before the sensor's Measure(t+1),
 	// which is causally after the actuator received both output shares.
-	sub, err := w.s.nc.Subscribe(bus.PartyInbox(w.loop, w.id), enqueue)
+	// A channel subscription: the connection's reader hands each message
+	// straight to this worker (a callback subscription would add a second
+	// goroutine hand-off, a thread wake-up, to every message on the tick's
+	// critical path). A full inbox drops the message (nats.go's slow
+	// consumer rule); the drops are counted as "overload" rejects.
+	sub, err := w.s.nc.ChanSubscribe(bus.PartyInbox(w.loop, w.id), w.inbox)
 	if err != nil {
 		return err
 	}
 	defer sub.Unsubscribe()
+	dropped := 0
+	countDrops := func() {
+		if d, err := sub.Dropped(); err == nil && d > dropped {
+			w.s.opt.Metrics.Rejects.WithLabelValues("overload").Add(float64(d - dropped))
+			dropped = d
+		}
+	}
 
 	stream, err := w.s.js.Stream(ctx, bus.OfflineStream(w.loop))
 	if err != nil {
@@ -151,6 +158,9 @@ func (w *worker) run(ctx context.Context) error {
 	}
 	ping := time.NewTicker(200 * time.Millisecond)
 	defer ping.Stop()
+	w.saveTimer = time.NewTimer(time.Hour)
+	w.saveTimer.Stop()
+	defer w.saveTimer.Stop()
 	w.ready.Store(w.prm.Variant == mpc.PerTick)
 	for {
 		select {
@@ -161,7 +171,13 @@ func (w *worker) run(ctx context.Context) error {
 			if w.fenced {
 				return ErrFenced
 			}
+		case <-w.saveTimer.C:
+			w.saveDeferred(ctx)
+			if w.fenced {
+				return ErrFenced
+			}
 		case <-ping.C:
+			countDrops()
 			if w.prm.Variant == mpc.FixedMask && !w.fixedOK {
 				w.sendFixedS(true)
 			}
