@@ -34,14 +34,14 @@ type FloorRig struct {
 	conns  [4]*nats.Conn // sensor, p0, p1, actuator
 	prefix string
 	meas   []byte
-	done   chan uint64 // ticks whose second output arrived
-	tick   uint64      // last tick sent (Run is not safe for concurrent use)
+	done   chan floorDone // ticks whose second output arrived
+	tick   uint64         // last tick sent (Run is not safe for concurrent use)
 }
 
 // NewFloorRig connects the four roles to url and subscribes the parties and
 // the actuator.
 func NewFloorRig(url string, sz FloorSizes) (*FloorRig, error) {
-	r := &FloorRig{prefix: fmt.Sprintf("floor.%d", time.Now().UnixNano()), meas: make([]byte, sz.Measure), done: make(chan uint64, 16)}
+	r := &FloorRig{prefix: fmt.Sprintf("floor.%d", time.Now().UnixNano()), meas: make([]byte, sz.Measure), done: make(chan floorDone, 16)}
 	for i := range r.conns {
 		nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("duet-floor-%d", i)))
 		if err != nil {
@@ -72,18 +72,20 @@ func NewFloorRig(url string, sz FloorSizes) (*FloorRig, error) {
 				nc.Publish(r.prefix+".out."+tick, out)
 			}
 		}
-		if _, err := nc.Subscribe(fmt.Sprintf("%s.m%d.*", r.prefix, id), func(m *nats.Msg) {
-			tick := m.Subject[len(r.prefix)+4:]
-			if !sz.OneWay || id == 0 {
-				nc.Publish(fmt.Sprintf("%s.x%d.%s", r.prefix, 1-id, tick), exch)
+		// One subscription (one goroutine) per party for the measurement and
+		// the exchange, as the party service's single inbox per loop.
+		own := fmt.Sprintf("%s.p%d.", r.prefix, id)
+		peerX := fmt.Sprintf("%s.p%d.x.", r.prefix, 1-id)
+		if _, err := nc.Subscribe(own+"*.*", func(m *nats.Msg) {
+			rest := m.Subject[len(own):] // "m.<tick>" or "x.<tick>"
+			if len(rest) < 3 {
+				return
+			}
+			tick := rest[2:]
+			if rest[0] == 'm' && (!sz.OneWay || id == 0) {
+				nc.Publish(peerX+tick, exch)
 			}
 			step(tick)
-		}); err != nil {
-			r.Close()
-			return nil, err
-		}
-		if _, err := nc.Subscribe(fmt.Sprintf("%s.x%d.*", r.prefix, id), func(m *nats.Msg) {
-			step(m.Subject[len(r.prefix)+4:])
 		}); err != nil {
 			r.Close()
 			return nil, err
@@ -96,6 +98,7 @@ func NewFloorRig(url string, sz FloorSizes) (*FloorRig, error) {
 	act := r.conns[3]
 	outs := map[string]bool{}
 	if _, err := act.Subscribe(r.prefix+".out.*", func(m *nats.Msg) {
+		at := time.Now() // stamped here, as the actuator stamps a tick
 		tick := m.Subject[len(r.prefix)+5:]
 		if !outs[tick] { // the callback is never run concurrently with itself
 			outs[tick] = true
@@ -104,7 +107,7 @@ func NewFloorRig(url string, sz FloorSizes) (*FloorRig, error) {
 		delete(outs, tick)
 		if t, err := strconv.ParseUint(tick, 10, 64); err == nil {
 			select {
-			case r.done <- t:
+			case r.done <- floorDone{t, at}:
 			default:
 			}
 		}
@@ -117,6 +120,12 @@ func NewFloorRig(url string, sz FloorSizes) (*FloorRig, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// floorDone is a completed floor tick and when its second output arrived.
+type floorDone struct {
+	tick uint64
+	at   time.Time
 }
 
 // Run returns n latencies from the sensor's publish to the actuator's receipt
@@ -132,14 +141,16 @@ func (r *FloorRig) Run(ctx context.Context, n int, gap time.Duration) ([]time.Du
 		t := r.tick
 		tick := strconv.FormatUint(t, 10)
 		start := time.Now()
-		sensor.Publish(r.prefix+".m0."+tick, r.meas)
-		sensor.Publish(r.prefix+".m1."+tick, r.meas)
+		sensor.Publish(r.prefix+".p0.m."+tick, r.meas)
+		sensor.Publish(r.prefix+".p1.m."+tick, r.meas)
 		timeout.Reset(time.Second)
+		var end time.Time
 	wait:
 		for {
 			select {
 			case got := <-r.done:
-				if got == t {
+				if got.tick == t {
+					end = got.at
 					break wait
 				}
 			case <-timeout.C:
@@ -148,7 +159,7 @@ func (r *FloorRig) Run(ctx context.Context, n int, gap time.Duration) ([]time.Du
 				return nil, ctx.Err()
 			}
 		}
-		lat = append(lat, time.Since(start))
+		lat = append(lat, end.Sub(start))
 		if gap > 0 {
 			time.Sleep(gap)
 		}

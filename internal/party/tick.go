@@ -161,30 +161,31 @@ func (w *worker) finish(tr *mpc.TruncMsg, prev mpc.Matrix) {
 	w.versionPub.Store(w.version)
 	w.st = idle
 	w.s.opt.Metrics.Ticks.WithLabelValues(w.loop).Inc()
-	if w.persist == nil {
-		return
-	}
-	if d := w.s.opt.PersistDelay; d > 0 && w.saveTimer != nil {
+	if w.persist != nil {
 		w.persist.dirty = true
-		w.saveTimer.Reset(d)
+	}
+	if d := w.s.opt.PersistDelay; d > 0 && w.afterTimer != nil {
+		w.afterTimer.Reset(d)
 		return
 	}
-	w.saveNow(context.Background())
+	w.afterTick(context.Background())
 }
 
-// saveDeferred starts the state write that finish deferred, unless a tick
-// has begun since (the state is then mid-update; the tick's start flushed
-// the write synchronously already).
-func (w *worker) saveDeferred(ctx context.Context) {
-	if w.persist == nil || !w.persist.dirty || w.persist.pending != nil || w.st != idle {
+// afterTick is the work a tick leaves for after its outputs have gone
+// (Options.PersistDelay later): start the state write, and take the next
+// offline item and prepare it. It does nothing once a new tick has begun
+// (the state is mid-update; the tick's start flushed the write
+// synchronously and took its item itself).
+func (w *worker) afterTick(ctx context.Context) {
+	if w.st != idle {
 		return
 	}
-	w.saveNow(ctx)
-}
-
-func (w *worker) saveNow(ctx context.Context) {
-	if err := w.save(ctx); err != nil {
-		w.fenced = true
-		w.s.opt.Log.Error("stopping loop", "party", w.id, "loop", w.loop, "err", err)
+	if p := w.persist; p != nil && p.dirty && p.pending == nil {
+		if err := w.save(ctx); err != nil {
+			w.fenced = true
+			w.s.opt.Log.Error("stopping loop", "party", w.id, "loop", w.loop, "err", err)
+			return
+		}
 	}
+	w.stageItem()
 }

@@ -140,7 +140,15 @@ func (l *LocalLoop) Step(y []float64) ([]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := RunTick(l.p0, l.p1, l.y0, l.y1, m0, it.P1, l.u); err != nil {
+	// As the party service does, off the critical path (fixed mask only).
+	m1 := it.P1
+	if err := l.p0.Prepare(&m0); err != nil {
+		return nil, err
+	}
+	if err := l.p1.Prepare(&m1); err != nil {
+		return nil, err
+	}
+	if err := RunTick(l.p0, l.p1, l.y0, l.y1, m0, m1, l.u); err != nil {
 		return nil, err
 	}
 	f.DcdInto(l.uf, l.u.Data, 2*l.prm.L)
