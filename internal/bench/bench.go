@@ -8,8 +8,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/duet-mpc/duet/internal/demo"
@@ -198,6 +200,9 @@ func startProfile(opt Options, section string) (func(), error) {
 	return startCPUProfile(filepath.Join(dir, section+".pprof"))
 }
 
+// startCPUProfile profiles the CPU into path, and goroutine blocking and
+// mutex contention into path with .block / .mutex in place of .pprof: at
+// scale, latency comes from waiting as much as from computing.
 func startCPUProfile(path string) (func(), error) {
 	f, err := os.Create(path)
 	if err != nil {
@@ -207,7 +212,21 @@ func startCPUProfile(path string) (func(), error) {
 		f.Close()
 		return nil, err
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	runtime.SetBlockProfileRate(int(10 * time.Microsecond))
+	runtime.SetMutexProfileFraction(10)
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		base := strings.TrimSuffix(path, ".pprof")
+		for _, name := range []string{"block", "mutex"} {
+			if pf, err := os.Create(base + "." + name); err == nil {
+				_ = pprof.Lookup(name).WriteTo(pf, 0)
+				pf.Close()
+			}
+		}
+		runtime.SetBlockProfileRate(0)
+		runtime.SetMutexProfileFraction(0)
+	}, nil
 }
 
 func (rep *Report) write(dir string) error {
@@ -303,9 +322,9 @@ func runScaleSection(ctx context.Context, url string, plan Plan, cs mpc.Controll
 			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
-				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) | cpu %.2f cores  ok %v (set-up %v)",
+				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) | parties: %d abandoned, %d without item | cpu %.2f cores  ok %v (set-up %v)",
 					r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong, r.Stalls, r.StallMax.Round(100*time.Microsecond),
-					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond),
+					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond), r.PartyMisses, r.NoItem,
 					r.CPU, r.OK, r.Setup.Round(100*time.Millisecond))
 			}})
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/sim"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
@@ -80,6 +81,9 @@ type ScaleRow struct {
 	// the measurement (the floor's in FloorStalls); StallMax is the worst.
 	Stalls, FloorStalls     int
 	StallMax, FloorStallMax time.Duration
+	// What the parties counted during the run (both parties): ticks they
+	// abandoned, and ticks that found no offline item within ItemWait.
+	PartyMisses, NoItem int
 }
 
 func (o *ScaleOptions) defaults() {
@@ -241,6 +245,14 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 		}
 		defer stop()
 	}
+	partyCount := func() (misses, noItem int) {
+		for _, m := range r.pm {
+			misses += int(metrics.Sum(m.Misses))
+			noItem += int(metrics.Sum(m.LowWater))
+		}
+		return
+	}
+	pm0, ni0 := partyCount()
 	cpu0 := cpuTime()
 	mon = startStallMonitor()
 	start := time.Now()
@@ -261,6 +273,8 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	row.Stalls, row.StallMax = mon.end()
 	time.Sleep(opt.Deadline + 100*time.Millisecond)
 	row.CPU = (cpuTime() - cpu0).Seconds() / wall.Seconds()
+	pm1, ni1 := partyCount()
+	row.PartyMisses, row.NoItem = pm1-pm0, ni1-ni0
 	var lat []time.Duration
 	for _, l := range ls {
 		ll, sent, misses, wrong := l.results(opt.Deadline)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/duet-mpc/duet/pkg/codec"
 )
@@ -68,3 +69,20 @@ func (s *Set) Reject(err error) { s.Rejects.WithLabelValues(codec.Reason(err)).I
 
 // Handler serves /metrics.
 func (s *Set) Handler() http.Handler { return promhttp.HandlerFor(s.Reg, promhttp.HandlerOpts{}) }
+
+// Sum is the sum of a counter vector's samples (reports and benchmarks).
+func Sum(v *prometheus.CounterVec) float64 {
+	ch := make(chan prometheus.Metric, 64)
+	go func() {
+		v.Collect(ch)
+		close(ch)
+	}()
+	var s float64
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) == nil && d.Counter != nil {
+			s += d.Counter.GetValue()
+		}
+	}
+	return s
+}
