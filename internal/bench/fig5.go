@@ -72,6 +72,9 @@ type Fig5Row struct {
 	// repetition (exchange message(s) and output share).
 	BytesP0, BytesP1 int
 	Checked          int // repetitions whose output the client verified
+	// Prepared counts the fixed-mask parties' repetitions (both parties)
+	// closed with the product prepared ahead (mpc.Field.MulClosePrepared).
+	Prepared int
 }
 
 // BytesPerParty is the larger of the two parties' bytes per repetition.
@@ -158,7 +161,10 @@ func runFig5Point(ctx context.Context, opt Fig5Options, ids *identities, s Serie
 	var proto fig5Proto
 	var err error
 	if s.Protocol == 1 {
-		proto, err = newMulProto(opt.Field, s.Variant, d, total, rng)
+		// The fixed-mask parties prepare the next repetition halfway through
+		// the client's first pause, when nothing else runs (not during the
+		// interleaved floor tick).
+		proto, err = newMulProto(opt.Field, s.Variant, d, total, rng, opt.Gap/2)
 	} else {
 		proto, err = newTruncProto(opt.Field, d, total, opt.L, opt.Lambda, rng)
 	}
@@ -222,6 +228,9 @@ func runFig5Point(ctx context.Context, opt Fig5Options, ids *identities, s Serie
 		sleep(opt.Gap)
 	}
 	row.Lat, row.Floor = Summarize(lat), Summarize(flat)
+	if mp, ok := proto.(*mulProto); ok {
+		row.Prepared = mp.parties[0].preparedUses() + mp.parties[1].preparedUses()
+	}
 	row.BytesP0, row.BytesP1 = resp[0].bytesPerTick(), resp[1].bytesPerTick()
 	return row, nil
 }

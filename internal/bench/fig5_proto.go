@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"io"
+	"sync"
+	"time"
 
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
@@ -18,7 +20,9 @@ type mulProto struct {
 	parties  [2]*mulParty
 }
 
-func newMulProto(f *mpc.Field, v mpc.Variant, d, total int, rng io.Reader) (*mulProto, error) {
+// prepare is how long after a repetition's answer the fixed-mask parties
+// prepare the next repetition's product (see mulParty).
+func newMulProto(f *mpc.Field, v mpc.Variant, d, total int, rng io.Reader, prepare time.Duration) (*mulProto, error) {
 	p := &mulProto{f: f}
 	var err error
 	if p.x, err = f.RandomMatrix(rng, d, d); err != nil {
@@ -29,7 +33,7 @@ func newMulProto(f *mpc.Field, v mpc.Variant, d, total int, rng io.Reader) (*mul
 		return nil, err
 	}
 	for i, xi := range []mpc.Matrix{x0, x1} {
-		p.parties[i] = &mulParty{id: i, f: f, v: v, x: xi, pending: map[uint64]codec.MulPayload{},
+		p.parties[i] = &mulParty{id: i, f: f, v: v, x: xi, prepareDelay: prepare, pending: map[uint64]codec.MulPayload{},
 			y: mpc.NewMatrix(d, 1), tOut: mpc.NewMatrix(d, 1), tPeer: mpc.NewMatrix(d, 1), t: mpc.NewMatrix(d, 1),
 			tmp: mpc.NewMatrix(d, 1), z: mpc.NewMatrix(d, 1)}
 		if v == mpc.PerTick {
@@ -52,6 +56,9 @@ func newMulProto(f *mpc.Field, v mpc.Variant, d, total int, rng io.Reader) (*mul
 		s := f.ReconstNew(s0, s1)
 		p.parties[0].u, p.parties[0].s = u0, s
 		p.parties[1].u, p.parties[1].s = u1, s
+		for i, ui := range []mpc.Matrix{u0, u1} {
+			p.parties[i].us = f.FixedUS(i, ui, s)
+		}
 	}
 	for t := 0; t < total; t++ {
 		var t0, t1 mpc.TripleShare
@@ -98,7 +105,19 @@ type mulParty struct {
 	v    mpc.Variant
 	x    mpc.Matrix // [[X]]_i
 	u, s mpc.Matrix // fixed mask: [[U]]_i and the opened S
+	us   mpc.Matrix // fixed mask: mpc.Field.FixedUS
 	mats []mpc.TripleShare
+
+	// Fixed mask: the next repetition's S [[V]]_i + [[W]]_i, computed
+	// prepareDelay after a repetition's answer, in the idle time before the
+	// next, as the party service does after a tick (mu: the timer's
+	// goroutine against the subscription's).
+	prepareDelay time.Duration
+	mu           sync.Mutex
+	pre          mpc.Matrix
+	preFor       uint64
+	prepare      *time.Timer
+	prepared     int // repetitions closed prepared
 
 	cur     uint64
 	begun   bool
@@ -123,7 +142,9 @@ func (p *mulParty) measure(r *responder, t uint64, yw codec.MatrixWire) error {
 	if err := r.send(codec.KindMul, t, out); err != nil {
 		return err
 	}
+	p.mu.Lock()
 	p.cur, p.begun = t, true
+	p.mu.Unlock()
 	if pm, ok := p.pending[t]; ok {
 		delete(p.pending, t)
 		return p.close(r, t, pm)
@@ -166,9 +187,39 @@ func (p *mulParty) close(r *responder, t uint64, mp codec.MulPayload) error {
 		p.f.Reconst(p.s, p.sOut, p.sPeer)
 		s, u = p.s, tr.U
 	}
-	p.f.MulClose(p.z, p.id, s, p.t, tr, u, p.tmp)
+	p.mu.Lock()
+	if p.v == mpc.FixedMask && p.preFor == t {
+		p.f.MulClosePrepared(p.z, p.us, p.t, p.pre)
+		p.prepared++
+	} else {
+		p.f.MulClose(p.z, p.id, s, p.t, tr, u, p.tmp)
+	}
 	p.mats[t-1] = mpc.TripleShare{} // used once
-	return r.send(codec.KindOutput, t, codec.OutputPayload{Item: t, U: codec.PutMatrix(p.f, p.z)})
+	p.mu.Unlock()
+	err := r.send(codec.KindOutput, t, codec.OutputPayload{Item: t, U: codec.PutMatrix(p.f, p.z)})
+	if p.v == mpc.FixedMask && int(t) < len(p.mats) {
+		p.prepare = time.AfterFunc(p.prepareDelay, func() { p.prepareFor(t + 1) })
+	}
+	return err
+}
+
+func (p *mulParty) preparedUses() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.prepared
+}
+
+func (p *mulParty) prepareFor(t uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cur >= t { // the repetition has begun: it computes unprepared
+		return
+	}
+	if p.pre.Data == nil {
+		p.pre = mpc.NewMatrix(p.z.Rows, 1)
+	}
+	p.f.MulPrepare(p.pre, p.s, p.mats[t-1])
+	p.preFor = t
 }
 
 // truncProto is Protocol 2 alone on a d x 1 input X in Z<κ>.

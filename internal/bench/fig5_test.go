@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -13,7 +14,7 @@ import (
 // clear, and fails on the first wrong one.
 func TestFig5Quick(t *testing.T) {
 	url := startServer(t)
-	rows, err := RunFig5(context.Background(), Fig5Options{URL: url, Ds: []int{10}, Reps: 10, Warmup: 2})
+	rows, err := RunFig5(context.Background(), Fig5Options{URL: url, Ds: []int{10}, Reps: 10, Warmup: 2, Gap: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +38,15 @@ func TestFig5Quick(t *testing.T) {
 			t.Errorf("%s: bytes per party %d, sizes %+v", r.Series.Name(), r.BytesPerParty(), r.Sizes)
 		}
 	}
+	// The fixed-mask parties prepare each next repetition during the pause
+	// (every repetition but the first, both parties; a loaded machine may
+	// delay a timer past a repetition's start, which then closes unprepared).
+	if got := rows[1].Prepared; got < 12 {
+		t.Errorf("fixed mask: %d of %d closes prepared", got, 2*11)
+	}
+	if rows[0].Prepared != 0 {
+		t.Errorf("per-tick: %d closes prepared, want 0", rows[0].Prepared)
+	}
 	// Per-tick sends S (d x d) and T; fixed mask only T: d + 1 times fewer elements.
 	if rows[0].BytesPerParty() <= rows[1].BytesPerParty() {
 		t.Errorf("per-tick sends %d B per party, fixed mask %d B: want more", rows[0].BytesPerParty(), rows[1].BytesPerParty())
@@ -53,7 +63,7 @@ func TestFig5ChecksCatchWrongResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	rng := mpc.NewPRG([32]byte{1}, [16]byte{})
-	mp, err := newMulProto(f, mpc.PerTick, 4, 1, rng)
+	mp, err := newMulProto(f, mpc.PerTick, 4, 1, rng, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

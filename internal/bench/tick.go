@@ -43,11 +43,14 @@ type TickCase struct {
 
 // TickOptions configure RunTick.
 type TickOptions struct {
-	URL      string
-	Ticks    int           // measured ticks (and as many floor ticks)
-	Warmup   int           // unmeasured ticks first (default 50)
-	Gap      time.Duration // pause after each tick is applied (default 2 ms)
-	Block    int           // system and floor alternate in blocks of this many ticks (default 100)
+	URL    string
+	Ticks  int // measured ticks (and as many floor ticks)
+	Warmup int // unmeasured ticks first (default 50)
+	// Gap is the pause after each tick is applied (default 5 ms: longer
+	// than the parties' after-tick work, DUET_PERSIST_DELAY = 2 ms, which a
+	// 40 ms period always leaves room for).
+	Gap      time.Duration
+	Block    int // system and floor alternate in blocks of this many ticks (default 100)
 	Compress bool
 	Log      *slog.Logger
 }
@@ -77,7 +80,7 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		opt.Warmup = 50
 	}
 	if opt.Gap <= 0 {
-		opt.Gap = 2 * time.Millisecond
+		opt.Gap = 5 * time.Millisecond
 	}
 	if opt.Block <= 0 {
 		opt.Block = 100

@@ -216,11 +216,7 @@ func (p *Party) FixedSetupFinish(own, peer Matrix) error {
 		return fmt.Errorf("%w: S share is %dx%d, want %dx%d", ErrPeer, peer.Rows, peer.Cols, p.phi.Rows, p.phi.Cols)
 	}
 	p.fixedS = p.f.ReconstNew(own, peer)
-	p.fixedUS = p.fixedU
-	if p.id == 1 {
-		p.fixedUS = NewMatrix(p.fixedU.Rows, p.fixedU.Cols)
-		p.f.MatAdd(p.fixedUS, p.fixedU, p.fixedS)
-	}
+	p.fixedUS = p.f.FixedUS(p.id, p.fixedU, p.fixedS)
 	p.fixedGen++
 	return nil
 }
@@ -228,11 +224,7 @@ func (p *Party) FixedSetupFinish(own, peer Matrix) error {
 // Prepare precomputes, off the tick's critical path, the part of the
 // fixed-mask Protocol 1 product that does not depend on the opened T:
 // S [[V]]_i + [[W]]_i. Multiply then computes one (n+m) x (n+p) product per
-// tick instead of two, with a bit-identical result:
-//
-//	P0: [[U]]_0 T + S [[V]]_0 + [[W]]_0
-//	P1: [[U]]_1 T + S ([[V]]_1 + T) + [[W]]_1 = ([[U]]_1 + S) T + S [[V]]_1 + [[W]]_1
-//
+// tick instead of two, with a bit-identical result (Field.MulClosePrepared).
 // It does nothing in the per-tick variant or before the fixed-mask set-up;
 // material it did not prepare (or prepared before a later set-up) takes the
 // unprepared path. It allocates the r x 1 result and only reads the party's
@@ -246,8 +238,7 @@ func (p *Party) Prepare(mat *TickMaterial) error {
 	}
 	r, _ := p.prm.PhiShape()
 	pre := NewMatrix(r, 1)
-	p.f.MatMul(pre, p.fixedS, mat.Triple.V)
-	p.f.MatAdd(pre, pre, mat.Triple.W)
+	p.f.MulPrepare(pre, p.fixedS, mat.Triple)
 	mat.pre, mat.preGen = pre, p.fixedGen
 	return nil
 }
@@ -328,8 +319,7 @@ func (p *Party) Multiply(peer MulMsg) (u Matrix, tr *TruncMsg, err error) {
 		s, uShare = p.s, p.mat.Triple.U
 	}
 	if p.prm.Variant == FixedMask && p.mat.pre.Data != nil && p.mat.preGen == p.fixedGen {
-		f.MatMul(p.z, p.fixedUS, p.t)
-		f.MatAdd(p.z, p.z, p.mat.pre)
+		f.MulClosePrepared(p.z, p.fixedUS, p.t, p.mat.pre)
 	} else {
 		f.MulClose(p.z, p.id, s, p.t, p.mat.Triple, uShare, p.tmp)
 	}

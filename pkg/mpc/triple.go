@@ -85,3 +85,34 @@ func (f *Field) MulClose(dst Matrix, i int, s, t Matrix, tr TripleShare, u, tmp 
 	f.MatMulAdd(dst, s, v)
 	f.MatAdd(dst, dst, tr.W)
 }
+
+// MulPrepare is the part of MulClose that does not depend on T, for the
+// fixed-mask variant (S known at set-up): pre = S [[V]]_i + [[W]]_i. It can
+// run as soon as the triple is at hand, off the critical path; then
+// MulClosePrepared finishes with one product instead of two.
+func (f *Field) MulPrepare(pre, s Matrix, tr TripleShare) {
+	f.MatMul(pre, s, tr.V)
+	f.MatAdd(pre, pre, tr.W)
+}
+
+// FixedUS is the matrix MulClosePrepared multiplies T by: [[U]]_0 for P0,
+// [[U]]_1 + S for P1 (a new matrix; computed once per set-up).
+func (f *Field) FixedUS(i int, u, s Matrix) Matrix {
+	if i == 0 {
+		return u.Clone()
+	}
+	us := NewMatrix(u.Rows, u.Cols)
+	f.MatAdd(us, u, s)
+	return us
+}
+
+// MulClosePrepared is MulClose given pre = MulPrepare(S, triple) and us =
+// FixedUS(i, [[U]]_i, S): dst = us T + pre, bit-identical to MulClose, since
+//
+//	P0: [[U]]_0 T + S [[V]]_0 + [[W]]_0
+//	P1: [[U]]_1 T + S ([[V]]_1 + T) + [[W]]_1 = ([[U]]_1 + S) T + S [[V]]_1 + [[W]]_1.
+func (f *Field) MulClosePrepared(dst, us, t, pre Matrix) {
+	f.MatMul(dst, us, t)
+	f.MatAdd(dst, dst, pre)
+}
+

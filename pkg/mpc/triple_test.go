@@ -115,9 +115,18 @@ func TestProtocol1(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				z, s, _ := protocol1(f, xs, ys, [2]TripleShare{t0, t1}, us)
+				z, s, tOpen := protocol1(f, xs, ys, [2]TripleShare{t0, t1}, us)
 				if got := f.ReconstNew(z[0], z[1]); !got.Equal(bigMatMul(f, x, y)) {
 					t.Fatalf("%s %v fixed: Reconst(Z) != X Y", tf.name, sh)
+				}
+				// The prepared form gives each party the same share, bit for bit.
+				for i, tr := range []TripleShare{t0, t1} {
+					pre, zp := NewMatrix(sh[0], sh[2]), NewMatrix(sh[0], sh[2])
+					f.MulPrepare(pre, s, tr)
+					f.MulClosePrepared(zp, f.FixedUS(i, us[i], s), tOpen, pre)
+					if !zp.Equal(z[i]) {
+						t.Fatalf("%s %v fixed: P%d's prepared share differs from MulClose's", tf.name, sh, i)
+					}
 				}
 				if k == 0 {
 					firstS = s
