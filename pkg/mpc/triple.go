@@ -115,4 +115,3 @@ func (f *Field) MulClosePrepared(dst, us, t, pre Matrix) {
 	f.MatMul(dst, us, t)
 	f.MatAdd(dst, dst, pre)
 }
-
