@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"time"
@@ -214,7 +215,22 @@ func startCPUProfile(path string) (func(), error) {
 	}
 	runtime.SetBlockProfileRate(int(10 * time.Microsecond))
 	runtime.SetMutexProfileFraction(10)
+	// DUET_BENCH_TRACE=1 adds an execution trace (.trace; large): scheduler
+	// latency and goroutine waits, for `go tool trace`.
+	var tf *os.File
+	if os.Getenv("DUET_BENCH_TRACE") == "1" {
+		if tf, err = os.Create(strings.TrimSuffix(path, ".pprof") + ".trace"); err == nil {
+			if trace.Start(tf) != nil {
+				tf.Close()
+				tf = nil
+			}
+		}
+	}
 	return func() {
+		if tf != nil {
+			trace.Stop()
+			tf.Close()
+		}
 		pprof.StopCPUProfile()
 		f.Close()
 		base := strings.TrimSuffix(path, ".pprof")
