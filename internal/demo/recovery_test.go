@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
@@ -106,7 +107,15 @@ func TestPartyCrashRecoversPersistedState(t *testing.T) {
 		t.Errorf("pendulum not balanced 2 s after recovery: max |α| %.2f°", m)
 	}
 	checkAudit(t, c, 150)
-	t.Logf("killed at tick %d, restarted at %d: %d misses, version %d -> %d", killedAt, restartAt, got, before.Version, after.Version)
+	// At 25 Hz the party prepares every next item between ticks (fixed
+	// mask): all but the ticks right after a start or a resynchronization.
+	m0 := c.Metrics["party0"]
+	prepared, consumed := metrics.Sum(m0.ItemsPrepared), metrics.Sum(m0.ItemsConsumed)
+	if prepared < 0.8*consumed {
+		t.Errorf("party0 prepared %v of %v items between ticks, want at least 80%%", prepared, consumed)
+	}
+	t.Logf("killed at tick %d, restarted at %d: %d misses, version %d -> %d; party0 prepared %v of %v items",
+		killedAt, restartAt, got, before.Version, after.Version, prepared, consumed)
 }
 
 func TestNATSServerRestartWithFileStore(t *testing.T) {

@@ -22,6 +22,7 @@ type Set struct {
 	Misses         *prometheus.CounterVec // loop
 	Mismatches     *prometheus.CounterVec // loop, kind (item|version): the parties disagreed
 	ItemsConsumed  *prometheus.CounterVec // loop
+	ItemsPrepared  *prometheus.CounterVec // loop
 	ItemsDiscarded *prometheus.CounterVec // loop
 	ItemsPublished *prometheus.CounterVec // loop
 	QueueDepth     *prometheus.GaugeVec   // loop
@@ -48,6 +49,7 @@ func New(service string) *Set {
 	s.Misses = c("deadline_misses_total", "Ticks that missed their deadline or were abandoned.", "loop")
 	s.Mismatches = c("mismatches_total", "Ticks where the parties disagreed (resynchronized), by kind: item (different offline items: a queue fault) or version (state versions: one party abandoned a tick its peer finished).", "loop", "kind")
 	s.ItemsConsumed = c("items_consumed_total", "Offline items used.", "loop")
+	s.ItemsPrepared = c("items_prepared_total", "Fixed-mask ticks whose item was prepared between ticks (half the product off the critical path).", "loop")
 	s.ItemsDiscarded = c("items_discarded_total", "Offline items discarded unused (resynchronization, stale).", "loop")
 	s.ItemsPublished = c("items_published_total", "Offline items published by dealers.", "loop")
 	s.LowWater = c("queue_low_water_total", "Times a loop's offline queue was found below its low-water mark.", "loop")

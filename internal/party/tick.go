@@ -114,6 +114,9 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 		w.miss("multiply failed")
 		return
 	}
+	if w.p.UsedPrepared() {
+		w.s.opt.Metrics.ItemsPrepared.WithLabelValues(w.loop).Inc()
+	}
 	if w.id == 0 {
 		// Trunc before the output share: see the subscription in run.
 		w.send(codec.KindTrunc, t, codec.TruncPayload{Item: w.item, Y: codec.PutMatrix(f, tr.Y)})

@@ -123,6 +123,8 @@ type Party struct {
 	// FixedSetupFinish calls (material prepared under another is not used).
 	fixedUS  Matrix
 	fixedGen uint64
+	// usedPrepared: the latest Multiply used prepared material.
+	usedPrepared bool
 
 	st    stage
 	mat   TickMaterial
@@ -243,6 +245,10 @@ func (p *Party) Prepare(mat *TickMaterial) error {
 	return nil
 }
 
+// UsedPrepared reports whether the latest Multiply used material prepared by
+// Prepare under the current set-up.
+func (p *Party) UsedPrepared() bool { return p.usedPrepared }
+
 // Ready reports whether the party can run a tick.
 func (p *Party) Ready() bool { return p.prm.Variant == PerTick || p.fixedS.Data != nil }
 
@@ -318,7 +324,8 @@ func (p *Party) Multiply(peer MulMsg) (u Matrix, tr *TruncMsg, err error) {
 		f.Reconst(p.s, p.sOut, peer.S)
 		s, uShare = p.s, p.mat.Triple.U
 	}
-	if p.prm.Variant == FixedMask && p.mat.pre.Data != nil && p.mat.preGen == p.fixedGen {
+	p.usedPrepared = p.prm.Variant == FixedMask && p.mat.pre.Data != nil && p.mat.preGen == p.fixedGen
+	if p.usedPrepared {
 		f.MulClosePrepared(p.z, p.fixedUS, p.t, p.mat.pre)
 	} else {
 		f.MulClose(p.z, p.id, s, p.t, p.mat.Triple, uShare, p.tmp)
