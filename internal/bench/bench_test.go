@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -82,7 +83,8 @@ func TestRunWritesFiles(t *testing.T) {
 // TestOtherCSVHeaders checks the headers of the files the slow sections write.
 func TestOtherCSVHeaders(t *testing.T) {
 	out := t.TempDir()
-	rep := &Report{Dealer: []DealerRow{{Case: "pendulum", Replicas: 1}}, Scale: []ScaleRow{{Loops: 50, P99: time.Millisecond, OK: true, Persist: true}, {Loops: 50, OK: true}}, ScaleLimit: 10 * time.Millisecond}
+	rep := &Report{Dealer: []DealerRow{{Case: "pendulum", Replicas: 1}}, Scale: []ScaleRow{{Loops: 50, P99: time.Millisecond, OK: true, Persist: true}, {Loops: 50, OK: true}}, ScaleLimit: 10 * time.Millisecond,
+		ScaleFloor: []ScaleFloorRow{{Loops: 500, Ticks: 100, Misses: 1, P99: 7 * time.Millisecond}}}
 	if err := rep.write(out); err != nil {
 		t.Fatal(err)
 	}
@@ -91,5 +93,17 @@ func TestOtherCSVHeaders(t *testing.T) {
 	}
 	if got := readCSV(t, filepath.Join(out, "dealer.csv")); !slices.Equal(got[0], DealerHeader) || len(got) != 2 {
 		t.Errorf("dealer.csv: %q", got)
+	}
+	if got := readCSV(t, filepath.Join(out, "scale_floor.csv")); !slices.Equal(got[0], ScaleFloorHeader) || len(got) != 2 || got[1][0] != "500" || got[1][2] != "1" {
+		t.Errorf("scale_floor.csv: %q", got)
+	}
+	var scale Target
+	for _, tg := range rep.Targets() {
+		if strings.HasPrefix(tg.Name, ">= 500 loops") {
+			scale = tg
+		}
+	}
+	if !scale.Measured || scale.Met || !strings.Contains(scale.Got, "floor alone at 500 loops: p99 7.0 ms, 1 misses") {
+		t.Errorf("scale target: %+v", scale)
 	}
 }

@@ -289,6 +289,40 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	return row, nil
 }
 
+// ScaleFloorRow is the floor alone (floorLoops: bare messaging in the
+// loop's topology and message sizes, no parties) at a number of loops.
+type ScaleFloorRow struct {
+	Loops, Ticks, Misses int
+	P50, P99             time.Duration
+}
+
+// RunScaleFloor measures the floor alone at each of loops, with the
+// pendulum's per-tick message sizes (those of the scale search).
+func RunScaleFloor(ctx context.Context, url string, cs mpc.ControllerSpec, loops []int, duration time.Duration) ([]ScaleFloorRow, error) {
+	rz, err := cs.Resolve(mpc.PerTick)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := newIdentities()
+	if err != nil {
+		return nil, err
+	}
+	sizes, err := envelopeSizes(ids, "s"+uniqueTag()+"-0", rz.Params)
+	if err != nil {
+		return nil, err
+	}
+	var rows []ScaleFloorRow
+	for _, n := range loops {
+		lat, sent, misses, err := floorLoops(ctx, url, sizes, n, 40*time.Millisecond, time.Second, duration, 30*time.Millisecond)
+		if err != nil {
+			return rows, fmt.Errorf("bench: floor alone with %d loops: %w", n, err)
+		}
+		s := Summarize(lat)
+		rows = append(rows, ScaleFloorRow{Loops: n, Ticks: sent, Misses: misses, P50: s.P50, P99: s.P99})
+	}
+	return rows, nil
+}
+
 // uniqueTag is a short random tag for loop ids (loop ids travel in every
 // header, so they are kept short, like a real deployment's).
 func uniqueTag() string {

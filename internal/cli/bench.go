@@ -114,6 +114,14 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 		}
 		tw.Flush()
 	}
+	if len(rep.ScaleFloor) > 0 {
+		fmt.Fprintln(w, "\nThe floor alone (bare messaging, same loops and message sizes, no parties): what this machine's NATS path allows")
+		fmt.Fprintln(tw, "loops\tticks\tp50 µs\tp99 µs\tmisses\t")
+		for _, r := range rep.ScaleFloor {
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t\n", r.Loops, r.Ticks, us(r.P50), us(r.P99), r.Misses)
+		}
+		tw.Flush()
+	}
 	fmt.Fprintln(w, "\nTargets")
 	for _, t := range rep.Targets() {
 		mark := "MET   "
