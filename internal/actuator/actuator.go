@@ -149,18 +149,7 @@ func (a *Actuator) Run(ctx context.Context) error {
 }
 
 func (a *Actuator) applySetup(data []byte) error {
-	h, body, err := a.sealer.Open(data)
-	if err != nil {
-		return err
-	}
-	if h.Kind != codec.KindSetup || h.From != codec.RoleSensor || h.Loop != a.opt.Loop {
-		return fmt.Errorf("%w: set-up record is %s from %s", codec.ErrHeader, h.Kind, h.From)
-	}
-	var sp codec.SetupPayload
-	if err := codec.Unmarshal(body, &sp); err != nil {
-		return err
-	}
-	prm, err := sp.Params.Params()
+	_, prm, err := codec.OpenSetup(a.sealer, data, a.opt.Loop)
 	if err != nil {
 		return err
 	}

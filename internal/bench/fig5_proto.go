@@ -116,7 +116,6 @@ type mulParty struct {
 	mu           sync.Mutex
 	pre          mpc.Matrix
 	preFor       uint64
-	prepare      *time.Timer
 	prepared     int // repetitions closed prepared
 
 	cur     uint64
@@ -198,7 +197,7 @@ func (p *mulParty) close(r *responder, t uint64, mp codec.MulPayload) error {
 	p.mu.Unlock()
 	err := r.send(codec.KindOutput, t, codec.OutputPayload{Item: t, U: codec.PutMatrix(p.f, p.z)})
 	if p.v == mpc.FixedMask && int(t) < len(p.mats) {
-		p.prepare = time.AfterFunc(p.prepareDelay, func() { p.prepareFor(t + 1) })
+		time.AfterFunc(p.prepareDelay, func() { p.prepareFor(t + 1) })
 	}
 	return err
 }

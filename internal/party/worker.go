@@ -214,18 +214,7 @@ func (w *worker) setup(ctx context.Context) error {
 }
 
 func (w *worker) applySetup(data []byte) error {
-	h, body, err := w.s.sealer.Open(data)
-	if err != nil {
-		return err
-	}
-	if h.Kind != codec.KindSetup || h.From != codec.RoleSensor || h.Loop != w.loop {
-		return fmt.Errorf("%w: set-up record is %s from %s for loop %q", codec.ErrHeader, h.Kind, h.From, h.Loop)
-	}
-	var sp codec.SetupPayload
-	if err := codec.Unmarshal(body, &sp); err != nil {
-		return err
-	}
-	prm, err := sp.Params.Params()
+	sp, prm, err := codec.OpenSetup(w.s.sealer, data, w.loop)
 	if err != nil {
 		return err
 	}
@@ -428,10 +417,8 @@ func (w *worker) stageItem() {
 	}
 	select {
 	case it := <-w.items:
-		if it.err == nil && it.seq > w.hwm && it.seq >= w.minSeq {
-			if err := w.p.Prepare(&it.mat); err != nil {
-				it.err = err
-			}
+		if it.err == nil {
+			it.err = w.p.Prepare(&it.mat)
 		}
 		w.staged, w.hasStaged = it, true
 	default:

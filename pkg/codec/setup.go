@@ -1,6 +1,29 @@
 package codec
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// OpenSetup opens a loop's sealed set-up record (KindSetup from the sensor,
+// as the party and the actuator read it from the set-up bucket) and returns
+// the payload with its validated parameters.
+func OpenSetup(s *Sealer, data []byte, loop string) (SetupPayload, mpc.Params, error) {
+	var sp SetupPayload
+	h, body, err := s.Open(data)
+	if err != nil {
+		return sp, mpc.Params{}, err
+	}
+	if h.Kind != KindSetup || h.From != RoleSensor || h.Loop != loop {
+		return sp, mpc.Params{}, fmt.Errorf("%w: set-up record is %s from %s for loop %q", ErrHeader, h.Kind, h.From, h.Loop)
+	}
+	if err := Unmarshal(body, &sp); err != nil {
+		return sp, mpc.Params{}, err
+	}
+	prm, err := sp.Params.Params()
+	return sp, prm, err
+}
 
 // SetupPayload (KindSetup, sensor -> party i) starts or replaces a loop's
 // set-up epoch at a party: the parameters and the party's shares of Φ̄
