@@ -9,6 +9,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,11 +224,28 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 		}
 	}
 	ls := make([]*lightLoop, n)
+	byLoop := make(map[string]*lightLoop, n)
 	for i := range ls {
 		if ls[i], err = newLightLoop(r.ids, clients[i%len(clients)], loops[i], opt.Controller, prm, bound); err != nil {
 			return row, err
 		}
-		defer ls[i].close()
+		byLoop[loops[i]] = ls[i]
+	}
+	// One subscription for every loop's output shares, as an actuator
+	// service for many loops would have: a goroutine per loop would add a
+	// wake-up per message that the parties' cores pay for.
+	outSub, err := clients[0].Subscribe(bus.OutputSubject("*"), func(m *nats.Msg) {
+		loop := strings.TrimSuffix(strings.TrimPrefix(m.Subject, bus.Prefix+"."), ".out")
+		if l := byLoop[loop]; l != nil {
+			l.onOutput(m)
+		}
+	})
+	if err != nil {
+		return row, err
+	}
+	defer outSub.Unsubscribe()
+	if err := outSub.SetPendingLimits(-1, -1); err != nil {
+		return row, err
 	}
 	for _, nc := range clients {
 		if err := nc.Flush(); err != nil {
@@ -334,7 +352,6 @@ func uniqueTag() string {
 // lightLoop plays one loop's sensor and actuator.
 type lightLoop struct {
 	nc           *nats.Conn
-	sub          *nats.Subscription
 	sealS, sealA *codec.Sealer
 	guard        *codec.ReplayGuard
 	loop         string
@@ -375,13 +392,8 @@ func newLightLoop(ids *identities, nc *nats.Conn, loop string, cs mpc.Controller
 		return nil, err
 	}
 	l.rng = mpc.NewPRG(key, [16]byte{})
-	if l.sub, err = nc.Subscribe(bus.OutputSubject(loop), l.onOutput); err != nil {
-		return nil, err
-	}
 	return l, nil
 }
-
-func (l *lightLoop) close() { _ = l.sub.Unsubscribe() }
 
 // run sends a tick every period until stopAt; ticks sent from measureFrom on
 // are measured.

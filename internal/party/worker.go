@@ -2,6 +2,8 @@ package party
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -83,8 +85,11 @@ type worker struct {
 func newWorker(s *Service, loop string) *worker {
 	return &worker{
 		s: s, loop: loop, id: s.opt.ID, peer: codec.PartyRole(1 - s.opt.ID),
-		inbox:     make(chan *nats.Msg, 1024),
-		items:     make(chan item, s.opt.Prefetch),
+		inbox: make(chan *nats.Msg, 1024),
+		// Twice the prefetch: the consumer callback hands over a whole pull
+		// batch without blocking, so it runs once per batch instead of being
+		// woken by every tick that takes an item.
+		items:     make(chan item, 2*s.opt.Prefetch+1),
 		subjPeer:  bus.ExchangeSubject(loop, 1-s.opt.ID),
 		subjOut:   bus.OutputSubject(loop),
 		guard:     codec.NewReplayGuard(),
@@ -134,23 +139,25 @@ func (w *worker) run(ctx context.Context) error {
 		return fmt.Errorf("offline consumer: %w", err)
 	}
 	// The consumer acknowledges on delivery (see bus.EnsureOfflineQueue):
-	// an item is consumed before this party can use it. Items are opened and
-	// decoded here, off the tick's critical path (material only reads what
-	// the set-up fixed before Consume starts).
+	// an item is consumed before this party can use it. The callback only
+	// queues the raw item; it is opened and decoded by stageItem after a
+	// tick, off the critical path, one per tick: decoding a whole pull batch
+	// here would be a burst of work that delays every other loop's tick.
+	// Each loop's consumer re-pulls after a different number of items, so
+	// that the pull requests of many loops started together do not keep
+	// arriving (and being answered) in the same instant.
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		it := item{}
-		meta, err := m.Metadata()
-		if err != nil {
+		it := item{raw: m.Data()}
+		if meta, err := m.Metadata(); err != nil {
 			it.err = err
 		} else {
 			it.seq = meta.Sequence.Stream
-			it.mat, it.err = w.material(m.Data())
 		}
 		select {
 		case w.items <- it:
 		case <-ctx.Done():
 		}
-	}, jetstream.PullMaxMessages(w.s.opt.Prefetch))
+	}, jetstream.PullMaxMessages(w.s.opt.Prefetch), jetstream.PullThresholdMessages(pullThreshold(w.s.opt.Prefetch)))
 	if err != nil {
 		return fmt.Errorf("offline consume: %w", err)
 	}
@@ -400,24 +407,51 @@ func (w *worker) decodeMul(mp codec.MulPayload) (peerMul, error) {
 
 var errNoItem = errors.New("party: no offline item available")
 
-// item is one decoded offline item.
+// item is one offline item: raw as delivered until decode.
 type item struct {
-	seq uint64
-	mat mpc.TickMaterial
-	err error
+	seq     uint64
+	raw     []byte
+	decoded bool
+	mat     mpc.TickMaterial
+	err     error
+}
+
+// decode opens and decodes the item once (material only reads what the
+// set-up fixed before Consume started).
+func (w *worker) decode(it *item) {
+	if it.decoded {
+		return
+	}
+	it.decoded = true
+	if it.err == nil {
+		it.mat, it.err = w.material(it.raw)
+	}
+	it.raw = nil
+}
+
+// pullThreshold is the pending count below which a loop's consumer asks
+// for more items: spread over [prefetch/4, 3·prefetch/4] by a random draw,
+// so that loops started together drift apart in when they pull.
+func pullThreshold(prefetch int) int {
+	lo, span := max(1, prefetch/4), max(1, prefetch/2)
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return min(prefetch, lo+int(binary.LittleEndian.Uint16(b[:]))%span)
 }
 
 // stageItem takes the next item off the queue's buffer, if one is there,
-// and precomputes its tick-independent product (mpc.Party.Prepare), so the
-// next tick's critical path computes half as much in the fixed-mask
-// variant. The item is checked when nextItem uses it, as any other.
+// decodes it and, with the fixed mask, precomputes its tick-independent
+// product (mpc.Party.Prepare), so the next tick's critical path neither
+// decodes nor computes half the product. The item is checked when nextItem
+// uses it, as any other.
 func (w *worker) stageItem() {
-	if w.hasStaged || w.prm.Variant != mpc.FixedMask || !w.fixedOK {
+	if w.hasStaged {
 		return
 	}
 	select {
 	case it := <-w.items:
-		if it.err == nil {
+		w.decode(&it)
+		if it.err == nil && w.prm.Variant == mpc.FixedMask && w.fixedOK {
 			it.err = w.p.Prepare(&it.mat)
 		}
 		w.staged, w.hasStaged = it, true
@@ -459,6 +493,7 @@ func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error)
 			continue
 		}
 		w.hwm = it.seq
+		w.decode(&it)
 		if it.err != nil {
 			w.reject(it.err)
 			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
