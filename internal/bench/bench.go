@@ -210,7 +210,9 @@ func startProfile(opt Options, section string) (func(), error) {
 
 // startCPUProfile profiles the CPU into path, and goroutine blocking and
 // mutex contention into path with .block / .mutex in place of .pprof: at
-// scale, latency comes from waiting as much as from computing.
+// scale, latency comes from waiting as much as from computing. The heap's
+// allocation counts at the start and the end (.allocs-start, .allocs) give
+// the window's allocations: go tool pprof -diff_base X.allocs-start X.allocs.
 func startCPUProfile(path string) (func(), error) {
 	f, err := os.Create(path)
 	if err != nil {
@@ -219,6 +221,11 @@ func startCPUProfile(path string) (func(), error) {
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()
 		return nil, err
+	}
+	base := strings.TrimSuffix(path, ".pprof")
+	if af, err := os.Create(base + ".allocs-start"); err == nil {
+		_ = pprof.Lookup("allocs").WriteTo(af, 0)
+		af.Close()
 	}
 	runtime.SetBlockProfileRate(int(10 * time.Microsecond))
 	runtime.SetMutexProfileFraction(10)
@@ -240,8 +247,7 @@ func startCPUProfile(path string) (func(), error) {
 		}
 		pprof.StopCPUProfile()
 		f.Close()
-		base := strings.TrimSuffix(path, ".pprof")
-		for _, name := range []string{"block", "mutex"} {
+		for _, name := range []string{"block", "mutex", "allocs"} {
 			if pf, err := os.Create(base + "." + name); err == nil {
 				_ = pprof.Lookup(name).WriteTo(pf, 0)
 				pf.Close()

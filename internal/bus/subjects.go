@@ -5,6 +5,7 @@ package bus
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/duet-mpc/duet/pkg/codec"
 )
@@ -66,3 +67,14 @@ func SetupKey(loop string, r codec.Role) string { return loop + "." + r.String()
 
 // DealerSetupWildcard matches every loop's dealer record.
 const DealerSetupWildcard = "*.dealer"
+
+// SubjectLoop returns the loop id of a per-loop subject (Prefix.<loop>...),
+// or "" if subject is not one.
+func SubjectLoop(subject string) string {
+	rest, ok := strings.CutPrefix(subject, Prefix+".")
+	if !ok {
+		return ""
+	}
+	loop, _, _ := strings.Cut(rest, ".")
+	return loop
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/pkg/codec"
 )
@@ -55,7 +56,13 @@ type Service struct {
 
 	mu      sync.Mutex
 	workers map[string]*worker
+	// inbox receives every loop's messages (one channel subscription per
+	// loop, all on this channel); dispatch routes them.
+	inbox chan *nats.Msg
 }
+
+// inboxSize bounds the messages waiting for the dispatcher.
+const inboxSize = 1 << 16
 
 // New returns a party service; sealer must be the party's own.
 func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Service, error) {
@@ -87,7 +94,7 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{nc: nc, js: js, sealer: sealer, opt: opt, workers: map[string]*worker{}}, nil
+	return &Service{nc: nc, js: js, sealer: sealer, opt: opt, workers: map[string]*worker{}, inbox: make(chan *nats.Msg, inboxSize)}, nil
 }
 
 // Run serves every configured loop until ctx ends, then drains.
@@ -110,9 +117,32 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	dctx, cancel := context.WithCancel(ctx)
+	dispatched := make(chan struct{})
+	go func() {
+		defer close(dispatched)
+		s.dispatch(dctx)
+	}()
 	wg.Wait()
+	cancel()
+	<-dispatched
 	close(errc)
 	return <-errc
+}
+
+// dispatch routes each inbound message to its loop's worker (deliver). The
+// workers map is complete before dispatch starts and not changed after.
+func (s *Service) dispatch(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-s.inbox:
+			if w := s.workers[bus.SubjectLoop(m.Subject)]; w != nil {
+				w.deliver(ctx, m)
+			}
+		}
+	}
 }
 
 // Ready reports whether every loop has completed its set-up.

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,13 +37,23 @@ type worker struct {
 	id   int
 	peer codec.Role
 
-	inbox chan *nats.Msg
-	items chan item
+	// mu guards all protocol state: the worker's goroutine and the
+	// service's dispatcher (deliver) both run the state machine.
+	mu sync.Mutex
+	// inbox is the worker's own queue: messages the dispatcher could not
+	// handle at once, in arrival order; queued counts them.
+	inbox  chan *nats.Msg
+	queued atomic.Int64
+	live   atomic.Bool // in the event loop: the dispatcher may handle inline
+	exited atomic.Bool
+	stop   chan struct{}
+	once   sync.Once
+	items  chan item
 
 	// Subjects, built once.
-	subjPeer, subjOut string
-	guard             *codec.ReplayGuard
-	ready             atomic.Bool
+	subjPeer, subjOut, subjMeasure string
+	guard                          *codec.ReplayGuard
+	ready                          atomic.Bool
 	// Published copies for observers (tests, readiness).
 	versionPub  atomic.Uint64
 	restoredPub atomic.Bool
@@ -86,15 +97,17 @@ func newWorker(s *Service, loop string) *worker {
 	return &worker{
 		s: s, loop: loop, id: s.opt.ID, peer: codec.PartyRole(1 - s.opt.ID),
 		inbox: make(chan *nats.Msg, 1024),
+		stop:  make(chan struct{}),
 		// Twice the prefetch: the consumer callback hands over a whole pull
 		// batch without blocking, so it runs once per batch instead of being
 		// woken by every tick that takes an item.
-		items:     make(chan item, 2*s.opt.Prefetch+1),
-		subjPeer:  bus.ExchangeSubject(loop, 1-s.opt.ID),
-		subjOut:   bus.OutputSubject(loop),
-		guard:     codec.NewReplayGuard(),
-		pendMul:   map[uint64]peerMul{},
-		pendTrunc: map[uint64]peerTrunc{},
+		items:       make(chan item, 2*s.opt.Prefetch+1),
+		subjPeer:    bus.ExchangeSubject(loop, 1-s.opt.ID),
+		subjMeasure: bus.MeasureSubject(loop, s.opt.ID),
+		subjOut:     bus.OutputSubject(loop),
+		guard:       codec.NewReplayGuard(),
+		pendMul:     map[uint64]peerMul{},
+		pendTrunc:   map[uint64]peerTrunc{},
 	}
 }
 
@@ -112,12 +125,13 @@ func (w *worker) run(ctx context.Context) error {
 	// their arrival order: P0 sends its Protocol 2 message before its output
 	// share, so P1 always sees Trunc(t) before the sensor's Measure(t+1),
 	// which is causally after the actuator received both output shares.
-	// A channel subscription: the connection's reader hands each message
-	// straight to this worker (a callback subscription would add a second
-	// goroutine hand-off, a thread wake-up, to every message on the tick's
-	// critical path). A full inbox drops the message (nats.go's slow
+	// Every loop's subscription feeds the service's one channel, read by
+	// its dispatcher (see deliver): the connection's reader hands each
+	// message straight to it, and while it is busy no further goroutine is
+	// woken per message. A full channel drops the message (nats.go's slow
 	// consumer rule); the drops are counted as "overload" rejects.
-	sub, err := w.s.nc.ChanSubscribe(bus.PartyInbox(w.loop, w.id), w.inbox)
+	defer w.exit()
+	sub, err := w.s.nc.ChanSubscribe(bus.PartyInbox(w.loop, w.id), w.s.inbox)
 	if err != nil {
 		return err
 	}
@@ -163,36 +177,117 @@ func (w *worker) run(ctx context.Context) error {
 	}
 	defer cc.Stop()
 
+	ping := time.NewTicker(200 * time.Millisecond)
+	defer ping.Stop()
+	w.mu.Lock()
 	if w.prm.Variant == mpc.FixedMask {
 		w.sendFixedS(true)
 	}
-	ping := time.NewTicker(200 * time.Millisecond)
-	defer ping.Stop()
 	w.afterTimer = time.NewTimer(time.Hour)
 	w.afterTimer.Stop()
-	defer w.afterTimer.Stop()
 	w.ready.Store(w.prm.Variant == mpc.PerTick)
+	w.mu.Unlock()
+	defer w.afterTimer.Stop()
+	w.live.Store(true)
+	// locked runs f under the worker's lock and reports a fence.
+	locked := func(f func()) bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		f()
+		return w.fenced
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-w.stop:
+			return ErrFenced
 		case m := <-w.inbox:
-			w.handle(ctx, m)
-			if w.fenced {
+			if locked(func() { w.handle(ctx, m); w.queued.Add(-1) }) {
 				return ErrFenced
 			}
 		case <-w.afterTimer.C:
-			w.afterTick(ctx)
-			if w.fenced {
+			if locked(func() { w.afterTick(ctx) }) {
 				return ErrFenced
 			}
 		case <-ping.C:
 			countDrops()
-			if w.prm.Variant == mpc.FixedMask && !w.fixedOK {
-				w.sendFixedS(true)
-			}
+			locked(func() {
+				if w.prm.Variant == mpc.FixedMask && !w.fixedOK {
+					w.sendFixedS(true)
+				}
+			})
 		}
 	}
+}
+
+// exit marks the worker stopped: the dispatcher drops its messages.
+func (w *worker) exit() {
+	w.live.Store(false)
+	w.exited.Store(true)
+}
+
+// deliver is the dispatcher's part (Service.dispatch, one goroutine for
+// all loops). It runs the state machine at once, on the dispatcher's
+// goroutine, when that cannot block: no earlier message of this loop is
+// waiting, the worker's goroutine is not inside a step, and, for a
+// measurement, the previous state write is acknowledged and an item is at
+// hand. Anything else goes to the worker's own queue, in order, for its
+// goroutine, which may wait (for an item, for a write's acknowledgement).
+// Under load the dispatcher handles message after message without waking
+// a goroutine for each.
+func (w *worker) deliver(ctx context.Context, m *nats.Msg) {
+	if w.exited.Load() {
+		return
+	}
+	if w.live.Load() && w.queued.Load() == 0 && w.mu.TryLock() {
+		if w.queued.Load() == 0 && w.canInline(m.Subject) {
+			w.handle(ctx, m)
+			fenced := w.fenced
+			w.mu.Unlock()
+			if fenced {
+				w.once.Do(func() { close(w.stop) })
+			}
+			return
+		}
+		w.queued.Add(1)
+		w.mu.Unlock()
+	} else {
+		w.queued.Add(1)
+	}
+	select {
+	case w.inbox <- m:
+	default:
+		w.queued.Add(-1)
+		w.s.opt.Metrics.Rejects.WithLabelValues("overload").Inc()
+	}
+}
+
+// canInline reports whether handling a message on subject cannot block
+// (under w.mu). Only a measurement can: the tick it starts waits for the
+// previous state write and for an offline item.
+func (w *worker) canInline(subject string) bool {
+	if subject != w.subjMeasure {
+		return true
+	}
+	if p := w.persist; p != nil {
+		if p.pending != nil {
+			select {
+			case ack := <-p.pending.Ok():
+				p.pending = nil
+				p.rev, p.dirty = ack.Sequence, false
+			default:
+				return false
+			}
+		}
+		if p.dirty {
+			return false
+		}
+	}
+	if w.hasStaged && w.staged.seq > w.hwm && w.staged.seq >= w.minSeq {
+		return true
+	}
+	return len(w.items) > 0
 }
 
 // setup waits for the sensor's sealed set-up record and builds the party.
