@@ -98,10 +98,9 @@ func newWorker(s *Service, loop string) *worker {
 		s: s, loop: loop, id: s.opt.ID, peer: codec.PartyRole(1 - s.opt.ID),
 		inbox: make(chan *nats.Msg, 1024),
 		stop:  make(chan struct{}),
-		// Twice the prefetch: the consumer callback hands over a whole pull
-		// batch without blocking, so it runs once per batch instead of being
-		// woken by every tick that takes an item.
-		items:       make(chan item, 2*s.opt.Prefetch+1),
+		// A full buffer blocks the consumer callback, and with it further
+		// pulls: the flow control that bounds the items a loop holds.
+		items:       make(chan item, s.opt.Prefetch),
 		subjPeer:    bus.ExchangeSubject(loop, 1-s.opt.ID),
 		subjMeasure: bus.MeasureSubject(loop, s.opt.ID),
 		subjOut:     bus.OutputSubject(loop),
