@@ -9,7 +9,6 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -235,8 +234,7 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	// service for many loops would have: a goroutine per loop would add a
 	// wake-up per message that the parties' cores pay for.
 	outSub, err := clients[0].Subscribe(bus.OutputSubject("*"), func(m *nats.Msg) {
-		loop := strings.TrimSuffix(strings.TrimPrefix(m.Subject, bus.Prefix+"."), ".out")
-		if l := byLoop[loop]; l != nil {
+		if l := byLoop[bus.SubjectLoop(m.Subject)]; l != nil {
 			l.onOutput(m)
 		}
 	})

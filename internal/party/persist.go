@@ -3,7 +3,6 @@ package party
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/crypto/nacl/secretbox"
 
 	"github.com/duet-mpc/duet/pkg/codec"
 )
@@ -31,18 +29,7 @@ func StateBucket(party int) string { return fmt.Sprintf("duet-state-party%d", pa
 
 // StateKey derives the key sealing a party's persisted state from its
 // identity seed.
-func StateKey(id *codec.Identity) ([32]byte, error) {
-	seed, err := id.Seed()
-	if err != nil {
-		return [32]byte{}, err
-	}
-	h := sha256.New()
-	h.Write([]byte("duet/v1/party-state"))
-	h.Write(seed)
-	var k [32]byte
-	h.Sum(k[:0])
-	return k, nil
-}
+func StateKey(id *codec.Identity) ([32]byte, error) { return id.RecordKey("duet/v1/party-state") }
 
 // ErrFenced means another instance of the same party took over the loop.
 var ErrFenced = errors.New("party: fenced: another instance of this party took over the loop")
@@ -77,30 +64,11 @@ type persister struct {
 // saveTimeout bounds a state write; the tick loop never waits longer.
 const saveTimeout = 250 * time.Millisecond
 
-func (p *persister) seal(rec stateRecord) ([]byte, error) {
-	body, err := codec.Marshal(rec)
-	if err != nil {
-		return nil, err
-	}
-	var nonce [24]byte
-	if _, err := rand.Read(nonce[:]); err != nil {
-		return nil, err
-	}
-	return secretbox.Seal(nonce[:], body, &nonce, &p.key), nil
-}
+func (p *persister) seal(rec stateRecord) ([]byte, error) { return codec.SealRecord(&p.key, rec) }
 
 func (p *persister) open(data []byte) (stateRecord, error) {
 	var rec stateRecord
-	if len(data) < 24+secretbox.Overhead {
-		return rec, fmt.Errorf("%w: persisted state too short", codec.ErrMalformed)
-	}
-	var nonce [24]byte
-	copy(nonce[:], data)
-	body, ok := secretbox.Open(nil, data[24:], &nonce, &p.key)
-	if !ok {
-		return rec, fmt.Errorf("%w: persisted state does not open with this party's key", codec.ErrAuth)
-	}
-	err := codec.Unmarshal(body, &rec)
+	err := codec.OpenRecord(&p.key, data, &rec)
 	return rec, err
 }
 

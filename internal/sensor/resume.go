@@ -2,14 +2,12 @@ package sensor
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/crypto/nacl/secretbox"
 
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/pkg/codec"
@@ -34,18 +32,7 @@ type record struct {
 }
 
 // StateKey derives the sensor's record key from its identity.
-func StateKey(id *codec.Identity) ([32]byte, error) {
-	seed, err := id.Seed()
-	if err != nil {
-		return [32]byte{}, err
-	}
-	h := sha256.New()
-	h.Write([]byte("duet/v1/sensor-state"))
-	h.Write(seed)
-	var k [32]byte
-	h.Sum(k[:0])
-	return k, nil
-}
+func StateKey(id *codec.Identity) ([32]byte, error) { return id.RecordKey("duet/v1/sensor-state") }
 
 func (s *Sensor) digest() [32]byte {
 	b, _ := json.Marshal(struct {
@@ -70,19 +57,11 @@ func (s *Sensor) resume(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("sensor: reading its record: %w", err)
 	}
-	data := e.Value()
-	if len(data) < 24+secretbox.Overhead {
-		return false, nil
-	}
-	var nonce [24]byte
-	copy(nonce[:], data)
-	body, ok := secretbox.Open(nil, data[24:], &nonce, s.opt.StateKey)
-	if !ok {
-		s.opt.Log.Warn("sensor record does not open with this sensor's key; starting a new set-up", "loop", s.opt.Loop)
-		return false, nil
-	}
 	var rec record
-	if err := codec.Unmarshal(body, &rec); err != nil {
+	if err := codec.OpenRecord(s.opt.StateKey, e.Value(), &rec); err != nil {
+		if errors.Is(err, codec.ErrAuth) {
+			s.opt.Log.Warn("sensor record does not open with this sensor's key; starting a new set-up", "loop", s.opt.Loop)
+		}
 		return false, nil
 	}
 	if rec.Digest != s.digest() {
@@ -101,14 +80,10 @@ func (s *Sensor) saveRecord(ctx context.Context, next uint64) error {
 	if next == 0 {
 		next = 1
 	}
-	body, err := codec.Marshal(record{Epoch: s.epoch, Digest: s.digest(), NextTick: next})
+	data, err := codec.SealRecord(s.opt.StateKey, record{Epoch: s.epoch, Digest: s.digest(), NextTick: next})
 	if err != nil {
 		return err
 	}
-	var nonce [24]byte
-	if _, err := rand.Read(nonce[:]); err != nil {
-		return err
-	}
-	_, err = s.kv.Put(ctx, s.recordKey(), secretbox.Seal(nonce[:], body, &nonce, s.opt.StateKey))
+	_, err = s.kv.Put(ctx, s.recordKey(), data)
 	return err
 }

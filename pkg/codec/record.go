@@ -1,0 +1,58 @@
+package codec
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+
+	"golang.org/x/crypto/nacl/secretbox"
+)
+
+// Records a service keeps for itself (the sensor's resume record, a
+// party's persisted state) are sealed to the service alone: XSalsa20-Poly1305
+// under a key derived from its identity seed, so the broker that stores them
+// learns nothing.
+
+// RecordKey derives the key sealing a service's own records; label keeps
+// the keys of different record kinds apart.
+func (id *Identity) RecordKey(label string) ([32]byte, error) {
+	seed, err := id.Seed()
+	if err != nil {
+		return [32]byte{}, err
+	}
+	h := sha256.New()
+	h.Write([]byte(label))
+	h.Write(seed)
+	var k [32]byte
+	h.Sum(k[:0])
+	return k, nil
+}
+
+// SealRecord encodes v and seals it under key with a random nonce.
+func SealRecord(key *[32]byte, v any) ([]byte, error) {
+	body, err := Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var nonce [24]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, err
+	}
+	return secretbox.Seal(nonce[:], body, &nonce, key), nil
+}
+
+// OpenRecord opens data sealed by SealRecord under key and decodes it into
+// v: ErrMalformed if it is too short to be a record, ErrAuth if it does not
+// open with key.
+func OpenRecord(key *[32]byte, data []byte, v any) error {
+	if len(data) < 24+secretbox.Overhead {
+		return fmt.Errorf("%w: sealed record too short", ErrMalformed)
+	}
+	var nonce [24]byte
+	copy(nonce[:], data)
+	body, ok := secretbox.Open(nil, data[24:], &nonce, key)
+	if !ok {
+		return fmt.Errorf("%w: sealed record does not open with this key", ErrAuth)
+	}
+	return Unmarshal(body, v)
+}
