@@ -7,6 +7,7 @@ package sensor
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -182,6 +183,9 @@ func (s *Sensor) Setup(ctx context.Context) error {
 // Run sends ticks until ctx ends or opt.Ticks have been sent.
 func (s *Sensor) Run(ctx context.Context) error { return s.RunN(ctx, s.opt.Ticks) }
 
+// fastRetry is how long a Fast sensor waits after a failed plant read.
+const fastRetry = 2 * time.Millisecond
+
 // RunN sends n more ticks (0: until ctx ends), continuing the tick numbering.
 func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 	prm := s.rz.Params
@@ -209,6 +213,20 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			if s.ticker == nil && errors.Is(err, nats.ErrNoResponders) {
+				// Back to back the plant paces the ticks. "No responders"
+				// (the plant not yet resubscribed after a reconnect) means
+				// the request reached no plant, so the same tick is asked
+				// again after a pause, instead of burning hundreds of tick
+				// numbers in a millisecond.
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(fastRetry):
+				}
+				s.next, sent = t, sent-1 // the loop's sent++ makes it even
+				continue
 			}
 			s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
 			s.opt.Log.Warn("plant read failed", "loop", s.opt.Loop, "tick", t, "err", err)
