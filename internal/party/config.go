@@ -12,7 +12,7 @@ type Config struct {
 	config.Common
 	Party          int           `envconfig:"PARTY" required:"true" desc:"which party this is: 0 or 1"`
 	Loops          []string      `envconfig:"LOOPS" default:"pendulum" desc:"comma-separated loop ids served"`
-	Prefetch       int           `envconfig:"PREFETCH" default:"64" desc:"offline items buffered ahead per loop"`
+	Prefetch       int           `envconfig:"PREFETCH" default:"64" desc:"offline items requested per pull, per loop (a loop holds up to about three times this many)"`
 	ItemWait       time.Duration `envconfig:"ITEM_WAIT" default:"20ms" desc:"how long a tick waits for an offline item before it is abandoned"`
 	Persist        bool          `envconfig:"PERSIST" default:"true" desc:"persist the state share every tick (sealed) for crash recovery without controller reset"`
 	StateFileStore bool          `envconfig:"STATE_FILE_STORE" default:"true" desc:"JetStream file storage for the persisted state"`

@@ -98,9 +98,11 @@ func newWorker(s *Service, loop string) *worker {
 		s: s, loop: loop, id: s.opt.ID, peer: codec.PartyRole(1 - s.opt.ID),
 		inbox: make(chan *nats.Msg, 1024),
 		stop:  make(chan struct{}),
-		// A full buffer blocks the consumer callback, and with it further
-		// pulls: the flow control that bounds the items a loop holds.
-		items:       make(chan item, s.opt.Prefetch),
+		// Room for two pulls: the consumer callback, which only queues the
+		// raw item, rarely blocks. A full buffer does block it, and with it
+		// further pulls: the flow control that bounds the items a loop holds
+		// (up to about three times the prefetch).
+		items:       make(chan item, 2*s.opt.Prefetch+1),
 		subjPeer:    bus.ExchangeSubject(loop, 1-s.opt.ID),
 		subjMeasure: bus.MeasureSubject(loop, s.opt.ID),
 		subjOut:     bus.OutputSubject(loop),
