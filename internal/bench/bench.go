@@ -223,6 +223,9 @@ func startCPUProfile(path string) (func(), error) {
 		return nil, err
 	}
 	base := strings.TrimSuffix(path, ".pprof")
+	// The allocation profile is as of the last GC: collect first so that
+	// the difference holds this window's allocations, not earlier ones.
+	runtime.GC()
 	if af, err := os.Create(base + ".allocs-start"); err == nil {
 		_ = pprof.Lookup("allocs").WriteTo(af, 0)
 		af.Close()
@@ -247,6 +250,7 @@ func startCPUProfile(path string) (func(), error) {
 		}
 		pprof.StopCPUProfile()
 		f.Close()
+		runtime.GC()
 		for _, name := range []string{"block", "mutex", "allocs"} {
 			if pf, err := os.Create(base + "." + name); err == nil {
 				_ = pprof.Lookup(name).WriteTo(pf, 0)
@@ -351,9 +355,9 @@ func runScaleSection(ctx context.Context, url string, plan Plan, cs mpc.Controll
 			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
-				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) | parties: %d abandoned, %d without item | cpu %.2f cores  ok %v (set-up %v)",
+				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f | parties: %d abandoned, %d without item | cpu %.2f cores  ok %v (set-up %v)",
 					r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong, r.Stalls, r.StallMax.Round(100*time.Microsecond),
-					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond), r.PartyMisses, r.NoItem,
+					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond), r.FloorCPU, r.PartyMisses, r.NoItem,
 					r.CPU, r.OK, r.Setup.Round(100*time.Millisecond))
 			}})
 		if err != nil {
@@ -366,7 +370,7 @@ func runScaleSection(ctx context.Context, url string, plan Plan, cs mpc.Controll
 	rows, err := RunScaleFloor(ctx, url, cs, plan.ScaleFloorLoops, plan.ScaleDur)
 	for _, r := range rows {
 		rep.ScaleFloor = append(rep.ScaleFloor, r)
-		pr("  floor alone: %5d loops  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d", r.Loops, r.Ticks, us(r.P50), us(r.P99), r.Misses)
+		pr("  floor alone: %5d loops  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  cpu %.2f cores", r.Loops, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.CPU)
 	}
 	return err
 }

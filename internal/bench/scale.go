@@ -1,12 +1,14 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -71,6 +73,9 @@ type ScaleRow struct {
 	Wrong    int // reconstructed u outside the bound of the float64 controller
 	OK       bool
 	CPU      float64 // process CPU seconds per wall second during the measurement
+	// FloorCPU is the same for the floor's run (warm-up included): what the
+	// bare messaging of these loops costs on this machine.
+	FloorCPU float64
 	Setup    time.Duration
 	Persist  bool // the parties persisted their state every tick
 	// The floor at the same number of loops (floorLoops), measured just
@@ -207,7 +212,9 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 		return row, err
 	}
 	mon := startStallMonitor()
+	fcpu, fbegan := cpuTime(), time.Now()
 	flat, fsent, fmiss, err := floorLoops(ctx, opt.URL, sizes, n, opt.Period, opt.Warmup, opt.Duration, opt.Deadline)
+	row.FloorCPU = (cpuTime() - fcpu).Seconds() / time.Since(fbegan).Seconds()
 	row.FloorStalls, row.FloorStallMax = mon.end()
 	if err != nil {
 		return row, err
@@ -301,6 +308,15 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	}
 	s := Summarize(lat)
 	row.P50, row.P99 = s.P50, s.P99
+	if opt.ProfileDir != "" {
+		name := fmt.Sprintf("scale-%d", n)
+		if !opt.NoPersist {
+			name += "-persist"
+		}
+		if err := writeTickSeries(filepath.Join(opt.ProfileDir, name+".ticks.csv"), ls, measureFrom); err != nil {
+			return row, err
+		}
+	}
 	row.OK = row.Misses == 0 && row.Wrong == 0 && row.P99 < opt.P99Limit && row.Ticks > 0
 	return row, nil
 }
@@ -310,6 +326,7 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 type ScaleFloorRow struct {
 	Loops, Ticks, Misses int
 	P50, P99             time.Duration
+	CPU                  float64 // process CPU seconds per wall second (warm-up included)
 }
 
 // RunScaleFloor measures the floor alone at each of loops, with the
@@ -329,12 +346,14 @@ func RunScaleFloor(ctx context.Context, url string, cs mpc.ControllerSpec, loops
 	}
 	var rows []ScaleFloorRow
 	for _, n := range loops {
+		cpu0, began := cpuTime(), time.Now()
 		lat, sent, misses, err := floorLoops(ctx, url, sizes, n, 40*time.Millisecond, time.Second, duration, 30*time.Millisecond)
 		if err != nil {
 			return rows, fmt.Errorf("bench: floor alone with %d loops: %w", n, err)
 		}
+		cpu := (cpuTime() - cpu0).Seconds() / time.Since(began).Seconds()
 		s := Summarize(lat)
-		rows = append(rows, ScaleFloorRow{Loops: n, Ticks: sent, Misses: misses, P50: s.P50, P99: s.P99})
+		rows = append(rows, ScaleFloorRow{Loops: n, Ticks: sent, Misses: misses, P50: s.P50, P99: s.P99, CPU: cpu})
 	}
 	return rows, nil
 }
@@ -547,4 +566,36 @@ func envelopeSizes(ids *identities, loop string, prm mpc.Params) (FloorSizes, er
 	}
 	sz.Output, err = seal(codec.RoleParty0, codec.RoleActuator, codec.KindOutput, codec.OutputPayload{Item: item, U: codec.PutMatrix(f, mpc.NewMatrix(prm.M, 1))})
 	return sz, err
+}
+
+// writeTickSeries writes every measured tick of the step as
+// sent_ms,loop,latency_us (sent_ms from the start of the measurement;
+// latency -1 if the tick never completed), for finding when the slow ticks
+// happen (go tool trace, GODEBUG=gctrace=1).
+func writeTickSeries(path string, ls []*lightLoop, from time.Time) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	fmt.Fprintln(w, "sent_ms,loop,latency_us")
+	for i, l := range ls {
+		l.mu.Lock()
+		for _, lt := range l.ticks {
+			if !lt.measured {
+				continue
+			}
+			lat := -1.0
+			if lt.done {
+				lat = us(lt.lat)
+			}
+			fmt.Fprintf(w, "%.3f,%d,%.1f\n", float64(lt.start.Sub(from))/1e6, i, lat)
+		}
+		l.mu.Unlock()
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -2,6 +2,10 @@ package bench
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,8 +15,9 @@ import (
 func TestScaleQuick(t *testing.T) {
 	url := startServer(t)
 	cs, _ := pendulum(t)
+	dir := t.TempDir()
 	rows, err := RunScale(context.Background(), ScaleOptions{URL: url, Loops: []int{4}, Duration: 400 * time.Millisecond, Warmup: 200 * time.Millisecond,
-		Controller: cs, Variant: mpc.PerTick, Compress: true})
+		Controller: cs, Variant: mpc.PerTick, Compress: true, ProfileDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +28,31 @@ func TestScaleQuick(t *testing.T) {
 		if r.Ticks < r.Loops*8 || r.Wrong != 0 {
 			t.Errorf("%+v: want about 10 ticks per loop and no wrong result", r)
 		}
+		if r.CPU <= 0 || r.FloorCPU <= 0 {
+			t.Errorf("%+v: want the run's and the floor's CPU measured", r)
+		}
 		t.Logf("%+v", r)
+	}
+	// The profile directory holds the CPU profile and every measured tick.
+	if _, err := os.Stat(filepath.Join(dir, "scale-4-persist.pprof")); err != nil {
+		t.Error(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "scale-4-persist.ticks.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if lines[0] != "sent_ms,loop,latency_us" || len(lines)-1 != rows[0].Ticks {
+		t.Errorf("tick series: header %q, %d ticks; want %d", lines[0], len(lines)-1, rows[0].Ticks)
+	}
+	for _, l := range lines[1:] {
+		f := strings.Split(l, ",")
+		sent, err1 := strconv.ParseFloat(f[0], 64)
+		loop, err2 := strconv.Atoi(f[1])
+		lat, err3 := strconv.ParseFloat(f[2], 64)
+		if len(f) != 3 || err1 != nil || err2 != nil || err3 != nil || sent < 0 || loop < 0 || loop >= 4 || (lat <= 0 && lat != -1) {
+			t.Fatalf("tick series line %q", l)
+		}
 	}
 }
 
@@ -39,7 +68,7 @@ func TestScaleFloorQuick(t *testing.T) {
 	}
 	for _, r := range rows {
 		// 25 Hz for 0.4 s measured: about 10 ticks per loop, each completed.
-		if r.Ticks < r.Loops*8 || r.Ticks > r.Loops*12 || r.P50 <= 0 || r.P99 < r.P50 {
+		if r.Ticks < r.Loops*8 || r.Ticks > r.Loops*12 || r.P50 <= 0 || r.P99 < r.P50 || r.CPU <= 0 {
 			t.Errorf("%+v: want about 10 ticks per loop, p50 <= p99", r)
 		}
 	}

@@ -116,9 +116,9 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 	}
 	if len(rep.ScaleFloor) > 0 {
 		fmt.Fprintln(w, "\nThe floor alone (bare messaging, same loops and message sizes, no parties): what this machine's NATS path allows")
-		fmt.Fprintln(tw, "loops\tticks\tp50 µs\tp99 µs\tmisses\t")
+		fmt.Fprintln(tw, "loops\tticks\tp50 µs\tp99 µs\tmisses\tcpu cores\t")
 		for _, r := range rep.ScaleFloor {
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t\n", r.Loops, r.Ticks, us(r.P50), us(r.P99), r.Misses)
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%.2f\t\n", r.Loops, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.CPU)
 		}
 		tw.Flush()
 	}
