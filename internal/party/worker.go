@@ -48,7 +48,7 @@ type worker struct {
 	exited atomic.Bool
 	stop   chan struct{}
 	once   sync.Once
-	items  chan item
+	items  chan rawItem
 
 	// Subjects, built once.
 	subjPeer, subjOut, subjMeasure string
@@ -102,7 +102,7 @@ func newWorker(s *Service, loop string) *worker {
 		// raw item, rarely blocks. A full buffer does block it, and with it
 		// further pulls: the flow control that bounds the items a loop holds
 		// (up to about three times the prefetch).
-		items:       make(chan item, 2*s.opt.Prefetch+1),
+		items:       make(chan rawItem, 2*s.opt.Prefetch+1),
 		subjPeer:    bus.ExchangeSubject(loop, 1-s.opt.ID),
 		subjMeasure: bus.MeasureSubject(loop, s.opt.ID),
 		subjOut:     bus.OutputSubject(loop),
@@ -162,7 +162,7 @@ func (w *worker) run(ctx context.Context) error {
 	// that the pull requests of many loops started together do not keep
 	// arriving (and being answered) in the same instant.
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		it := item{raw: m.Data()}
+		it := rawItem{raw: m.Data()}
 		if meta, err := m.Metadata(); err != nil {
 			it.err = err
 		} else {
@@ -504,6 +504,16 @@ func (w *worker) decodeMul(mp codec.MulPayload) (peerMul, error) {
 var errNoItem = errors.New("party: no offline item available")
 
 // item is one offline item: raw as delivered until decode.
+// rawItem is an offline item as the consumer queued it (a loop buffers up
+// to about three pulls of these: kept small, as they are what a party holds
+// per loop).
+type rawItem struct {
+	seq uint64
+	raw []byte
+	err error
+}
+
+// item is an item being used: staged (decoded ahead) or taken by a tick.
 type item struct {
 	seq     uint64
 	raw     []byte
@@ -511,6 +521,8 @@ type item struct {
 	mat     mpc.TickMaterial
 	err     error
 }
+
+func (r rawItem) item() item { return item{seq: r.seq, raw: r.raw, err: r.err} }
 
 // decode opens and decodes the item once (material only reads what the
 // set-up fixed before Consume started).
@@ -545,7 +557,8 @@ func (w *worker) stageItem() {
 		return
 	}
 	select {
-	case it := <-w.items:
+	case r := <-w.items:
+		it := r.item()
 		w.decode(&it)
 		if it.err == nil && w.prm.Variant == mpc.FixedMask && w.fixedOK {
 			it.err = w.p.Prepare(&it.mat)
@@ -570,13 +583,15 @@ func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error)
 			it, w.staged, w.hasStaged = w.staged, item{}, false
 		} else {
 			select {
-			case it = <-w.items:
+			case r := <-w.items:
+				it = r.item()
 			default:
 				if timer == nil {
 					timer = time.NewTimer(w.s.opt.ItemWait)
 				}
 				select {
-				case it = <-w.items:
+				case r := <-w.items:
+					it = r.item()
 				case <-timer.C:
 					return 0, mpc.TickMaterial{}, errNoItem
 				case <-ctx.Done():
