@@ -1,6 +1,7 @@
 package party
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -162,7 +163,7 @@ func (w *worker) run(ctx context.Context) error {
 	// that the pull requests of many loops started together do not keep
 	// arriving (and being answered) in the same instant.
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		it := rawItem{raw: m.Data()}
+		it := w.trimItem(m.Data())
 		if meta, err := m.Metadata(); err != nil {
 			it.err = err
 		} else {
@@ -504,25 +505,50 @@ func (w *worker) decodeMul(mp codec.MulPayload) (peerMul, error) {
 var errNoItem = errors.New("party: no offline item available")
 
 // item is one offline item: raw as delivered until decode.
-// rawItem is an offline item as the consumer queued it (a loop buffers up
-// to about three pulls of these: kept small, as they are what a party holds
-// per loop).
+// rawItem is an offline item as the consumer queued it: only this party's
+// part of the stream message (its sealed envelope, or with seed compression
+// P0's nonce alone), since a loop buffers up to about three pulls of these
+// and they are most of what a party holds per loop. The envelope is opened
+// and decoded later, one item per tick (decode).
 type rawItem struct {
-	seq uint64
-	raw []byte
-	err error
+	seq   uint64
+	env   []byte   // this party's sealed material (nil: P0 expands its seed)
+	nonce [16]byte // the item's nonce, as the dealer published it
+	err   error
 }
 
 // item is an item being used: staged (decoded ahead) or taken by a tick.
 type item struct {
+	raw     rawItem
 	seq     uint64
-	raw     []byte
 	decoded bool
 	mat     mpc.TickMaterial
 	err     error
 }
 
-func (r rawItem) item() item { return item{seq: r.seq, raw: r.raw, err: r.err} }
+func (r rawItem) item() item { return item{seq: r.seq, raw: r, err: r.err} }
+
+// trimItem checks a stream message's item (loop, epoch, shape) and keeps
+// this party's part of it. Decoding copies both envelopes into one buffer;
+// this party's is copied again unless it is most of the message, so that the
+// other party's share is not kept alive with it.
+func (w *worker) trimItem(data []byte) rawItem {
+	var it codec.ItemMsg
+	if err := codec.Unmarshal(data, &it); err != nil {
+		return rawItem{err: err}
+	}
+	if it.Loop != w.loop || it.Epoch != w.epoch {
+		return rawItem{err: fmt.Errorf("%w: item for loop %q epoch %d, want %q epoch %d", codec.ErrHeader, it.Loop, it.Epoch, w.loop, w.epoch)}
+	}
+	r := rawItem{nonce: it.Nonce, env: it.P1}
+	if w.id == 0 {
+		r.env = it.P0 // empty with seed compression: expanded from the seed
+	}
+	if len(r.env) > 0 && 2*len(r.env) < len(data) {
+		r.env = bytes.Clone(r.env)
+	}
+	return r
+}
 
 // decode opens and decodes the item once (material only reads what the
 // set-up fixed before Consume started).
@@ -534,7 +560,7 @@ func (w *worker) decode(it *item) {
 	if it.err == nil {
 		it.mat, it.err = w.material(it.raw)
 	}
-	it.raw = nil
+	it.raw = rawItem{}
 }
 
 // pullThreshold is the pending count below which a loop's consumer asks
@@ -615,22 +641,14 @@ func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error)
 	}
 }
 
-func (w *worker) material(data []byte) (mpc.TickMaterial, error) {
-	var it codec.ItemMsg
-	if err := codec.Unmarshal(data, &it); err != nil {
-		return mpc.TickMaterial{}, err
-	}
-	if it.Loop != w.loop || it.Epoch != w.epoch {
-		return mpc.TickMaterial{}, fmt.Errorf("%w: item for loop %q epoch %d, want %q epoch %d", codec.ErrHeader, it.Loop, it.Epoch, w.loop, w.epoch)
-	}
-	env := it.P1
-	if w.id == 0 {
-		if len(it.P0) == 0 {
-			return mpc.ExpandP0(w.prm, w.p0Seed, it.Nonce)
+func (w *worker) material(r rawItem) (mpc.TickMaterial, error) {
+	if len(r.env) == 0 {
+		if w.id != 0 {
+			return mpc.TickMaterial{}, fmt.Errorf("%w: item without party1 material", codec.ErrMalformed)
 		}
-		env = it.P0
+		return mpc.ExpandP0(w.prm, w.p0Seed, r.nonce)
 	}
-	h, body, err := w.s.sealer.Open(env)
+	h, body, err := w.s.sealer.Open(r.env)
 	if err != nil {
 		return mpc.TickMaterial{}, err
 	}
@@ -641,7 +659,7 @@ func (w *worker) material(data []byte) (mpc.TickMaterial, error) {
 	if err := codec.Unmarshal(body, &mp); err != nil {
 		return mpc.TickMaterial{}, err
 	}
-	if mp.Nonce != it.Nonce {
+	if mp.Nonce != r.nonce {
 		return mpc.TickMaterial{}, fmt.Errorf("%w: sealed nonce differs from the item's", codec.ErrHeader)
 	}
 	return mp.Material(w.prm)
