@@ -30,6 +30,7 @@ import (
 	"github.com/duet-mpc/duet/internal/actuator"
 	"github.com/duet-mpc/duet/internal/config"
 	"github.com/duet-mpc/duet/internal/dealer"
+	"github.com/duet-mpc/duet/internal/keys"
 	"github.com/duet-mpc/duet/internal/party"
 	"github.com/duet-mpc/duet/internal/plantsvc"
 	"github.com/duet-mpc/duet/internal/sensor"
@@ -253,6 +254,14 @@ func checkWorkloads(t *testing.T, r *rendered) {
 				sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
 				t.Errorf("%s: want allowPrivilegeEscalation false, readOnlyRootFilesystem true, capabilities drop ALL", where)
 			}
+			// The namespace enforces the restricted Pod Security Standard:
+			// non-root and the runtime's seccomp profile, for every pod.
+			psc := w.tpl.Spec.SecurityContext
+			nonRoot := psc != nil && psc.RunAsNonRoot != nil && *psc.RunAsNonRoot && (psc.RunAsUser == nil || *psc.RunAsUser != 0)
+			seccomp := psc != nil && psc.SeccompProfile != nil && psc.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault
+			if !nonRoot || !seccomp {
+				t.Errorf("%s: the restricted Pod Security Standard wants runAsNonRoot (no runAsUser 0) and seccomp RuntimeDefault", where)
+			}
 			if c.Image == "" || strings.HasSuffix(c.Image, ":latest") && r.dir != "base" {
 				t.Errorf("%s: image %q: overlays pin a tag", where, c.Image)
 			}
@@ -424,10 +433,9 @@ func checkSecrets(t *testing.T, r *rendered) {
 					mode = m.items[0].Mode
 				}
 				if mode == nil || *mode&0o077 != 0 {
-					t.Errorf("%s: %s must be mounted with a mode without group or other bits (keys.Load refuses it otherwise)", w, want)
-				}
-				if sc := w.tpl.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
-					t.Errorf("%s: fsGroup makes the kubelet add group read to %s, which keys.Load refuses", w, want)
+					t.Errorf("%s: %s must be mounted with a mode without group or other bits", w, want)
+				} else {
+					checkSeedReadable(t, &w, want, *mode)
 				}
 				checkKeysDir(t, &w, m.volume)
 			}
@@ -951,5 +959,30 @@ func TestEKSClusterConfig(t *testing.T) {
 		if slices.Contains(zones["party1"], z) {
 			t.Errorf("party0 and party1 node groups share zone %s", z)
 		}
+	}
+}
+
+// checkSeedReadable: the kubelet writes a Secret volume's files as root with
+// the mode asked for and, if the pod has an fsGroup, gives them that group
+// and adds group read (0440). The service must run as a non-root user that
+// can read its seed, and keys.Load must accept what it finds.
+func checkSeedReadable(t *testing.T, w *workload, seed string, mode int32) {
+	t.Helper()
+	sc := w.tpl.Spec.SecurityContext
+	if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser == 0 || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Errorf("%s: must run as a non-root user (runAsUser != 0, runAsNonRoot)", w)
+		return
+	}
+	perm := os.FileMode(mode)
+	if sc.FSGroup == nil {
+		t.Errorf("%s: without an fsGroup, %s (root-owned, mode %04o) is unreadable by uid %d", w, seed, perm, *sc.RunAsUser)
+		return
+	}
+	perm |= 0o440
+	if !keys.SeedModeAllowed(perm, true) {
+		t.Errorf("%s: keys.Load refuses %s as the kubelet leaves it (root, group %d, mode %04o)", w, seed, *sc.FSGroup, perm)
+	}
+	if sc.RunAsGroup == nil || *sc.RunAsGroup != *sc.FSGroup {
+		t.Errorf("%s: runAsGroup should be the fsGroup (%v)", w, *sc.FSGroup)
 	}
 }

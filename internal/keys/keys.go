@@ -127,8 +127,9 @@ func writeFile(path string, data []byte, mode os.FileMode, replace bool) (err er
 
 // Load returns role self's identity, read from <dir>/<self>.seed (and no
 // other secret file), and the public keys of every role with a .pub file in
-// dir, plus self's own. The .seed file must not be accessible to group or
-// others. Every error names the file.
+// dir, plus self's own. The .seed file must not be accessible to others,
+// nor to its group unless root owns it and the group is this process's
+// (seedModeOK). Every error names the file.
 func Load(dir string, self codec.Role) (*codec.Identity, map[codec.Role]string, error) {
 	if !self.Valid() {
 		return nil, nil, fmt.Errorf("keys: %w: %d", codec.ErrRole, uint8(self))
@@ -170,10 +171,31 @@ func readSeed(path string) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%w: %s is not a regular file", ErrFile, path)
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 && runtime.GOOS != "windows" {
-		return nil, fmt.Errorf("%w: %s has mode %04o, want 0600 (chmod 600 %s)", ErrPermissions, path, perm, path)
+	if perm := fi.Mode().Perm(); !seedModeOK(fi) && runtime.GOOS != "windows" {
+		return nil, fmt.Errorf("%w: %s has mode %04o, want 0600 (chmod 600 %s), or 0640/0440 if root owns it and its group is this process's",
+			ErrPermissions, path, perm, path)
 	}
 	return readLimited(f, path)
+}
+
+// seedModeOK: a secret key file may be readable by its owner alone (0600,
+// 0400) or, as PostgreSQL allows for its key files, also by this process's
+// group if root owns it (0640, 0440). The second is what Kubernetes makes
+// of a Secret volume in a pod with an fsGroup: files owned by root, group
+// fsGroup, group read added, so that a service need not run as root to read
+// its key. Never group write, never anything for others.
+func seedModeOK(fi fs.FileInfo) bool {
+	perm := fi.Mode().Perm()
+	return SeedModeAllowed(perm, perm&0o077 != 0 && rootOwnedInOurGroup(fi))
+}
+
+// SeedModeAllowed is the rule of seedModeOK on a file's permission bits:
+// rootOwnedOurGroup says that root owns the file and its group is one of the
+// reading process's groups. (The manifests' test applies it to what the
+// kubelet makes of a Secret volume.)
+func SeedModeAllowed(perm fs.FileMode, rootOwnedOurGroup bool) bool {
+	perm = perm.Perm()
+	return perm&0o077 == 0 || (perm&0o037 == 0 && rootOwnedOurGroup)
 }
 
 // LoadPublic returns the public keys of every role with a <role>.pub file in

@@ -135,7 +135,14 @@ func TestLoadRefusesLoosePermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := SeedPath(dir, codec.RoleParty1)
-	for _, m := range []os.FileMode{0o640, 0o604, 0o660, 0o666, 0o601} {
+	// Group read is refused while the group is not this process's (as root:
+	// a group we are not in; otherwise the file is ours, not root's).
+	if os.Geteuid() == 0 {
+		if err := os.Chown(path, 0, 54321); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range []os.FileMode{0o640, 0o440, 0o604, 0o660, 0o666, 0o601} {
 		os.Chmod(path, m)
 		_, _, err := Load(dir, codec.RoleParty1)
 		if !errors.Is(err, ErrPermissions) || !strings.Contains(err.Error(), path) {
@@ -145,6 +152,44 @@ func TestLoadRefusesLoosePermissions(t *testing.T) {
 	os.Chmod(path, 0o400)
 	if _, _, err := Load(dir, codec.RoleParty1); err != nil {
 		t.Errorf("mode 0400: %v", err)
+	}
+}
+
+// A Kubernetes Secret volume with an fsGroup: root owns the seed, its group
+// is the pod's fsGroup (one of the service's groups), group read is added.
+// Accepted as PostgreSQL accepts its key files; group write or any bit for
+// others is still refused, and so is a group the process is not in.
+func TestLoadAcceptsRootOwnedGroupReadable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give the seed file to root and a group")
+	}
+	dir := t.TempDir()
+	if err := Generate(dir, false); err != nil {
+		t.Fatal(err)
+	}
+	path := SeedPath(dir, codec.RoleParty0)
+	if err := os.Chown(path, 0, os.Getegid()); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []os.FileMode{0o440, 0o640} {
+		os.Chmod(path, m)
+		if _, _, err := Load(dir, codec.RoleParty0); err != nil {
+			t.Errorf("root-owned, our group, mode %04o: %v", m, err)
+		}
+	}
+	for _, m := range []os.FileMode{0o460, 0o450, 0o444, 0o441} {
+		os.Chmod(path, m)
+		if _, _, err := Load(dir, codec.RoleParty0); !errors.Is(err, ErrPermissions) {
+			t.Errorf("root-owned, our group, mode %04o: %v, want ErrPermissions", m, err)
+		}
+	}
+	// Owned by someone else than root: group read is refused.
+	os.Chmod(path, 0o440)
+	if err := os.Chown(path, 4321, os.Getegid()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Load(dir, codec.RoleParty0); !errors.Is(err, ErrPermissions) {
+		t.Errorf("owned by uid 4321, mode 0440: %v, want ErrPermissions", err)
 	}
 }
 

@@ -1,0 +1,7 @@
+//go:build !unix
+
+package keys
+
+import "io/fs"
+
+func rootOwnedInOurGroup(fs.FileInfo) bool { return false }
