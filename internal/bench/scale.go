@@ -500,6 +500,11 @@ func (l *lightLoop) onOutput(m *nats.Msg) {
 			lt.wrong = true
 		}
 	}
+	// Only the verdict is kept: every tick of the run stays in l.ticks, and
+	// the shares and the expected u would be hundreds of thousands of small
+	// live objects that the garbage collector of this one process (parties
+	// and server included) would mark on every cycle.
+	lt.u, lt.uplain = [2]mpc.Matrix{}, nil
 }
 
 // results returns the latencies of the measured ticks completed within the
