@@ -54,6 +54,10 @@ type OfflineQueue struct {
 	MaxMsgs int64 // backpressure: publishes beyond this fail (DiscardNew)
 }
 
+// ErrOldQueue: the loop's offline queue was made by an earlier duet version
+// in a way this one cannot update in place.
+var ErrOldQueue = errors.New("bus: offline queue from an earlier version")
+
 // EnsureOfflineQueue creates (or updates) the loop's stream and both parties'
 // durable pull consumers. It must run before any dealer publishes: the
 // stream has Interest retention, so an item is kept until both consumers
@@ -87,6 +91,15 @@ func EnsureOfflineQueue(ctx context.Context, js jetstream.JetStream, q OfflineQu
 		return nil, fmt.Errorf("offline stream %s: %w", cfg.Name, err)
 	}
 	for i := 0; i < 2; i++ {
+		// A consumer's ack policy cannot be changed in place; one made by
+		// an earlier duet (explicit acks) is named, with the remedy, rather
+		// than left to the server's bare "ack policy can not be updated".
+		// It is not recreated here: a new consumer would deliver again the
+		// items the old one had handed out but not acknowledged.
+		if old, err := st.Consumer(ctx, ConsumerName(i)); err == nil && old.CachedInfo().Config.AckPolicy != jetstream.AckNonePolicy {
+			return nil, fmt.Errorf("%w: consumer %s/%s acknowledges explicitly (made by an earlier duet version); this version's consumers acknowledge on delivery and the policy cannot be changed in place: delete the stream (nats stream rm %s) and run the sensor's set-up again",
+				ErrOldQueue, cfg.Name, ConsumerName(i), cfg.Name)
+		}
 		_, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 			Durable: ConsumerName(i),
 			// Delivery is the acknowledgement: an item handed to a party is

@@ -1,0 +1,79 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func jetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("embedded NATS server did not start")
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// The offline queue is created with consumers that acknowledge on delivery,
+// a second call leaves it as it is, and a queue whose consumers an earlier
+// version made with explicit acks is refused with the remedy, not changed.
+func TestEnsureOfflineQueue(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	js := jetStream(t)
+	q := OfflineQueue{Loop: "pend-1", MaxMsgs: 100}
+	for range 2 {
+		st, err := EnsureOfflineQueue(ctx, js, q, 1, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ {
+			c, err := st.Consumer(ctx, ConsumerName(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := c.CachedInfo().Config.AckPolicy; p != jetstream.AckNonePolicy {
+				t.Errorf("consumer %s: ack policy %v, want none", ConsumerName(i), p)
+			}
+		}
+	}
+
+	old := OfflineQueue{Loop: "pend-2", MaxMsgs: 100}
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: OfflineStream(old.Loop), Subjects: []string{OfflineSubject(old.Loop)},
+		Retention: jetstream.InterestPolicy, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: ConsumerName(0), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = EnsureOfflineQueue(ctx, js, old, 1, false)
+	if !errors.Is(err, ErrOldQueue) || !strings.Contains(err.Error(), OfflineStream(old.Loop)) || !strings.Contains(err.Error(), "nats stream rm") {
+		t.Fatalf("queue with an explicit-ack consumer: %v; want ErrOldQueue naming the stream and the remedy", err)
+	}
+	c, err := st.Consumer(ctx, ConsumerName(0))
+	if err != nil || c.CachedInfo().Config.AckPolicy != jetstream.AckExplicitPolicy {
+		t.Errorf("the old consumer was changed or removed: %v", err)
+	}
+}
