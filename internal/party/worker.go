@@ -504,7 +504,6 @@ func (w *worker) decodeMul(mp codec.MulPayload) (peerMul, error) {
 
 var errNoItem = errors.New("party: no offline item available")
 
-// item is one offline item: raw as delivered until decode.
 // rawItem is an offline item as the consumer queued it: only this party's
 // part of the stream message (its sealed envelope, or with seed compression
 // P0's nonce alone), since a loop buffers up to about three pulls of these
