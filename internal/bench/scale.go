@@ -257,11 +257,12 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 			return row, err
 		}
 	}
+	// The step's profile and tick series: scale-<loops>[-persist].*
+	name := fmt.Sprintf("scale-%d", n)
+	if !opt.NoPersist {
+		name += "-persist"
+	}
 	if opt.ProfileDir != "" {
-		name := fmt.Sprintf("scale-%d", n)
-		if !opt.NoPersist {
-			name += "-persist"
-		}
 		stop, err := startCPUProfile(filepath.Join(opt.ProfileDir, name+".pprof"))
 		if err != nil {
 			return row, err
@@ -309,10 +310,6 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	s := Summarize(lat)
 	row.P50, row.P99 = s.P50, s.P99
 	if opt.ProfileDir != "" {
-		name := fmt.Sprintf("scale-%d", n)
-		if !opt.NoPersist {
-			name += "-persist"
-		}
 		if err := writeTickSeries(filepath.Join(opt.ProfileDir, name+".ticks.csv"), ls, measureFrom); err != nil {
 			return row, err
 		}

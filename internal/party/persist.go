@@ -200,6 +200,13 @@ func (w *worker) save(ctx context.Context) error {
 	return nil
 }
 
+// acked records the acknowledgement of the write in flight: the stored
+// record is now the latest state, at the acknowledged revision.
+func (p *persister) acked(ack *jetstream.PubAck) {
+	p.pending = nil
+	p.rev, p.dirty = ack.Sequence, false
+}
+
 // resolve waits (bounded) for the write in flight.
 func (w *worker) resolve(ctx context.Context) error {
 	p := w.persist
@@ -209,7 +216,7 @@ func (w *worker) resolve(ctx context.Context) error {
 	defer t.Stop()
 	select {
 	case ack := <-fut.Ok():
-		p.rev, p.dirty = ack.Sequence, false
+		p.acked(ack)
 		return nil
 	case err := <-fut.Err():
 		var apiErr *jetstream.APIError

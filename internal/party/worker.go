@@ -276,8 +276,7 @@ func (w *worker) canInline(subject string) bool {
 		if p.pending != nil {
 			select {
 			case ack := <-p.pending.Ok():
-				p.pending = nil
-				p.rev, p.dirty = ack.Sequence, false
+				p.acked(ack)
 			default:
 				return false
 			}
@@ -517,15 +516,12 @@ type rawItem struct {
 }
 
 // item is an item being used: staged (decoded ahead) or taken by a tick.
+// decode replaces the envelope by the material (or sets err).
 type item struct {
-	raw     rawItem
-	seq     uint64
+	rawItem
 	decoded bool
 	mat     mpc.TickMaterial
-	err     error
 }
-
-func (r rawItem) item() item { return item{seq: r.seq, raw: r, err: r.err} }
 
 // trimItem checks a stream message's item (loop, epoch, shape) and keeps
 // this party's part of it. Decoding copies both envelopes into one buffer;
@@ -557,9 +553,9 @@ func (w *worker) decode(it *item) {
 	}
 	it.decoded = true
 	if it.err == nil {
-		it.mat, it.err = w.material(it.raw)
+		it.mat, it.err = w.material(it.rawItem)
 	}
-	it.raw = rawItem{}
+	it.env = nil
 }
 
 // pullThreshold is the pending count below which a loop's consumer asks
@@ -583,7 +579,7 @@ func (w *worker) stageItem() {
 	}
 	select {
 	case r := <-w.items:
-		it := r.item()
+		it := item{rawItem: r}
 		w.decode(&it)
 		if it.err == nil && w.prm.Variant == mpc.FixedMask && w.fixedOK {
 			it.err = w.p.Prepare(&it.mat)
@@ -609,14 +605,14 @@ func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error)
 		} else {
 			select {
 			case r := <-w.items:
-				it = r.item()
+				it = item{rawItem: r}
 			default:
 				if timer == nil {
 					timer = time.NewTimer(w.s.opt.ItemWait)
 				}
 				select {
 				case r := <-w.items:
-					it = r.item()
+					it = item{rawItem: r}
 				case <-timer.C:
 					return 0, mpc.TickMaterial{}, errNoItem
 				case <-ctx.Done():
