@@ -355,10 +355,10 @@ func runScaleSection(ctx context.Context, url string, plan Plan, cs mpc.Controll
 			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
-				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f | parties: %d abandoned, %d without item | cpu %.2f cores  ok %v (set-up %v)",
+				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f | parties: %d abandoned, %d without item | cpu %.2f cores, %d GCs, %.1f KB allocated/tick  ok %v (set-up %v)",
 					r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong, r.Stalls, r.StallMax.Round(100*time.Microsecond),
 					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond), r.FloorCPU, r.PartyMisses, r.NoItem,
-					r.CPU, r.OK, r.Setup.Round(100*time.Millisecond))
+					r.CPU, r.GCs, r.AllocPerTick/1024, r.OK, r.Setup.Round(100*time.Millisecond))
 			}})
 		if err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -89,6 +90,10 @@ type ScaleRow struct {
 	// What the parties counted during the run (both parties): ticks they
 	// abandoned, and ticks that found no offline item within ItemWait.
 	PartyMisses, NoItem int
+	// The collector during the measurement (the whole process: server,
+	// parties, harness): completed cycles, and bytes allocated per tick sent.
+	GCs          int
+	AllocPerTick float64
 }
 
 func (o *ScaleOptions) defaults() {
@@ -277,6 +282,8 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 		return
 	}
 	pm0, ni0 := partyCount()
+	var ms0 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
 	cpu0 := cpuTime()
 	mon = startStallMonitor()
 	start := time.Now()
@@ -297,6 +304,8 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	row.Stalls, row.StallMax = mon.end()
 	time.Sleep(opt.Deadline + 100*time.Millisecond)
 	row.CPU = (cpuTime() - cpu0).Seconds() / wall.Seconds()
+	var ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms1)
 	pm1, ni1 := partyCount()
 	row.PartyMisses, row.NoItem = pm1-pm0, ni1-ni0
 	var lat []time.Duration
@@ -309,6 +318,10 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	}
 	s := Summarize(lat)
 	row.P50, row.P99 = s.P50, s.P99
+	row.GCs = int(ms1.NumGC - ms0.NumGC)
+	if row.Ticks > 0 {
+		row.AllocPerTick = float64(ms1.TotalAlloc-ms0.TotalAlloc) / float64(row.Ticks)
+	}
 	if opt.ProfileDir != "" {
 		if err := writeTickSeries(filepath.Join(opt.ProfileDir, name+".ticks.csv"), ls, measureFrom); err != nil {
 			return row, err

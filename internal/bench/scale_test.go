@@ -31,6 +31,11 @@ func TestScaleQuick(t *testing.T) {
 		if r.CPU <= 0 || r.FloorCPU <= 0 {
 			t.Errorf("%+v: want the run's and the floor's CPU measured", r)
 		}
+		// Every tick allocates at least its messages (the server's and the
+		// clients' copies), and far less than a megabyte.
+		if r.AllocPerTick < 1000 || r.AllocPerTick > 1<<20 || r.GCs < 0 {
+			t.Errorf("%+v: allocation per tick %.0f B, %d GCs: not measured", r, r.AllocPerTick, r.GCs)
+		}
 		t.Logf("%+v", r)
 	}
 	// The profile directory holds the CPU profile and every measured tick.

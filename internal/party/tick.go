@@ -115,7 +115,7 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 		return
 	}
 	if w.p.UsedPrepared() {
-		w.s.opt.Metrics.ItemsPrepared.WithLabelValues(w.loop).Inc()
+		w.count(&w.ctrPrepared, w.s.opt.Metrics.ItemsPrepared)
 	}
 	if w.id == 0 {
 		// Trunc before the output share: see the subscription in run.
@@ -163,7 +163,7 @@ func (w *worker) finish(tr *mpc.TruncMsg, prev mpc.Matrix) {
 	w.version++
 	w.versionPub.Store(w.version)
 	w.st = idle
-	w.s.opt.Metrics.Ticks.WithLabelValues(w.loop).Inc()
+	w.count(&w.ctrTicks, w.s.opt.Metrics.Ticks)
 	if w.persist != nil {
 		w.persist.dirty = true
 	}

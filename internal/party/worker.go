@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/pkg/codec"
@@ -92,6 +93,24 @@ type worker struct {
 	prevPending mpc.Matrix
 	pendMul     map[uint64]peerMul
 	pendTrunc   map[uint64]peerTrunc
+
+	// Buffers reused from message to message (all under mu): the payload
+	// and the envelope being sent (nats.Conn.Publish copies the data), and
+	// the plaintext of the message and of the item being opened (each
+	// payload is decoded into copies before the buffer is used again).
+	bodyBuf, envBuf, openBuf, itemBuf []byte
+	// expander regenerates P0's compressed items (party 0).
+	expander *mpc.Expander
+	// The per-tick counters of this loop, looked up on first use.
+	ctrTicks, ctrConsumed, ctrPrepared prometheus.Counter
+}
+
+// count increments the loop's counter *c of vec, looking it up once.
+func (w *worker) count(c *prometheus.Counter, vec *prometheus.CounterVec) {
+	if *c == nil {
+		*c = vec.WithLabelValues(w.loop)
+	}
+	(*c).Inc()
 }
 
 func newWorker(s *Service, loop string) *worker {
@@ -339,6 +358,7 @@ func (w *worker) applySetup(data []byte) error {
 			return fmt.Errorf("%w: P0 seed has %d bytes, want 32", codec.ErrMalformed, len(sp.P0Seed))
 		}
 		copy(w.p0Seed[:], sp.P0Seed)
+		w.expander = mpc.NewExpander(prm, w.p0Seed)
 	}
 	if prm.Variant == mpc.FixedMask {
 		var u mpc.Matrix
@@ -372,7 +392,7 @@ func (w *worker) sendFixedS(ask bool) {
 }
 
 func (w *worker) send(kind codec.Kind, tick uint64, payload any) {
-	body, err := codec.Marshal(payload)
+	body, err := codec.MarshalAppend(w.bodyBuf[:0], payload)
 	if err != nil {
 		w.s.opt.Log.Error("marshal", "err", err)
 		return
@@ -381,11 +401,13 @@ func (w *worker) send(kind codec.Kind, tick uint64, payload any) {
 	if kind == codec.KindOutput {
 		to, subj = codec.RoleActuator, w.subjOut
 	}
-	env, err := w.s.sealer.Seal(codec.Header{Kind: kind, Loop: w.loop, Tick: tick, From: w.s.sealer.Self(), To: to}, body)
+	w.bodyBuf = body
+	env, err := w.s.sealer.SealAppend(w.envBuf[:0], codec.Header{Kind: kind, Loop: w.loop, Tick: tick, From: w.s.sealer.Self(), To: to}, body)
 	if err != nil {
 		w.s.opt.Log.Error("seal", "err", err)
 		return
 	}
+	w.envBuf = env
 	if err := w.s.nc.Publish(subj, env); err != nil {
 		w.s.opt.Log.Warn("publish", "subject", subj, "err", err)
 	}
@@ -398,7 +420,7 @@ func (w *worker) reject(err error) {
 
 // handle opens and dispatches one inbound message.
 func (w *worker) handle(ctx context.Context, m *nats.Msg) {
-	h, body, err := w.s.sealer.Open(m.Data)
+	h, body, err := w.s.sealer.OpenScratch(&w.openBuf, m.Data)
 	if err != nil {
 		w.reject(err)
 		return
@@ -524,12 +546,12 @@ type item struct {
 }
 
 // trimItem checks a stream message's item (loop, epoch, shape) and keeps
-// this party's part of it. Decoding copies both envelopes into one buffer;
-// this party's is copied again unless it is most of the message, so that the
-// other party's share is not kept alive with it.
+// this party's part of it: its envelope is copied out of the message unless
+// it is most of it, so that the other party's share is not kept alive with
+// it.
 func (w *worker) trimItem(data []byte) rawItem {
-	var it codec.ItemMsg
-	if err := codec.Unmarshal(data, &it); err != nil {
+	it, err := codec.PeekItem(data)
+	if err != nil {
 		return rawItem{err: err}
 	}
 	if it.Loop != w.loop || it.Epoch != w.epoch {
@@ -631,7 +653,7 @@ func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error)
 			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
 			continue
 		}
-		w.s.opt.Metrics.ItemsConsumed.WithLabelValues(w.loop).Inc()
+		w.count(&w.ctrConsumed, w.s.opt.Metrics.ItemsConsumed)
 		return it.seq, it.mat, nil
 	}
 }
@@ -641,9 +663,9 @@ func (w *worker) material(r rawItem) (mpc.TickMaterial, error) {
 		if w.id != 0 {
 			return mpc.TickMaterial{}, fmt.Errorf("%w: item without party1 material", codec.ErrMalformed)
 		}
-		return mpc.ExpandP0(w.prm, w.p0Seed, r.nonce)
+		return w.expander.Expand(r.nonce)
 	}
-	h, body, err := w.s.sealer.Open(r.env)
+	h, body, err := w.s.sealer.OpenScratch(&w.itemBuf, r.env)
 	if err != nil {
 		return mpc.TickMaterial{}, err
 	}

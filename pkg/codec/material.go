@@ -80,6 +80,24 @@ type ItemMsg struct {
 	P1    []byte   `msgpack:"p1"`
 }
 
+// PeekItem decodes a stream message's item as Unmarshal does (the same
+// checks, the same errors) but without copying: P0 and P1 alias data. For a
+// consumer that keeps only its own envelope (copying it, if it wants data
+// freed).
+func PeekItem(data []byte) (ItemMsg, error) {
+	var m ItemMsg
+	if len(data) > MaxEnvelope {
+		return m, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxEnvelope)
+	}
+	if err := m.parse(data); err != nil {
+		return ItemMsg{}, fmt.Errorf("%w (decoding %T)", err, &m)
+	}
+	if err := m.validate(); err != nil {
+		return ItemMsg{}, err
+	}
+	return m, nil
+}
+
 func (m *ItemMsg) validate() error {
 	if err := ValidLoopID(m.Loop); err != nil {
 		return err

@@ -49,6 +49,23 @@ func Marshal(v any) ([]byte, error) {
 	return marshalReflect(v)
 }
 
+// MarshalAppend is Marshal appending the encoding to dst (reusing its
+// capacity when a fast path applies; otherwise the library's encoding is
+// appended). It returns the extended slice.
+func MarshalAppend(dst []byte, v any) ([]byte, error) {
+	if e, ok := v.(fastEncoder); ok && !nilFast(v) {
+		if n := e.encodedLen(); n > MaxEnvelope {
+			return nil, fmt.Errorf("%w: %T encodes to %d bytes, limit %d", ErrTooLarge, v, n, MaxEnvelope)
+		}
+		return e.appendMsgpack(dst), nil
+	}
+	b, err := marshalReflect(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, b...), nil
+}
+
 // marshalReflect is Marshal through the library, for every type without a
 // fast path.
 func marshalReflect(v any) ([]byte, error) {

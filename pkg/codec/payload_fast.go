@@ -213,6 +213,15 @@ func (m ItemMsg) appendMsgpack(b []byte) []byte {
 }
 
 func (m *ItemMsg) unmarshalMsgpack(data []byte) error {
+	if err := m.parse(data); err != nil {
+		return err
+	}
+	own(&m.P0, &m.P1)
+	return nil
+}
+
+// parse decodes data into m, P0 and P1 aliasing data.
+func (m *ItemMsg) parse(data []byte) error {
 	d := newDecoder(data)
 	var v ItemMsg
 	d.mapHeader("ItemMsg", 5)
@@ -225,7 +234,6 @@ func (m *ItemMsg) unmarshalMsgpack(data []byte) error {
 		return err
 	}
 	v.Loop = string(loop)
-	own(&v.P0, &v.P1)
 	*m = v
 	return nil
 }

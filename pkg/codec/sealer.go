@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"golang.org/x/crypto/nacl/box"
 )
@@ -62,6 +63,19 @@ func (s *Sealer) Self() Role { return s.self }
 // must be a valid loop id, and h.To must be one of the peers. h.Version is
 // set to Version.
 func (s *Sealer) Seal(h Header, payload []byte) ([]byte, error) {
+	env, err := s.SealAppend(nil, h, payload)
+	if err != nil {
+		return nil, err
+	}
+	return env[:len(env):len(env)], nil
+}
+
+// SealAppend is Seal writing the envelope into dst's spare capacity (grown
+// if too small) after its contents; it returns the extended slice. The
+// plaintext is staged in the capacity past the envelope and cleared once
+// sealed. A caller that publishes the envelope and passes it back (as
+// dst[:0]) seals without allocating once the buffer is large enough.
+func (s *Sealer) SealAppend(dst []byte, h Header, payload []byte) ([]byte, error) {
 	h.Version = Version
 	if h.From != s.self {
 		return nil, fmt.Errorf("%w: sealing as %s with %s's sealer", ErrRole, h.From, s.self)
@@ -77,10 +91,9 @@ func (s *Sealer) Seal(h Header, payload []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: payload of %d bytes, limit %d", ErrTooLarge, len(payload), MaxEnvelope)
 	}
 
-	// One allocation holds the envelope and, after it, the sealed plaintext
+	// One buffer holds the envelope and, after it, the sealed plaintext
 	// being staged: secretbox cannot encrypt in place, and the two regions do
-	// not overlap. The plaintext is cleared once sealed, and the result is
-	// capped at the envelope.
+	// not overlap.
 	var hbuf [maxHeaderLen]byte
 	hdr := appendHeader(hbuf[:0], h)
 	plainLen := 1 + len(hdr) + binHeaderLen(len(payload)) + len(payload)
@@ -90,9 +103,10 @@ func (s *Sealer) Seal(h Header, payload []byte) ([]byte, error) {
 	if envLen > MaxEnvelope {
 		return nil, fmt.Errorf("%w: envelope of %d bytes, limit %d", ErrTooLarge, envLen, MaxEnvelope)
 	}
-	buf := make([]byte, envLen+plainLen)
+	base := len(dst)
+	buf := slices.Grow(dst, envLen+plainLen)[:base+envLen+plainLen]
 
-	out := append(buf[:0:envLen], mpFixArray|envelopeFields)
+	out := append(buf[base:base:base+envLen], mpFixArray|envelopeFields)
 	out = append(out, hdr...)
 	out = appendBinHeader(out, nonceSize)
 	nonce := (*[nonceSize]byte)(out[len(out) : len(out)+nonceSize])
@@ -101,14 +115,14 @@ func (s *Sealer) Seal(h Header, payload []byte) ([]byte, error) {
 	}
 	out = appendBinHeader(out[:len(out)+nonceSize], boxLen)
 
-	plain := append(buf[envLen:envLen], mpFixArray|sealedFields)
+	plain := append(buf[base+envLen:base+envLen], mpFixArray|sealedFields)
 	plain = append(plain, hdr...)
 	plain = appendBinHeader(plain, len(payload))
 	plain = append(plain, payload...)
 
-	env := box.SealAfterPrecomputation(out, plain, nonce, key)
+	box.SealAfterPrecomputation(out, plain, nonce, key)
 	clear(plain)
-	return env, nil
+	return buf[:base+envLen], nil
 }
 
 // Open authenticates and decrypts an envelope addressed to Self() and returns
@@ -123,30 +137,49 @@ func (s *Sealer) Seal(h Header, payload []byte) ([]byte, error) {
 //
 // The payload is a fresh slice that does not alias data.
 func (s *Sealer) Open(data []byte) (Header, []byte, error) {
+	h, payload, _, err := s.openTo(nil, data)
+	return h, payload, err
+}
+
+// OpenScratch is Open decrypting into *scratch (grown if too small, and
+// kept for the next call): the payload aliases *scratch and is valid only
+// until the buffer is used again. For a caller that decodes each payload
+// (into copies) before it opens the next message.
+func (s *Sealer) OpenScratch(scratch *[]byte, data []byte) (Header, []byte, error) {
+	h, payload, plain, err := s.openTo((*scratch)[:0], data)
+	if cap(plain) > cap(*scratch) {
+		*scratch = plain[:0]
+	}
+	return h, payload, err
+}
+
+// openTo opens data, decrypting into dst; it also returns the plaintext
+// buffer it used.
+func (s *Sealer) openTo(dst, data []byte) (Header, []byte, []byte, error) {
 	e, err := parseEnvelope(data)
 	if err != nil {
-		return Header{}, nil, err
+		return Header{}, nil, nil, err
 	}
 	h := e.h
 	if err := h.check(); err != nil {
-		return Header{}, nil, err
+		return Header{}, nil, nil, err
 	}
 	if h.To != s.self {
-		return Header{}, nil, fmt.Errorf("%w: %s message for %s opened by %s", ErrRecipient, h.Kind, h.To, s.self)
+		return Header{}, nil, nil, fmt.Errorf("%w: %s message for %s opened by %s", ErrRecipient, h.Kind, h.To, s.self)
 	}
 	key := s.keys[h.From]
 	if key == nil {
-		return Header{}, nil, fmt.Errorf("%w: no public key for %s", ErrUnknownSender, h.From)
+		return Header{}, nil, nil, fmt.Errorf("%w: no public key for %s", ErrUnknownSender, h.From)
 	}
-	plain, ok := box.OpenAfterPrecomputation(nil, e.box, &e.nonce, key)
+	plain, ok := box.OpenAfterPrecomputation(dst, e.box, &e.nonce, key)
 	if !ok {
-		return Header{}, nil, fmt.Errorf("%w: %s message from %s, loop %s, tick %d", ErrAuth, h.Kind, h.From, h.Loop, h.Tick)
+		return Header{}, nil, nil, fmt.Errorf("%w: %s message from %s, loop %s, tick %d", ErrAuth, h.Kind, h.From, h.Loop, h.Tick)
 	}
-	payload, err := openSealed(plain, h)
+	payload, err := openSealed(plain[len(dst):], h)
 	if err != nil {
-		return Header{}, nil, err
+		return Header{}, nil, plain, err
 	}
-	return h, payload, nil
+	return h, payload, plain, nil
 }
 
 // openSealed parses the authenticated plaintext and checks its header

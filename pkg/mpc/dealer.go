@@ -1,6 +1,8 @@
 package mpc
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/sha256"
 	"fmt"
 	"io"
@@ -145,8 +147,36 @@ func genMaterial(prm Params, r, r0 io.Reader, fixedU Matrix) (m0, m1 TickMateria
 
 // ExpandP0 regenerates P0's material of a compressed item from the seed.
 func ExpandP0(prm Params, p0Seed [32]byte, nonce [16]byte) (TickMaterial, error) {
+	return NewExpander(prm, p0Seed).Expand(nonce)
+}
+
+// Expander is ExpandP0 for one set-up: it keeps the seed's AES key schedule
+// and the keystream buffer from one item to the next. Not safe for
+// concurrent use.
+type Expander struct {
+	prm Params
+	blk cipher.Block
+	r0  prg
+}
+
+// NewExpander returns an expander of P0's material under p0Seed.
+func NewExpander(prm Params, p0Seed [32]byte) *Expander {
+	blk, err := aes.NewCipher(p0Seed[:])
+	if err != nil {
+		panic(err) // a 32-byte key is always valid
+	}
+	return &Expander{prm: prm, blk: blk}
+}
+
+// Expand regenerates P0's material of the item with this nonce: the same
+// as ExpandP0.
+func (e *Expander) Expand(nonce [16]byte) (TickMaterial, error) {
+	e.r0.s = cipher.NewCTR(e.blk, nonce[:])
+	return expandP0(e.prm, &e.r0)
+}
+
+func expandP0(prm Params, r0 io.Reader) (TickMaterial, error) {
 	f := prm.Field
-	r0 := NewPRG(p0Seed, nonce)
 	rows, cols := prm.PhiShape()
 	var m TickMaterial
 	var err error

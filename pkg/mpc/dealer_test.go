@@ -89,6 +89,16 @@ func TestExpandP0(t *testing.T) {
 			if e2, _ := ExpandP0(prm, seed, [16]byte{4, 5, 7}); materialEqual(e2, e) {
 				t.Fatalf("ExpandP0 ignores the nonce")
 			}
+			// One Expander over a sequence of nonces (its key schedule and
+			// buffer reused) gives what ExpandP0 gives for each.
+			ex := NewExpander(prm, seed)
+			for _, n := range [][16]byte{nonce, {9}, nonce, {4, 5, 7}} {
+				got, err := ex.Expand(n)
+				want, _ := ExpandP0(prm, seed, n)
+				if err != nil || !materialEqual(got, want) {
+					t.Fatalf("Expander.Expand(%x) differs from ExpandP0 (%v)", n, err)
+				}
+			}
 
 			// Through the dealer: a compressed item equals generation from the
 			// same streams, and Material(0) expands it.
