@@ -401,8 +401,11 @@ func (rep *Report) Targets() []Target {
 		Target{Name: "pendulum tick p99 <= 2x floor", Measured: ok, Met: ok && ratio(r.Lat.P99, r.Floor.P99) <= 2,
 			Got: fmt.Sprintf("%.0f µs vs %.0f µs: %.2fx", us(r.Lat.P99), us(r.Floor.P99), ratio(r.Lat.P99, r.Floor.P99))})
 	r, ok = tick("n32")
-	ts = append(ts, Target{Name: "n=32 fixed-mask tick p50 < 300 µs", Measured: ok, Met: ok && r.Lat.P50 < 300*time.Microsecond,
-		Got: fmt.Sprintf("%.0f µs (floor %.0f µs)", us(r.Lat.P50), us(r.Floor.P50))})
+	got := fmt.Sprintf("%.0f µs (floor %.0f µs)", us(r.Lat.P50), us(r.Floor.P50))
+	if r.Floor.P50 >= 300*time.Microsecond {
+		got += ": the bare messaging alone is above the target here"
+	}
+	ts = append(ts, Target{Name: "n=32 fixed-mask tick p50 < 300 µs", Measured: ok, Met: ok && r.Lat.P50 < 300*time.Microsecond, Got: got})
 	var f Fig5Row
 	ok = false
 	for _, x := range rep.Fig5 {
@@ -424,10 +427,13 @@ func (rep *Report) Targets() []Target {
 			best[i] = max(best[i], s.Loops)
 		}
 	}
-	got := fmt.Sprintf("%d loops (largest tried %d); without persistence %d (largest tried %d)", best[1], tried[1], best[0], tried[0])
+	got = fmt.Sprintf("%d loops (largest tried %d); without persistence %d (largest tried %d)", best[1], tried[1], best[0], tried[0])
 	for _, f := range rep.ScaleFloor {
 		if f.Loops == 500 {
 			got += fmt.Sprintf("; the floor alone at 500 loops: p99 %.1f ms, %d misses", us(f.P99)/1e3, f.Misses)
+			if f.Misses > 0 || f.P99 >= rep.ScaleLimit {
+				got += " (the bare messaging alone misses the target here)"
+			}
 		}
 	}
 	ts = append(ts, Target{Name: ">= 500 loops per party pair (25 Hz, p99 < 10 ms, no misses)", Measured: measured, Met: best[1] >= 500, Got: got})
