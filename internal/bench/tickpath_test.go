@@ -79,7 +79,6 @@ func benchTickCPU(b *testing.B, cs mpc.ControllerSpec, v mpc.Variant) {
 		}
 		items[i], _ = codec.Marshal(codec.ItemMsg{Loop: loop, Epoch: 1, Nonce: it.Nonce, P1: env})
 	}
-	p0Seed := sess.P0Seed()
 	guards := [4]*codec.ReplayGuard{codec.NewReplayGuard(), codec.NewReplayGuard(), codec.NewReplayGuard(), codec.NewReplayGuard()}
 	y := make([]float64, prm.P)
 	yEnc, ys := mpc.NewMatrix(prm.P, 1), [2]mpc.Matrix{mpc.NewMatrix(prm.P, 1), mpc.NewMatrix(prm.P, 1)}
@@ -89,12 +88,16 @@ func benchTickCPU(b *testing.B, cs mpc.ControllerSpec, v mpc.Variant) {
 			b.Fatal(err)
 		}
 	}
-	open := func(s *codec.Sealer, g *codec.ReplayGuard, env []byte, v any) codec.Header {
-		h, body, err := s.Open(env)
+	// The parties open and seal as the party service does: into buffers
+	// kept per loop (internal/party worker), the published copy standing
+	// for the one nats.Conn.Publish makes into its write buffer.
+	type partyBufs struct{ body, env, open, item []byte }
+	var pb [2]partyBufs
+	var wire [2][3][]byte // per party: Mul, Trunc, Output as published
+	open := func(j int, g *codec.ReplayGuard, env []byte, v any) codec.Header {
+		h, body, err := seal[codec.PartyRole(j)].OpenScratch(&pb[j].open, env)
 		must(err)
-		must(g.Check(h))
-		must(codec.Unmarshal(body, v))
-		must(g.Accept(h))
+		must(g.Admit(h, body, v, nil))
 		return h
 	}
 	sealTo := func(from, to codec.Role, kind codec.Kind, t uint64, payload any) []byte {
@@ -104,6 +107,18 @@ func benchTickCPU(b *testing.B, cs mpc.ControllerSpec, v mpc.Variant) {
 		must(err)
 		return env
 	}
+	sealParty := func(j, slot int, to codec.Role, kind codec.Kind, t uint64, payload any) []byte {
+		from := codec.PartyRole(j)
+		body, err := codec.MarshalAppend(pb[j].body[:0], payload)
+		must(err)
+		pb[j].body = body
+		env, err := seal[from].SealAppend(pb[j].env[:0], codec.Header{Kind: kind, Loop: loop, Tick: t, From: from, To: to}, body)
+		must(err)
+		pb[j].env = env
+		wire[j][slot] = append(wire[j][slot][:0], env...)
+		return wire[j][slot]
+	}
+	p0 := mpc.NewExpander(prm, sess.P0Seed())
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		tk := uint64(i + 1)
@@ -124,17 +139,17 @@ func benchTickCPU(b *testing.B, cs mpc.ControllerSpec, v mpc.Variant) {
 		for j := range mul {
 			ta := time.Now()
 			var mp codec.MeasurePayload
-			open(seal[codec.PartyRole(j)], guards[j], meas[j], &mp)
+			open(j, guards[j], meas[j], &mp)
 			yj := mpc.NewMatrix(prm.P, 1)
 			must(mp.Y.DecodeInto(f, yj))
 			ti := time.Now()
-			var it codec.ItemMsg
-			must(codec.Unmarshal(items[i], &it))
+			it, err := codec.PeekItem(items[i])
+			must(err)
 			var mat mpc.TickMaterial
 			if j == 0 {
-				mat, err = mpc.ExpandP0(prm, p0Seed, it.Nonce)
+				mat, err = p0.Expand(it.Nonce)
 			} else {
-				_, body, err2 := seal[codec.RoleParty1].Open(it.P1)
+				_, body, err2 := seal[codec.RoleParty1].OpenScratch(&pb[1].item, it.P1)
 				must(err2)
 				var m codec.MaterialPayload
 				must(codec.Unmarshal(body, &m))
@@ -151,7 +166,7 @@ func benchTickCPU(b *testing.B, cs mpc.ControllerSpec, v mpc.Variant) {
 			if v == mpc.PerTick {
 				out.S = codec.PutMatrix(f, msg.S)
 			}
-			mul[j] = sealTo(codec.PartyRole(j), codec.PartyRole(1-j), codec.KindMul, tk, out)
+			mul[j] = sealParty(j, 0, codec.PartyRole(1-j), codec.KindMul, tk, out)
 			tMeasure += (time.Since(ta) - di) / 2 // the parties run in parallel: the average of the two
 		}
 		// Each party: open the peer's Mul, Multiply, seal Trunc (P0) and Output.
@@ -161,7 +176,7 @@ func benchTickCPU(b *testing.B, cs mpc.ControllerSpec, v mpc.Variant) {
 		for j := range outs {
 			ta := time.Now()
 			var mp codec.MulPayload
-			open(seal[codec.PartyRole(j)], guards[2+j], mul[1-j], &mp)
+			open(j, guards[2+j], mul[1-j], &mp)
 			var in mpc.MulMsg
 			in.T, err = mp.T.Decode(f, c, 1)
 			must(err)
@@ -172,19 +187,17 @@ func benchTickCPU(b *testing.B, cs mpc.ControllerSpec, v mpc.Variant) {
 			u, tr, err := p[j].Multiply(in)
 			must(err)
 			if j == 0 {
-				trunc = sealTo(codec.RoleParty0, codec.RoleParty1, codec.KindTrunc, tk, codec.TruncPayload{Item: tk, Y: codec.PutMatrix(f, tr.Y)})
+				trunc = sealParty(0, 1, codec.RoleParty1, codec.KindTrunc, tk, codec.TruncPayload{Item: tk, Y: codec.PutMatrix(f, tr.Y)})
 			}
-			outs[j] = sealTo(codec.PartyRole(j), codec.RoleActuator, codec.KindOutput, tk, codec.OutputPayload{Item: tk, U: codec.PutMatrix(f, u)})
+			outs[j] = sealParty(j, 2, codec.RoleActuator, codec.KindOutput, tk, codec.OutputPayload{Item: tk, U: codec.PutMatrix(f, u)})
 			tMul += time.Since(ta) / 2
 		}
 		// Off the actuation path: P0 finishes, P1 opens Trunc and finishes
 		// (the state persistence is not included).
 		ta := time.Now()
 		must(p[0].Finish(nil))
-		_, body, err := seal[codec.RoleParty1].Open(trunc)
-		must(err)
 		var tp codec.TruncPayload
-		must(codec.Unmarshal(body, &tp))
+		open(1, guards[1], trunc, &tp)
 		ty, err := tp.Y.Decode(f, prm.N, 1)
 		must(err)
 		must(p[1].Finish(&mpc.TruncMsg{Y: ty}))
