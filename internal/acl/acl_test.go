@@ -41,18 +41,23 @@ func startACL(t *testing.T, o demo.Options) *demo.Cluster {
 }
 
 func TestLoopRunsUnderPerRolePermissions(t *testing.T) {
-	c := startACL(t, demo.Options{ACL: true, Variant: mpc.FixedMask})
-	if err := c.RunTicks(context.Background(), 200); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(100 * time.Millisecond)
-	s := demo.Summarize(c.Records())
-	if s.Applied < 198 || s.Misses > 2 {
-		t.Fatalf("under ACL: %d of 200 ticks applied, %d misses", s.Applied, s.Misses)
-	}
-	a := c.Audit()
-	if a.Mismatched != 0 || a.Reused != 0 {
-		t.Fatalf("audit %+v", a)
+	// Batched: the parties' batches need (and have) the permissions of
+	// their exchange subjects.
+	for _, batched := range []bool{false, true} {
+		c := startACL(t, demo.Options{ACL: true, Variant: mpc.FixedMask, PeerBatchAlways: batched})
+		if err := c.RunTicks(context.Background(), 200); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		s := demo.Summarize(c.Records())
+		if s.Applied < 198 || s.Misses > 2 {
+			t.Fatalf("under ACL (batched %v): %d of 200 ticks applied, %d misses", batched, s.Applied, s.Misses)
+		}
+		a := c.Audit()
+		if a.Mismatched != 0 || a.Reused != 0 {
+			t.Fatalf("audit %+v", a)
+		}
+		c.Close()
 	}
 }
 
@@ -105,11 +110,14 @@ func TestPermissionsDenyCrossRoleAccess(t *testing.T) {
 	// P0 cannot read P1's subjects.
 	deniedSub(t, c, codec.RoleParty0, bus.ExchangeSubject(loop, 1))
 	deniedSub(t, c, codec.RoleParty0, bus.MeasureSubject(loop, 1))
+	deniedSub(t, c, codec.RoleParty0, bus.BatchSubject(1))
 	// The sensor cannot read the party-to-party exchange.
 	deniedSub(t, c, codec.RoleSensor, bus.ExchangeSubject(loop, 0))
+	deniedSub(t, c, codec.RoleSensor, bus.BatchSubject(0))
 	deniedSub(t, c, codec.RoleSensor, bus.OutputSubject(loop))
 	// A dealer cannot read party traffic.
 	deniedSub(t, c, codec.RoleDealer, bus.PartyInbox(loop, 0))
+	deniedSub(t, c, codec.RoleDealer, bus.BatchSubject(1))
 	deniedSub(t, c, codec.RoleDealer, bus.OutputSubject(loop))
 	deniedSub(t, c, codec.RoleDealer, "duet.>")
 	// Nobody reads another role's inbox.

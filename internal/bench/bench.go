@@ -83,6 +83,9 @@ type Plan struct {
 	// messaging, no parties) is measured: what this machine's messaging
 	// allows before any computation.
 	ScaleFloorLoops []int
+	// PeerBatch is the parties' party.Options.PeerBatch in the tick and
+	// scale sections (0: the default; 1: no batching).
+	PeerBatch int
 }
 
 // PlanFor returns the full or the --quick plan.
@@ -311,7 +314,7 @@ func TickCases(pendulum mpc.ControllerSpec, pendulumPlant plant.Spec, ns []int) 
 
 func runTickSection(ctx context.Context, url string, plan Plan, cs mpc.ControllerSpec, ps plant.Spec, log *slog.Logger, rep *Report, pr func(string, ...any)) error {
 	for _, c := range TickCases(cs, ps, plan.TickNs) {
-		row, err := RunTick(ctx, TickOptions{URL: url, Ticks: plan.Ticks, Warmup: plan.TickWarmup, Block: plan.TickBlock, Compress: true, Log: log}, c)
+		row, err := RunTick(ctx, TickOptions{URL: url, Ticks: plan.Ticks, Warmup: plan.TickWarmup, Block: plan.TickBlock, Compress: true, Log: log, PeerBatch: plan.PeerBatch}, c)
 		if err != nil {
 			return fmt.Errorf("bench: tick %s: %w", c.Name, err)
 		}
@@ -351,14 +354,14 @@ func runScaleSection(ctx context.Context, url string, plan Plan, cs mpc.Controll
 		if !persist {
 			loops = plan.ScaleNoPersistLoops
 		}
-		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget,
+		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch,
 			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
-				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f | parties: %d abandoned, %d without item | cpu %.2f cores, %d GCs, %.1f KB allocated/tick  ok %v (set-up %v)",
+				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f | parties: %d abandoned, %d without item | cpu %.2f cores, %d GCs, %.1f KB allocated/tick, %.2f peer messages/tick for %.2f  ok %v (set-up %v)",
 					r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong, r.Stalls, r.StallMax.Round(100*time.Microsecond),
 					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond), r.FloorCPU, r.PartyMisses, r.NoItem,
-					r.CPU, r.GCs, r.AllocPerTick/1024, r.OK, r.Setup.Round(100*time.Millisecond))
+					r.CPU, r.GCs, r.AllocPerTick/1024, r.PeerMsgsPerTick, r.PeerEnvsPerTick, r.OK, r.Setup.Round(100*time.Millisecond))
 			}})
 		if err != nil {
 			return err

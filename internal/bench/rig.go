@@ -44,7 +44,9 @@ type rig struct {
 	loops   []string
 	parties [2]*party.Service
 	pm      [2]*metrics.Set
-	dealers []func()
+	// peerBatch is the parties' Options.PeerBatch (0: the default).
+	peerBatch int
+	dealers   []func()
 }
 
 func newRig(ctx context.Context, url string, log *slog.Logger) (*rig, error) {
@@ -134,7 +136,7 @@ func (r *rig) startParties(loops []string, persist bool, audit func(id int, loop
 			return err
 		}
 		m := metrics.New(fmt.Sprintf("party%d", i))
-		opt := party.Options{ID: i, Loops: loops, Log: r.log, Metrics: m}
+		opt := party.Options{ID: i, Loops: loops, Log: r.log, Metrics: m, PeerBatch: r.peerBatch}
 		if audit != nil {
 			id := i
 			opt.Audit = func(loop string, tick, item uint64) { audit(id, loop, tick, item) }

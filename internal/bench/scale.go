@@ -54,6 +54,8 @@ type ScaleOptions struct {
 	Compress   bool
 	NoPersist  bool
 	Clients    int // client connections (default 4)
+	// PeerBatch is the parties' party.Options.PeerBatch (0: the default).
+	PeerBatch int
 	// Budget stops the search before a step that would start after it has
 	// elapsed (0: no limit).
 	Budget time.Duration
@@ -87,13 +89,17 @@ type ScaleRow struct {
 	// the measurement (the floor's in FloorStalls); StallMax is the worst.
 	Stalls, FloorStalls     int
 	StallMax, FloorStallMax time.Duration
-	// What the parties counted during the run (both parties): ticks they
-	// abandoned, and ticks that found no offline item within ItemWait.
+	// What the parties counted during the measurement (both parties): ticks
+	// they abandoned, and ticks that found no offline item within ItemWait.
 	PartyMisses, NoItem int
 	// The collector during the measurement (the whole process: server,
-	// parties, harness): completed cycles, and bytes allocated per tick sent.
+	// parties, harness): completed cycles, and bytes allocated per measured
+	// tick.
 	GCs          int
 	AllocPerTick float64
+	// The parties' messages to each other per tick sent: NATS messages, and
+	// the protocol messages they carried (fewer messages when batched).
+	PeerMsgsPerTick, PeerEnvsPerTick float64
 }
 
 func (o *ScaleOptions) defaults() {
@@ -149,6 +155,7 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 		return row, err
 	}
 	defer r.close()
+	r.peerBatch = opt.PeerBatch
 	ticksPerLoop := int((opt.Warmup+opt.Duration)/opt.Period) + 10
 	const prefetch = 64
 	lowWater := ticksPerLoop + 2*prefetch + 32
@@ -274,21 +281,37 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 		}
 		defer stop()
 	}
-	partyCount := func() (misses, noItem int) {
+	// The parties' counters and the collector's, read when the measured
+	// ticks begin and once they are all answered (the warm-up's ticks are
+	// not in Ticks, so they stay out of these too).
+	type counts struct {
+		misses, noItem int
+		peerMsgs, envs float64
+		gcs            uint32
+		alloc          uint64
+	}
+	read := func() (c counts) {
 		for _, m := range r.pm {
-			misses += int(metrics.Sum(m.Misses))
-			noItem += int(metrics.Sum(m.LowWater))
+			c.misses += int(metrics.Sum(m.Misses))
+			c.noItem += int(metrics.Sum(m.LowWater))
+			c.peerMsgs += metrics.Value(m.PeerMessages)
+			c.envs += metrics.Value(m.PeerEnvelopes)
 		}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		c.gcs, c.alloc = ms.NumGC, ms.TotalAlloc
 		return
 	}
-	pm0, ni0 := partyCount()
-	var ms0 runtime.MemStats
-	runtime.ReadMemStats(&ms0)
 	cpu0 := cpuTime()
 	mon = startStallMonitor()
 	start := time.Now()
 	measureFrom := start.Add(opt.Warmup)
 	stopAt := measureFrom.Add(opt.Duration)
+	atStart := make(chan counts, 1)
+	go func() {
+		time.Sleep(time.Until(measureFrom))
+		atStart <- read()
+	}()
 	var sendWG sync.WaitGroup
 	for i, l := range ls {
 		sendWG.Add(1)
@@ -304,10 +327,8 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	row.Stalls, row.StallMax = mon.end()
 	time.Sleep(opt.Deadline + 100*time.Millisecond)
 	row.CPU = (cpuTime() - cpu0).Seconds() / wall.Seconds()
-	var ms1 runtime.MemStats
-	runtime.ReadMemStats(&ms1)
-	pm1, ni1 := partyCount()
-	row.PartyMisses, row.NoItem = pm1-pm0, ni1-ni0
+	c0, c1 := <-atStart, read()
+	row.PartyMisses, row.NoItem = c1.misses-c0.misses, c1.noItem-c0.noItem
 	var lat []time.Duration
 	for _, l := range ls {
 		ll, sent, misses, wrong := l.results(opt.Deadline)
@@ -318,9 +339,11 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	}
 	s := Summarize(lat)
 	row.P50, row.P99 = s.P50, s.P99
-	row.GCs = int(ms1.NumGC - ms0.NumGC)
+	row.GCs = int(c1.gcs - c0.gcs)
 	if row.Ticks > 0 {
-		row.AllocPerTick = float64(ms1.TotalAlloc-ms0.TotalAlloc) / float64(row.Ticks)
+		row.AllocPerTick = float64(c1.alloc-c0.alloc) / float64(row.Ticks)
+		row.PeerMsgsPerTick = (c1.peerMsgs - c0.peerMsgs) / float64(row.Ticks)
+		row.PeerEnvsPerTick = (c1.envs - c0.envs) / float64(row.Ticks)
 	}
 	if opt.ProfileDir != "" {
 		if err := writeTickSeries(filepath.Join(opt.ProfileDir, name+".ticks.csv"), ls, measureFrom); err != nil {

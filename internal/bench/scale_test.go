@@ -36,6 +36,11 @@ func TestScaleQuick(t *testing.T) {
 		if r.AllocPerTick < 1000 || r.AllocPerTick > 1<<20 || r.GCs < 0 {
 			t.Errorf("%+v: allocation per tick %.0f B, %d GCs: not measured", r, r.AllocPerTick, r.GCs)
 		}
+		// Per tick the parties exchange three protocol messages (two
+		// Protocol 1 messages, P0's Protocol 2 message), batched or not.
+		if r.PeerEnvsPerTick < 2.5 || r.PeerEnvsPerTick > 3.5 || r.PeerMsgsPerTick <= 0 || r.PeerMsgsPerTick > r.PeerEnvsPerTick {
+			t.Errorf("%+v: %.2f peer messages for %.2f envelopes per tick", r, r.PeerMsgsPerTick, r.PeerEnvsPerTick)
+		}
 		t.Logf("%+v", r)
 	}
 	// The profile directory holds the CPU profile and every measured tick.

@@ -53,6 +53,8 @@ type TickOptions struct {
 	Block    int // system and floor alternate in blocks of this many ticks (default 100)
 	Compress bool
 	Log      *slog.Logger
+	// PeerBatch is the parties' party.Options.PeerBatch (0: the default).
+	PeerBatch int
 }
 
 // TickRow is a case's result.
@@ -91,6 +93,7 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		return row, err
 	}
 	defer r.close()
+	r.peerBatch = opt.PeerBatch
 	loop := "b" + uniqueTag() // 7 characters, like "pendulum": ids travel in every header
 	total := opt.Warmup + opt.Ticks
 	const prefetch = 64 // party.Options default: items buffered ahead per party

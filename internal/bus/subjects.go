@@ -20,7 +20,19 @@ import (
 //	duet.<loop>.plant.y        sensor -> plant (request/reply) KindPlantY
 //	duet.<loop>.plant.u        actuator -> plant        KindPlantU
 //	duet.offline.<loop>        dealers -> stream DUET_OFFLINE_<loop>
+//	duet.~batch.x.p<i>         other party -> party i   batches of KindMul, KindTrunc
+//
+// The batch subject's second token is not a loop id ('~' is outside the loop
+// id alphabet), so it never meets a loop's subjects, and it is inside the
+// exchange permissions (duet.*.x.p<i>) the parties already have.
 const Prefix = "duet"
+
+// BatchToken is the batch subject's second token.
+const BatchToken = "~batch"
+
+// BatchSubject carries batches of the other party's messages, of any
+// loops, to party `to` (codec.AppendBatch).
+func BatchSubject(to int) string { return fmt.Sprintf("%s.%s.x.p%d", Prefix, BatchToken, to) }
 
 // MeasureSubject carries the share of y_t for party i.
 func MeasureSubject(loop string, party int) string {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/duet-mpc/duet/internal/bench"
+	"github.com/duet-mpc/duet/pkg/codec"
 )
 
 func init() {
@@ -29,6 +30,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	examples := fs.String("examples", "examples/qube-servo2", "directory of the pendulum's controller.json and plant.json")
 	verbose := fs.Bool("v", false, "log service events to stderr")
 	loops := fs.String("loops", "", "comma-separated loop counts for the scale search, tried in order (default: the plan's, 50 up to 1500)")
+	peerBatch := fs.Int("peer-batch", 0, "the parties' DUET_PEER_BATCH in the tick and scale sections (default: the service default; 1: no batching)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -42,14 +44,20 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *only != "" {
 		sections = strings.Split(*only, ",")
 	}
+	if *peerBatch < 0 || *peerBatch > codec.MaxBatchEnvelopes {
+		return fmt.Errorf("%w: --peer-batch %d: want 1..%d (0: the default)", ErrUsage, *peerBatch, codec.MaxBatchEnvelopes)
+	}
 	var plan *bench.Plan
-	if *loops != "" {
-		ns, err := parseCounts(*loops)
-		if err != nil {
-			return fmt.Errorf("%w: --loops: %w", ErrUsage, err)
-		}
+	if *loops != "" || *peerBatch != 0 {
 		p := bench.PlanFor(*quick)
-		p.ScaleLoops, p.ScaleNoPersistLoops, p.ScaleBudget = ns, ns, 0
+		if *loops != "" {
+			ns, err := parseCounts(*loops)
+			if err != nil {
+				return fmt.Errorf("%w: --loops: %w", ErrUsage, err)
+			}
+			p.ScaleLoops, p.ScaleNoPersistLoops, p.ScaleBudget = ns, ns, 0
+		}
+		p.PeerBatch = *peerBatch
 		plan = &p
 	}
 	lvl := slog.LevelError + 4 // silent: the services log expected rejections at set-up and shutdown

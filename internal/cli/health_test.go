@@ -50,3 +50,20 @@ func TestHealth(t *testing.T) {
 		}
 	}
 }
+
+// Bad bench flags are usage errors, refused before anything runs.
+func TestBenchUsage(t *testing.T) {
+	ctx := context.Background()
+	out := t.TempDir()
+	for _, args := range [][]string{
+		{"bench"}, // no --out
+		{"bench", "--out", out, "--peer-batch", "-1"},
+		{"bench", "--out", out, "--peer-batch", "257"},
+		{"bench", "--out", out, "--loops", "0"},
+		{"bench", "--out", out, "extra"},
+	} {
+		if err := Run(ctx, args, io.Discard, io.Discard); !errors.Is(err, ErrUsage) {
+			t.Errorf("Run(%q) = %v, want ErrUsage", args, err)
+		}
+	}
+}

@@ -50,6 +50,8 @@ func TestInvalidValuesStop(t *testing.T) {
 		{&party.Config{}, map[string]string{"DUET_PARTY": "x"}, "PARTY"},
 		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_PERSIST_DELAY": "-1ms"}, "DUET_PERSIST_DELAY=-1ms"},
 		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_PERSIST_DELAY": "2s"}, "DUET_PERSIST_DELAY=2s"},
+		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_PEER_BATCH": "0"}, "DUET_PEER_BATCH=0"},
+		{&party.Config{}, map[string]string{"DUET_PARTY": "1", "DUET_PEER_BATCH": "257"}, "DUET_PEER_BATCH=257"},
 		{&actuator.Config{}, map[string]string{"DUET_FAILSAFE": "panic"}, "DUET_FAILSAFE"},
 		{&actuator.Config{}, map[string]string{"DUET_DEADLINE": "-1s"}, "DUET_DEADLINE"},
 		{&sensor.Config{}, map[string]string{"DUET_MASK": "sometimes"}, "DUET_MASK"},

@@ -50,6 +50,10 @@ type Options struct {
 	FailSafe   actuator.FailSafe
 	FileStore  bool // JetStream file storage (queue, set-up, party state)
 	NoPersist  bool // disable the parties' crash-recovery persistence
+	// PeerBatchAlways makes the parties send every exchange message as a
+	// batch (party.Options.PeerBatchAlways), so the batch path carries the
+	// whole run.
+	PeerBatchAlways bool
 	// ACL runs the server with one nkey user per role and the permissions
 	// of internal/acl; every service connects as its role's user.
 	ACL bool
@@ -350,7 +354,7 @@ func (c *Cluster) StartParty(i int) error {
 	if err != nil {
 		return err
 	}
-	opt := party.Options{ID: i, Loops: []string{c.opt.Loop}, Log: c.opt.Log, Metrics: m,
+	opt := party.Options{ID: i, Loops: []string{c.opt.Loop}, Log: c.opt.Log, Metrics: m, PeerBatchAlways: c.opt.PeerBatchAlways,
 		Audit: func(_ string, tick, item uint64) { c.onAudit(i, tick, item) }}
 	if !c.opt.NoPersist {
 		key, err := party.StateKey(c.ids[codec.PartyRole(i)])

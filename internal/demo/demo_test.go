@@ -3,8 +3,10 @@ package demo
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,6 +92,73 @@ func TestLoopBalancesOverNATS(t *testing.T) {
 			t.Logf("ticks %d misses %d p50 %v p99 %v max|Δu| %.4g (bound %.4g) max|α| %.3f",
 				s.Ticks, s.Misses, s.P50, s.P99, s.MaxDiff, bound, maxAlpha)
 		})
+	}
+}
+
+// With every exchange message sent as a batch (of one, at this load), the
+// loop runs as without: the batch path carries the fixed-mask set-up and
+// every tick, nothing travels on the loops' exchange subjects, and each
+// party counts as many NATS messages as envelopes to its peer.
+func TestLoopBalancesThroughBatches(t *testing.T) {
+	cs, ps := pendulum(t)
+	c, err := Start(context.Background(), Options{Controller: cs, Plant: ps, Variant: mpc.FixedMask, Compress: true, Fast: true,
+		Period: 40 * time.Millisecond, Deadline: 250 * time.Millisecond, Dealers: 1, LowWater: 100, PeerBatchAlways: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	nc, err := nats.Connect(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var direct, batches sync.Map
+	count := func(m *sync.Map) func(*nats.Msg) {
+		return func(msg *nats.Msg) { v, _ := m.LoadOrStore(msg.Subject, new(atomic.Int64)); v.(*atomic.Int64).Add(1) }
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := nc.Subscribe(bus.ExchangeSubject("pendulum", i), count(&direct)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nc.Subscribe(bus.BatchSubject(i), count(&batches)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc.Flush()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx, 50); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RunTicks(ctx, 300); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	nc.Flush()
+	s := Summarize(c.Records())
+	if s.Applied < 295 || s.Misses > 5 {
+		t.Fatalf("applied %d of 300 ticks, %d misses", s.Applied, s.Misses)
+	}
+	checkAudit(t, c, 290)
+	direct.Range(func(k, v any) bool {
+		t.Errorf("%d messages on %s: want every exchange message in a batch", v.(*atomic.Int64).Load(), k)
+		return true
+	})
+	for i := 0; i < 2; i++ {
+		m := c.Metrics[fmt.Sprintf("party%d", i)]
+		msgs, envs := testutil.ToFloat64(m.PeerMessages), testutil.ToFloat64(m.PeerEnvelopes)
+		if msgs < 300 || envs != msgs {
+			t.Errorf("party%d: %v messages, %v envelopes to its peer; want at least 300, one envelope each", i, msgs, envs)
+		}
+		var seen int64
+		if v, ok := batches.Load(bus.BatchSubject(1 - i)); ok {
+			seen = v.(*atomic.Int64).Load()
+		}
+		// Every tick's Mul (and P0's Trunc) in a batch; the fixed-mask
+		// set-up's may have gone before the observer subscribed.
+		if want := int64(300 * (2 - i)); seen < want || float64(seen) > msgs {
+			t.Errorf("party%d's batches seen on %s: %d, want %d to %v", i, bus.BatchSubject(1-i), seen, want, msgs)
+		}
 	}
 }
 

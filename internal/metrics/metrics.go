@@ -28,7 +28,10 @@ type Set struct {
 	QueueDepth     *prometheus.GaugeVec   // loop
 	LowWater       *prometheus.CounterVec // loop
 	Reconnects     prometheus.Counter
-	TickLatency    *prometheus.HistogramVec // loop, seconds
+	// The party's messages to the other party: NATS messages, and the
+	// protocol messages (envelopes) they carried (more when batched).
+	PeerMessages, PeerEnvelopes prometheus.Counter
+	TickLatency                 *prometheus.HistogramVec // loop, seconds
 }
 
 // LatencyBuckets end at the 40 ms tick period and its deadline.
@@ -59,6 +62,11 @@ func New(service string) *Set {
 	s.Reconnects = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "duet", Name: "nats_reconnects_total",
 		Help: "NATS reconnections.", ConstLabels: prometheus.Labels{"service": service}})
 	reg.MustRegister(s.Reconnects)
+	s.PeerMessages = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "duet", Name: "peer_messages_total",
+		Help: "NATS messages this party sent to the other party (a batch counts once).", ConstLabels: prometheus.Labels{"service": service}})
+	s.PeerEnvelopes = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "duet", Name: "peer_envelopes_total",
+		Help: "Protocol messages this party sent to the other party, batched or not.", ConstLabels: prometheus.Labels{"service": service}})
+	reg.MustRegister(s.PeerMessages, s.PeerEnvelopes)
 	s.TickLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "duet", Name: "tick_latency_seconds",
 		Help: "Sensor publish to actuator reconstruction.", Buckets: LatencyBuckets,
 		ConstLabels: prometheus.Labels{"service": service}}, []string{"loop"})
@@ -87,4 +95,13 @@ func Sum(v *prometheus.CounterVec) float64 {
 		}
 	}
 	return s
+}
+
+// Value reads a counter.
+func Value(c prometheus.Counter) float64 {
+	var d dto.Metric
+	if c.Write(&d) != nil || d.Counter == nil {
+		return 0
+	}
+	return d.Counter.GetValue()
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/duet-mpc/duet/internal/config"
+	"github.com/duet-mpc/duet/pkg/codec"
 )
 
 // Config is the party service's environment.
@@ -18,6 +19,7 @@ type Config struct {
 	StateFileStore bool          `envconfig:"STATE_FILE_STORE" default:"true" desc:"JetStream file storage for the persisted state"`
 	StateReplicas  int           `envconfig:"STATE_REPLICAS" default:"1" desc:"JetStream replicas of the persisted state"`
 	PersistDelay   time.Duration `envconfig:"PERSIST_DELAY" default:"2ms" desc:"how long after a tick its state write starts (off the tick's critical path; 0: at once); the next tick waits for the write"`
+	PeerBatch      int           `envconfig:"PEER_BATCH" default:"16" desc:"most messages to the other party sent as one NATS message while more inbound messages wait (1: never batch; set 1 while one party still runs a release without batches)"`
 }
 
 // Validate checks the values.
@@ -36,6 +38,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PersistDelay < 0 || c.PersistDelay > time.Second {
 		return fmt.Errorf("DUET_PERSIST_DELAY=%v: want 0..1s", c.PersistDelay)
+	}
+	if c.PeerBatch < 1 || c.PeerBatch > codec.MaxBatchEnvelopes {
+		return fmt.Errorf("DUET_PEER_BATCH=%d: want 1..%d", c.PeerBatch, codec.MaxBatchEnvelopes)
 	}
 	if c.ItemWait <= 0 {
 		return fmt.Errorf("DUET_ITEM_WAIT=%v: want > 0", c.ItemWait)

@@ -42,6 +42,14 @@ type Options struct {
 	// messages for the CPU. The next tick still waits for the write's
 	// acknowledgement before it starts.
 	PersistDelay time.Duration
+	// PeerBatch is the most messages to the other party sent together in
+	// one NATS message while the dispatcher has more inbound messages
+	// waiting (batch.go; default DefaultPeerBatch; 1: never batch). Both
+	// parties must run a version that reads batches.
+	PeerBatch int
+	// PeerBatchAlways sends every message to the other party as a batch,
+	// of one when nothing else is waiting (for tests of the batch path).
+	PeerBatchAlways bool
 	// Audit, if set, is called once per completed multiplication with the
 	// stream sequence of the item used (a test hook and audit log).
 	Audit func(loop string, tick, item uint64)
@@ -59,6 +67,10 @@ type Service struct {
 	// inbox receives every loop's messages (one channel subscription per
 	// loop, all on this channel); dispatch routes them.
 	inbox chan *nats.Msg
+
+	// out is the batch of messages to the other party (batch.go).
+	outMu sync.Mutex
+	out   peerOut
 }
 
 // inboxSize bounds the messages waiting for the dispatcher.
@@ -84,6 +96,12 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Service, error) {
 	if opt.PersistDelay == 0 {
 		opt.PersistDelay = DefaultPersistDelay
 	}
+	if opt.PeerBatch == 0 {
+		opt.PeerBatch = DefaultPeerBatch
+	}
+	if opt.PeerBatch < 1 || opt.PeerBatch > codec.MaxBatchEnvelopes {
+		return nil, fmt.Errorf("party: peer batch %d, want 1..%d", opt.PeerBatch, codec.MaxBatchEnvelopes)
+	}
 	if opt.Log == nil {
 		opt.Log = slog.Default()
 	}
@@ -94,7 +112,8 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{nc: nc, js: js, sealer: sealer, opt: opt, workers: map[string]*worker{}, inbox: make(chan *nats.Msg, inboxSize)}, nil
+	return &Service{nc: nc, js: js, sealer: sealer, opt: opt, workers: map[string]*worker{}, inbox: make(chan *nats.Msg, inboxSize),
+		out: peerOut{subject: bus.BatchSubject(1 - opt.ID)}}, nil
 }
 
 // Run serves every configured loop until ctx ends, then drains.
@@ -117,6 +136,12 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	// Batches from the other party arrive on one subject for all loops.
+	bsub, err := s.nc.ChanSubscribe(bus.BatchSubject(s.opt.ID), s.inbox)
+	if err != nil {
+		return fmt.Errorf("party%d: batch subscription: %w", s.opt.ID, err)
+	}
+	defer bsub.Unsubscribe()
 	dctx, cancel := context.WithCancel(ctx)
 	dispatched := make(chan struct{})
 	go func() {
@@ -132,14 +157,28 @@ func (s *Service) Run(ctx context.Context) error {
 
 // dispatch routes each inbound message to its loop's worker (deliver). The
 // workers map is complete before dispatch starts and not changed after.
+// While more messages are waiting, messages to the other party are held
+// and batched (batch.go).
 func (s *Service) dispatch(ctx context.Context) {
+	holding := false
+	defer s.hold(false)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case m := <-s.inbox:
-			if w := s.workers[bus.SubjectLoop(m.Subject)]; w != nil {
+			if more := len(s.inbox) > 0; more != holding {
+				holding = more
+				s.hold(more)
+			}
+			if isBatch(m.Subject) {
+				s.dispatchBatch(ctx, m)
+			} else if w := s.workers[bus.SubjectLoop(m.Subject)]; w != nil {
 				w.deliver(ctx, m)
+			}
+			if holding && len(s.inbox) == 0 {
+				holding = false
+				s.hold(false)
 			}
 		}
 	}

@@ -54,6 +54,7 @@ type worker struct {
 
 	// Subjects, built once.
 	subjPeer, subjOut, subjMeasure string
+	subjExchange                   string // where the other party's messages come
 	guard                          *codec.ReplayGuard
 	ready                          atomic.Bool
 	// Published copies for observers (tests, readiness).
@@ -122,13 +123,14 @@ func newWorker(s *Service, loop string) *worker {
 		// raw item, rarely blocks. A full buffer does block it, and with it
 		// further pulls: the flow control that bounds the items a loop holds
 		// (up to about three times the prefetch).
-		items:       make(chan rawItem, 2*s.opt.Prefetch+1),
-		subjPeer:    bus.ExchangeSubject(loop, 1-s.opt.ID),
-		subjMeasure: bus.MeasureSubject(loop, s.opt.ID),
-		subjOut:     bus.OutputSubject(loop),
-		guard:       codec.NewReplayGuard(),
-		pendMul:     map[uint64]peerMul{},
-		pendTrunc:   map[uint64]peerTrunc{},
+		items:        make(chan rawItem, 2*s.opt.Prefetch+1),
+		subjPeer:     bus.ExchangeSubject(loop, 1-s.opt.ID),
+		subjMeasure:  bus.MeasureSubject(loop, s.opt.ID),
+		subjExchange: bus.ExchangeSubject(loop, s.opt.ID),
+		subjOut:      bus.OutputSubject(loop),
+		guard:        codec.NewReplayGuard(),
+		pendMul:      map[uint64]peerMul{},
+		pendTrunc:    map[uint64]peerTrunc{},
 	}
 }
 
@@ -408,7 +410,12 @@ func (w *worker) send(kind codec.Kind, tick uint64, payload any) {
 		return
 	}
 	w.envBuf = env
-	if err := w.s.nc.Publish(subj, env); err != nil {
+	if kind == codec.KindOutput {
+		err = w.s.publish(subj, env)
+	} else {
+		err = w.s.sendPeer(subj, env)
+	}
+	if err != nil {
 		w.s.opt.Log.Warn("publish", "subject", subj, "err", err)
 	}
 }

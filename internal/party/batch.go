@@ -1,0 +1,139 @@
+package party
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+// Batching of the parties' exchange. While the dispatcher has more inbound
+// messages waiting, a message to the other party (Protocol 1's, P0's
+// Protocol 2 message) is held and sent with the others the dispatcher
+// produces in the same burst, as one batch (codec.AppendBatch) on the other
+// party's batch subject: under load, many loops' messages cost the broker
+// and both clients one message instead of one each. The batch is sent when
+// the dispatcher's queue runs empty, when it holds Options.PeerBatch
+// envelopes or 64 KB, and before anything else this party publishes, so
+// that what it sends keeps its order (P0's Protocol 2 message still leaves
+// before its output share: see the subscription in worker.run). With
+// nothing waiting, a message goes out on its own at once, as without
+// batching. The receiver opens each envelope on its own (Sealer.Open, the
+// replay guard), exactly as if it had come alone.
+
+// DefaultPeerBatch is Options.PeerBatch's default.
+const DefaultPeerBatch = 16
+
+// maxBatchBytes bounds a batch; a larger envelope goes out on its own.
+const maxBatchBytes = 64 << 10
+
+// peerOut is the service's outgoing batch; mu guards it.
+type peerOut struct {
+	subject string
+	holding bool // the dispatcher has more messages waiting
+	buf     []byte
+	n       int
+}
+
+// sendPeer publishes env to the other party on subj (the loop's exchange
+// subject), or holds it for the batch.
+func (s *Service) sendPeer(subj string, env []byte) error {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	o := &s.out
+	if s.opt.PeerBatch > 1 && (o.holding || s.opt.PeerBatchAlways) && len(env) <= maxBatchBytes/4 {
+		o.buf = codec.AppendBatch(o.buf, env)
+		o.n++
+		if !o.holding || o.n >= s.opt.PeerBatch || len(o.buf) >= maxBatchBytes {
+			return s.flushLocked()
+		}
+		return nil
+	}
+	if err := s.flushLocked(); err != nil {
+		return err
+	}
+	s.opt.Metrics.PeerMessages.Inc()
+	s.opt.Metrics.PeerEnvelopes.Inc()
+	return s.nc.Publish(subj, env)
+}
+
+// publish sends anything else this party sends (output shares), after the
+// batch held so far.
+func (s *Service) publish(subj string, data []byte) error {
+	s.outMu.Lock()
+	err := s.flushLocked()
+	s.outMu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.nc.Publish(subj, data)
+}
+
+// flushLocked sends the batch held so far (under outMu).
+func (s *Service) flushLocked() error {
+	o := &s.out
+	if o.n == 0 {
+		return nil
+	}
+	s.opt.Metrics.PeerMessages.Inc()
+	s.opt.Metrics.PeerEnvelopes.Add(float64(o.n))
+	err := s.nc.Publish(o.subject, o.buf)
+	// Publish copied the batch into the connection's buffer.
+	o.buf, o.n = o.buf[:0], 0
+	return err
+}
+
+// hold tells the batch whether the dispatcher has more messages waiting;
+// when it has none, the batch goes out.
+func (s *Service) hold(more bool) {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	s.out.holding = more
+	if !more {
+		if err := s.flushLocked(); err != nil {
+			s.opt.Log.Warn("publish", "subject", s.out.subject, "err", err)
+		}
+	}
+}
+
+// dispatchBatch routes each envelope of a batch from the other party to its
+// loop's worker, as if it had arrived alone on the loop's exchange subject.
+// Only the other party's exchange kinds may travel in a batch: anything
+// else (a measurement, say, which deliver may not handle inline) is
+// refused, as is a malformed batch.
+func (s *Service) dispatchBatch(ctx context.Context, m *nats.Msg) {
+	peer := codec.PartyRole(1 - s.opt.ID)
+	err := codec.SplitBatch(m.Data, func(env []byte) {
+		h, err := codec.PeekHeader(env)
+		if err == nil && (h.From != peer || (h.Kind != codec.KindMul && h.Kind != codec.KindTrunc)) {
+			err = errBatchKind(h)
+		}
+		if err != nil {
+			s.opt.Metrics.Reject(err)
+			return
+		}
+		w := s.workers[h.Loop]
+		if w == nil {
+			s.opt.Metrics.Reject(errUnknownLoop(h.Loop))
+			return
+		}
+		w.deliver(ctx, &nats.Msg{Subject: w.subjExchange, Data: env})
+	})
+	if err != nil {
+		s.opt.Metrics.Reject(err)
+		s.opt.Log.Debug("batch rejected", "party", s.opt.ID, "err", err)
+	}
+}
+
+func errBatchKind(h codec.Header) error {
+	return fmt.Errorf("%w: %s from %s in a batch (only the other party's exchange messages travel in one)", codec.ErrKind, h.Kind, h.From)
+}
+
+func errUnknownLoop(loop string) error {
+	return fmt.Errorf("%w: batched envelope for loop %q, which this party does not serve", codec.ErrHeader, loop)
+}
+
+func isBatch(subject string) bool { return bus.SubjectLoop(subject) == bus.BatchToken }

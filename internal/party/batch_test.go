@@ -1,0 +1,248 @@
+package party
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+// testConn connects to a fresh embedded NATS server.
+func testConn(t *testing.T) *nats.Conn {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("embedded NATS server did not start")
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func testSealer(t *testing.T, r codec.Role) *codec.Sealer {
+	t.Helper()
+	ids := map[codec.Role]*codec.Identity{}
+	peers := map[codec.Role]string{}
+	for _, role := range codec.AllRoles {
+		raw := sha256.Sum256([]byte("duet party test " + role.String()))
+		seed, err := nkeys.EncodeSeed(nkeys.PrefixByteCurve, raw[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ids[role], err = codec.ParseIdentity(seed); err != nil {
+			t.Fatal(err)
+		}
+		peers[role] = ids[role].PublicKey()
+	}
+	s, err := codec.NewSealer(r, ids[r], peers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// collect records what arrives on subject.
+func collect(t *testing.T, nc *nats.Conn, subject string) func() [][]byte {
+	t.Helper()
+	ch := make(chan *nats.Msg, 64)
+	if _, err := nc.ChanSubscribe(subject, ch); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() [][]byte {
+		nc.Flush()
+		var out [][]byte
+		for {
+			select {
+			case m := <-ch:
+				out = append(out, m.Data)
+			case <-time.After(100 * time.Millisecond):
+				return out
+			}
+		}
+	}
+}
+
+// The batching rules: held while the dispatcher has more waiting, sent when
+// it has none, when full, or before anything else the party publishes (so
+// P0's Protocol 2 message still leaves before its output share); with
+// nothing waiting a message goes out alone on its loop's subject.
+func TestPeerBatching(t *testing.T) {
+	nc := testConn(t)
+	m := metrics.New("party0")
+	s, err := New(nc, testSealer(t, codec.RoleParty0), Options{ID: 0, Loops: []string{"a"}, Metrics: m, PeerBatch: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batches := collect(t, nc, bus.BatchSubject(1))
+	direct := collect(t, nc, bus.ExchangeSubject("a", 1))
+	outs := collect(t, nc, bus.OutputSubject("a"))
+	env := func(i int) []byte { return []byte(fmt.Sprintf("envelope-%d", i)) }
+	split := func(b []byte) (envs []string) {
+		if err := codec.SplitBatch(b, func(e []byte) { envs = append(envs, string(e)) }); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+
+	// Nothing waiting: alone, on the loop's subject.
+	must(t, s.sendPeer(bus.ExchangeSubject("a", 1), env(0)))
+	if got := direct(); len(got) != 1 || !bytes.Equal(got[0], env(0)) {
+		t.Fatalf("with nothing waiting: %q on the loop's subject, want envelope-0 alone", got)
+	}
+	// More waiting: held; the dispatcher's queue running empty sends them.
+	s.hold(true)
+	must(t, s.sendPeer(bus.ExchangeSubject("a", 1), env(1)))
+	must(t, s.sendPeer(bus.ExchangeSubject("a", 1), env(2)))
+	if got := batches(); len(got) != 0 {
+		t.Fatalf("sent while held: %q", got)
+	}
+	s.hold(false)
+	if got := batches(); len(got) != 1 || fmt.Sprint(split(got[0])) != "[envelope-1 envelope-2]" {
+		t.Fatalf("after the queue ran empty: %q, want one batch of envelope-1, envelope-2", got)
+	}
+	// Full at PeerBatch envelopes.
+	s.hold(true)
+	for i := 3; i < 7; i++ {
+		must(t, s.sendPeer(bus.ExchangeSubject("a", 1), env(i)))
+	}
+	if got := batches(); len(got) != 1 || fmt.Sprint(split(got[0])) != "[envelope-3 envelope-4 envelope-5]" {
+		t.Fatalf("a full batch: %q", got)
+	}
+	// An output share flushes what is held first.
+	must(t, s.publish(bus.OutputSubject("a"), []byte("output")))
+	if got := batches(); len(got) != 1 || fmt.Sprint(split(got[0])) != "[envelope-6]" {
+		t.Fatalf("before the output share: %q, want the held envelope-6", got)
+	}
+	if got := outs(); len(got) != 1 {
+		t.Fatalf("output share: %q", got)
+	}
+	// A large envelope is not batched: the batch goes first, then it.
+	must(t, s.sendPeer(bus.ExchangeSubject("a", 1), env(7)))
+	big := bytes.Repeat([]byte{1}, maxBatchBytes)
+	must(t, s.sendPeer(bus.ExchangeSubject("a", 1), big))
+	if got := batches(); len(got) != 1 || fmt.Sprint(split(got[0])) != "[envelope-7]" {
+		t.Fatalf("before a large envelope: %q", got)
+	}
+	if got := direct(); len(got) != 1 || len(got[0]) != len(big) {
+		t.Fatalf("a large envelope: %d messages on the loop's subject, want it alone", len(got))
+	}
+	s.hold(false)
+	// 9 envelopes in 6 NATS messages (two alone, four batches).
+	if msgs, envs := testutil.ToFloat64(m.PeerMessages), testutil.ToFloat64(m.PeerEnvelopes); msgs != 6 || envs != 9 {
+		t.Errorf("counted %v messages, %v envelopes; want 6 and 9", msgs, envs)
+	}
+
+	// PeerBatch 1 never batches.
+	s1, err := New(nc, testSealer(t, codec.RoleParty0), Options{ID: 0, Loops: []string{"a"}, PeerBatch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1.hold(true)
+	must(t, s1.sendPeer(bus.ExchangeSubject("a", 1), env(8)))
+	if got := direct(); len(got) != 1 {
+		t.Fatalf("PeerBatch 1: %q on the loop's subject, want the envelope at once", got)
+	}
+	for _, n := range []int{-1, codec.MaxBatchEnvelopes + 1} {
+		if _, err := New(nc, testSealer(t, codec.RoleParty0), Options{ID: 0, Loops: []string{"a"}, PeerBatch: n}); err == nil {
+			t.Errorf("PeerBatch %d accepted", n)
+		}
+	}
+}
+
+// A batch is taken apart into its envelopes, each routed to its loop's
+// worker; a malformed batch, another sender's or kind's envelope and an
+// unknown loop are refused and counted, and nothing reaches a worker.
+func TestDispatchBatch(t *testing.T) {
+	nc := testConn(t)
+	m := metrics.New("party1")
+	s, err := New(nc, testSealer(t, codec.RoleParty1), Options{ID: 1, Loops: []string{"a", "b"}, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{"a", "b"} {
+		w := newWorker(s, l)
+		w.live.Store(false) // not in its event loop: deliver queues to its inbox
+		s.workers[l] = w
+	}
+	p0, sensor := testSealer(t, codec.RoleParty0), testSealer(t, codec.RoleSensor)
+	seal := func(s *codec.Sealer, h codec.Header) []byte {
+		e, err := s.Seal(h, []byte("payload"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	mulA := seal(p0, codec.Header{Kind: codec.KindMul, Loop: "a", Tick: 5, From: codec.RoleParty0, To: codec.RoleParty1})
+	truncB := seal(p0, codec.Header{Kind: codec.KindTrunc, Loop: "b", Tick: 5, From: codec.RoleParty0, To: codec.RoleParty1})
+	measA := seal(sensor, codec.Header{Kind: codec.KindMeasure, Loop: "a", Tick: 6, From: codec.RoleSensor, To: codec.RoleParty1})
+	mulC := seal(p0, codec.Header{Kind: codec.KindMul, Loop: "c", Tick: 5, From: codec.RoleParty0, To: codec.RoleParty1})
+
+	var batch []byte
+	for _, e := range [][]byte{mulA, measA, truncB, mulC} {
+		batch = codec.AppendBatch(batch, e)
+	}
+	s.dispatchBatch(context.Background(), &nats.Msg{Subject: bus.BatchSubject(1), Data: batch})
+	got := func(l string) []*nats.Msg {
+		var ms []*nats.Msg
+		for {
+			select {
+			case m := <-s.workers[l].inbox:
+				ms = append(ms, m)
+			default:
+				return ms
+			}
+		}
+	}
+	a, b := got("a"), got("b")
+	if len(a) != 1 || !bytes.Equal(a[0].Data, mulA) || a[0].Subject != bus.ExchangeSubject("a", 1) {
+		t.Errorf("loop a received %d messages, want P0's Mul alone, as on its exchange subject", len(a))
+	}
+	if len(b) != 1 || !bytes.Equal(b[0].Data, truncB) {
+		t.Errorf("loop b received %d messages, want P0's Trunc", len(b))
+	}
+	if r := testutil.ToFloat64(m.Rejects.WithLabelValues("kind")); r != 1 {
+		t.Errorf("a measurement in a batch: %v kind rejects, want 1", r)
+	}
+	if r := testutil.ToFloat64(m.Rejects.WithLabelValues("header")); r != 1 {
+		t.Errorf("an unknown loop in a batch: %v header rejects, want 1", r)
+	}
+	// Malformed batches reach no worker.
+	for _, bad := range [][]byte{nil, []byte("not a batch"), {codec.BatchMagic}, batch[:len(batch)-1], append([]byte{codec.BatchMagic, 0}, mulA...)} {
+		s.dispatchBatch(context.Background(), &nats.Msg{Subject: bus.BatchSubject(1), Data: bad})
+	}
+	if n := len(got("a")) + len(got("b")); n != 0 {
+		t.Errorf("malformed batches delivered %d messages", n)
+	}
+	if r := testutil.ToFloat64(m.Rejects.WithLabelValues("malformed")); r != 5 {
+		t.Errorf("%v malformed rejects, want 5", r)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
