@@ -8,35 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/internal/natstest"
 	"github.com/duet-mpc/duet/pkg/codec"
 )
-
-// testConn connects to a fresh embedded NATS server.
-func testConn(t *testing.T) *nats.Conn {
-	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("embedded NATS server did not start")
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
 
 func testSealer(t *testing.T, r codec.Role) *codec.Sealer {
 	t.Helper()
@@ -89,7 +69,7 @@ func collect(t *testing.T, nc *nats.Conn, subject string) func() [][]byte {
 // P0's Protocol 2 message still leaves before its output share); with
 // nothing waiting a message goes out alone on its loop's subject.
 func TestPeerBatching(t *testing.T) {
-	nc := testConn(t)
+	nc := natstest.Conn(t)
 	m := metrics.New("party0")
 	s, err := New(nc, testSealer(t, codec.RoleParty0), Options{ID: 0, Loops: []string{"a"}, Metrics: m, PeerBatch: 3})
 	if err != nil {
@@ -175,7 +155,7 @@ func TestPeerBatching(t *testing.T) {
 // worker; a malformed batch, another sender's or kind's envelope and an
 // unknown loop are refused and counted, and nothing reaches a worker.
 func TestDispatchBatch(t *testing.T) {
-	nc := testConn(t)
+	nc := natstest.Conn(t)
 	m := metrics.New("party1")
 	s, err := New(nc, testSealer(t, codec.RoleParty1), Options{ID: 1, Loops: []string{"a", "b"}, Metrics: m})
 	if err != nil {
