@@ -146,7 +146,7 @@ func (s *Service) Run(ctx context.Context) error {
 	dispatched := make(chan struct{})
 	go func() {
 		defer close(dispatched)
-		s.dispatch(dctx)
+		s.dispatch(dctx, bsub)
 	}()
 	wg.Wait()
 	cancel()
@@ -159,13 +159,23 @@ func (s *Service) Run(ctx context.Context) error {
 // workers map is complete before dispatch starts and not changed after.
 // While more messages are waiting, messages to the other party are held
 // and batched (batch.go).
-func (s *Service) dispatch(ctx context.Context) {
+// Batches the shared channel had no room for are counted as "overload"
+// rejects, as each loop's worker counts its own subscription's.
+func (s *Service) dispatch(ctx context.Context, bsub *nats.Subscription) {
 	holding := false
 	defer s.hold(false)
+	drops := time.NewTicker(200 * time.Millisecond)
+	defer drops.Stop()
+	dropped := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-drops.C:
+			if d, err := bsub.Dropped(); err == nil && d > dropped {
+				s.opt.Metrics.Rejects.WithLabelValues("overload").Add(float64(d - dropped))
+				dropped = d
+			}
 		case m := <-s.inbox:
 			if more := len(s.inbox) > 0; more != holding {
 				holding = more
