@@ -17,8 +17,10 @@ import (
 // party's batch subject: under load, many loops' messages cost the broker
 // and both clients one message instead of one each. The batch is sent when
 // the dispatcher's queue runs empty, when it holds Options.PeerBatch
-// envelopes or 64 KB, and before anything else this party publishes, so
-// that what it sends keeps its order (P0's Protocol 2 message still leaves
+// envelopes or 64 KB, before the dispatcher handles another message of a
+// loop whose envelope it holds (a loop's exchange never waits behind its
+// own next step: only different loops' messages are batched), and before
+// anything else this party publishes, so that what it sends keeps its order (P0's Protocol 2 message still leaves
 // before its output share: see the subscription in worker.run). With
 // nothing waiting, a message goes out on its own at once, as without
 // batching. The receiver opens each envelope on its own (Sealer.Open, the
@@ -36,17 +38,19 @@ type peerOut struct {
 	holding bool // the dispatcher has more messages waiting
 	buf     []byte
 	n       int
+	loops   []string // the loops of the envelopes held
 }
 
-// sendPeer publishes env to the other party on subj (the loop's exchange
-// subject), or holds it for the batch.
-func (s *Service) sendPeer(subj string, env []byte) error {
+// sendPeer publishes loop's env to the other party on subj (the loop's
+// exchange subject), or holds it for the batch.
+func (s *Service) sendPeer(loop, subj string, env []byte) error {
 	s.outMu.Lock()
 	defer s.outMu.Unlock()
 	o := &s.out
 	if s.opt.PeerBatch > 1 && (o.holding || s.opt.PeerBatchAlways) && len(env) <= maxBatchBytes/4 {
 		o.buf = codec.AppendBatch(o.buf, env)
 		o.n++
+		o.loops = append(o.loops, loop)
 		if !o.holding || o.n >= s.opt.PeerBatch || len(o.buf) >= maxBatchBytes {
 			return s.flushLocked()
 		}
@@ -82,8 +86,23 @@ func (s *Service) flushLocked() error {
 	s.opt.Metrics.PeerEnvelopes.Add(float64(o.n))
 	err := s.nc.Publish(o.subject, o.buf)
 	// Publish copied the batch into the connection's buffer.
-	o.buf, o.n = o.buf[:0], 0
+	o.buf, o.n, o.loops = o.buf[:0], 0, o.loops[:0]
 	return err
+}
+
+// before is called by the dispatcher before it handles a message of loop
+// while holding: an envelope of that loop held so far goes out first.
+func (s *Service) before(loop string) {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	for _, l := range s.out.loops {
+		if l == loop {
+			if err := s.flushLocked(); err != nil {
+				s.opt.Log.Warn("publish", "subject", s.out.subject, "err", err)
+			}
+			return
+		}
+	}
 }
 
 // hold tells the batch whether the dispatcher has more messages waiting;
@@ -104,7 +123,7 @@ func (s *Service) hold(more bool) {
 // Only the other party's exchange kinds may travel in a batch: anything
 // else (a measurement, say, which deliver may not handle inline) is
 // refused, as is a malformed batch.
-func (s *Service) dispatchBatch(ctx context.Context, m *nats.Msg) {
+func (s *Service) dispatchBatch(ctx context.Context, m *nats.Msg, holding bool) {
 	peer := codec.PartyRole(1 - s.opt.ID)
 	err := codec.SplitBatch(m.Data, func(env []byte) {
 		h, err := codec.PeekHeader(env)
@@ -119,6 +138,9 @@ func (s *Service) dispatchBatch(ctx context.Context, m *nats.Msg) {
 		if w == nil {
 			s.opt.Metrics.Reject(errUnknownLoop(h.Loop))
 			return
+		}
+		if holding {
+			s.before(h.Loop)
 		}
 		w.deliver(ctx, &nats.Msg{Subject: w.subjExchange, Data: env})
 	})

@@ -87,14 +87,14 @@ func TestPeerBatching(t *testing.T) {
 	}
 
 	// Nothing waiting: alone, on the loop's subject.
-	must(t, s.sendPeer(bus.ExchangeSubject("a", 1), env(0)))
+	must(t, s.sendPeer("a", bus.ExchangeSubject("a", 1), env(0)))
 	if got := direct(); len(got) != 1 || !bytes.Equal(got[0], env(0)) {
 		t.Fatalf("with nothing waiting: %q on the loop's subject, want envelope-0 alone", got)
 	}
 	// More waiting: held; the dispatcher's queue running empty sends them.
 	s.hold(true)
-	must(t, s.sendPeer(bus.ExchangeSubject("a", 1), env(1)))
-	must(t, s.sendPeer(bus.ExchangeSubject("a", 1), env(2)))
+	must(t, s.sendPeer("a", bus.ExchangeSubject("a", 1), env(1)))
+	must(t, s.sendPeer("a", bus.ExchangeSubject("a", 1), env(2)))
 	if got := batches(); len(got) != 0 {
 		t.Fatalf("sent while held: %q", got)
 	}
@@ -102,10 +102,23 @@ func TestPeerBatching(t *testing.T) {
 	if got := batches(); len(got) != 1 || fmt.Sprint(split(got[0])) != "[envelope-1 envelope-2]" {
 		t.Fatalf("after the queue ran empty: %q, want one batch of envelope-1, envelope-2", got)
 	}
+	// Another loop's message does not send what is held; a message of a
+	// loop with an envelope held does, first.
+	s.hold(true)
+	must(t, s.sendPeer("a", bus.ExchangeSubject("a", 1), env(20)))
+	s.before("b")
+	if got := batches(); len(got) != 0 {
+		t.Fatalf("sent before another loop's message: %q", got)
+	}
+	s.before("a")
+	if got := batches(); len(got) != 1 || fmt.Sprint(split(got[0])) != "[envelope-20]" {
+		t.Fatalf("before a message of the held envelope's loop: %q, want envelope-20", got)
+	}
+	s.hold(false)
 	// Full at PeerBatch envelopes.
 	s.hold(true)
 	for i := 3; i < 7; i++ {
-		must(t, s.sendPeer(bus.ExchangeSubject("a", 1), env(i)))
+		must(t, s.sendPeer("a", bus.ExchangeSubject("a", 1), env(i)))
 	}
 	if got := batches(); len(got) != 1 || fmt.Sprint(split(got[0])) != "[envelope-3 envelope-4 envelope-5]" {
 		t.Fatalf("a full batch: %q", got)
@@ -119,9 +132,9 @@ func TestPeerBatching(t *testing.T) {
 		t.Fatalf("output share: %q", got)
 	}
 	// A large envelope is not batched: the batch goes first, then it.
-	must(t, s.sendPeer(bus.ExchangeSubject("a", 1), env(7)))
+	must(t, s.sendPeer("a", bus.ExchangeSubject("a", 1), env(7)))
 	big := bytes.Repeat([]byte{1}, maxBatchBytes)
-	must(t, s.sendPeer(bus.ExchangeSubject("a", 1), big))
+	must(t, s.sendPeer("a", bus.ExchangeSubject("a", 1), big))
 	if got := batches(); len(got) != 1 || fmt.Sprint(split(got[0])) != "[envelope-7]" {
 		t.Fatalf("before a large envelope: %q", got)
 	}
@@ -129,9 +142,9 @@ func TestPeerBatching(t *testing.T) {
 		t.Fatalf("a large envelope: %d messages on the loop's subject, want it alone", len(got))
 	}
 	s.hold(false)
-	// 9 envelopes in 6 NATS messages (two alone, four batches).
-	if msgs, envs := testutil.ToFloat64(m.PeerMessages), testutil.ToFloat64(m.PeerEnvelopes); msgs != 6 || envs != 9 {
-		t.Errorf("counted %v messages, %v envelopes; want 6 and 9", msgs, envs)
+	// 10 envelopes in 7 NATS messages (two alone, five batches).
+	if msgs, envs := testutil.ToFloat64(m.PeerMessages), testutil.ToFloat64(m.PeerEnvelopes); msgs != 7 || envs != 10 {
+		t.Errorf("counted %v messages, %v envelopes; want 7 and 10", msgs, envs)
 	}
 
 	// PeerBatch 1 never batches.
@@ -140,7 +153,7 @@ func TestPeerBatching(t *testing.T) {
 		t.Fatal(err)
 	}
 	s1.hold(true)
-	must(t, s1.sendPeer(bus.ExchangeSubject("a", 1), env(8)))
+	must(t, s1.sendPeer("a", bus.ExchangeSubject("a", 1), env(8)))
 	if got := direct(); len(got) != 1 {
 		t.Fatalf("PeerBatch 1: %q on the loop's subject, want the envelope at once", got)
 	}
@@ -183,7 +196,7 @@ func TestDispatchBatch(t *testing.T) {
 	for _, e := range [][]byte{mulA, measA, truncB, mulC} {
 		batch = codec.AppendBatch(batch, e)
 	}
-	s.dispatchBatch(context.Background(), &nats.Msg{Subject: bus.BatchSubject(1), Data: batch})
+	s.dispatchBatch(context.Background(), &nats.Msg{Subject: bus.BatchSubject(1), Data: batch}, false)
 	got := func(l string) []*nats.Msg {
 		var ms []*nats.Msg
 		for {
@@ -210,7 +223,7 @@ func TestDispatchBatch(t *testing.T) {
 	}
 	// Malformed batches reach no worker.
 	for _, bad := range [][]byte{nil, []byte("not a batch"), {codec.BatchMagic}, batch[:len(batch)-1], append([]byte{codec.BatchMagic, 0}, mulA...)} {
-		s.dispatchBatch(context.Background(), &nats.Msg{Subject: bus.BatchSubject(1), Data: bad})
+		s.dispatchBatch(context.Background(), &nats.Msg{Subject: bus.BatchSubject(1), Data: bad}, false)
 	}
 	if n := len(got("a")) + len(got("b")); n != 0 {
 		t.Errorf("malformed batches delivered %d messages", n)

@@ -182,9 +182,12 @@ func (s *Service) dispatch(ctx context.Context, bsub *nats.Subscription) {
 				s.hold(more)
 			}
 			if isBatch(m.Subject) {
-				s.dispatchBatch(ctx, m)
-			} else if w := s.workers[bus.SubjectLoop(m.Subject)]; w != nil {
-				w.deliver(ctx, m)
+				s.dispatchBatch(ctx, m, holding)
+			} else if loop := bus.SubjectLoop(m.Subject); s.workers[loop] != nil {
+				if holding {
+					s.before(loop)
+				}
+				s.workers[loop].deliver(ctx, m)
 			}
 			if holding && len(s.inbox) == 0 {
 				holding = false

@@ -413,7 +413,7 @@ func (w *worker) send(kind codec.Kind, tick uint64, payload any) {
 	if kind == codec.KindOutput {
 		err = w.s.publish(subj, env)
 	} else {
-		err = w.s.sendPeer(subj, env)
+		err = w.s.sendPeer(w.loop, subj, env)
 	}
 	if err != nil {
 		w.s.opt.Log.Warn("publish", "subject", subj, "err", err)
