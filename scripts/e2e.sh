@@ -36,9 +36,13 @@ fi
 PROJECT=${E2E_PROJECT:-duet-e2e}
 STEADY=${STEADY:-30}
 MAX_MISSES=${MAX_MISSES:-0}
-# Starting two dealer containers on a 2-core host costs a few ticks their
-# deadline (the issue asks this phase for no item mismatch, checked strictly).
-SCALE_MAX_MISSES=${SCALE_MAX_MISSES:-5}
+# Starting two dealer containers on a 2-core host costs ticks their deadline:
+# docker-compose, the containers' start and the dealers' queue refill share
+# the two cores with the loop (the issue asks this phase for no item
+# mismatch, checked strictly). On the shared CI VM this took 0-16 ticks in
+# one session's nine runs (load averages up to 6), so the budget is one
+# second of ticks.
+SCALE_MAX_MISSES=${SCALE_MAX_MISSES:-25}
 SKIP=" ${SKIP:-} "
 read -r -a DC <<<"$COMPOSE"
 DC+=(-p "$PROJECT" -f docker-compose.yml -f scripts/e2e.compose.yml)
