@@ -40,7 +40,7 @@ MAX_MISSES=${MAX_MISSES:-0}
 # docker-compose, the containers' start and the dealers' queue refill share
 # the two cores with the loop (the issue asks this phase for no item
 # mismatch, checked strictly). On the shared CI VM this took 0-16 ticks in
-# one session's nine runs (load averages up to 6), so the budget is one
+# one session's seven runs (load averages up to 6), so the budget is one
 # second of ticks.
 SCALE_MAX_MISSES=${SCALE_MAX_MISSES:-25}
 SKIP=" ${SKIP:-} "
