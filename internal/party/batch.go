@@ -6,7 +6,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/pkg/codec"
 )
 
@@ -157,5 +156,3 @@ func errBatchKind(h codec.Header) error {
 func errUnknownLoop(loop string) error {
 	return fmt.Errorf("%w: batched envelope for loop %q, which this party does not serve", codec.ErrHeader, loop)
 }
-
-func isBatch(subject string) bool { return bus.SubjectLoop(subject) == bus.BatchToken }

@@ -181,13 +181,13 @@ func (s *Service) dispatch(ctx context.Context, bsub *nats.Subscription) {
 				holding = more
 				s.hold(more)
 			}
-			if isBatch(m.Subject) {
+			if loop := bus.SubjectLoop(m.Subject); loop == bus.BatchToken {
 				s.dispatchBatch(ctx, m, holding)
-			} else if loop := bus.SubjectLoop(m.Subject); s.workers[loop] != nil {
+			} else if w := s.workers[loop]; w != nil {
 				if holding {
 					s.before(loop)
 				}
-				s.workers[loop].deliver(ctx, m)
+				w.deliver(ctx, m)
 			}
 			if holding && len(s.inbox) == 0 {
 				holding = false

@@ -23,7 +23,7 @@ import (
 //
 // So whatever Unmarshal accepts is exactly what Marshal produces.
 //
-// The payloads on the per-tick path (see marshalFast) skip all of this: they
+// The payloads on the per-tick path (see MarshalAppend) skip all of this: they
 // are encoded and parsed by hand in msgpack_fast.go, into exactly the same
 // bytes and accepting exactly the same inputs, which the differential tests
 // check against the reflection path kept here for every other type.
@@ -39,29 +39,25 @@ func newEncoder(w io.Writer) *msgpack.Encoder {
 }
 
 // Marshal encodes a payload. The result is at most MaxEnvelope bytes.
-func Marshal(v any) ([]byte, error) {
-	if b, n, ok := marshalFast(v); ok {
+func Marshal(v any) ([]byte, error) { return MarshalAppend(nil, v) }
+
+// MarshalAppend is Marshal appending the encoding to dst (growing it, if
+// it must, to exactly the length needed, when a fast path applies) and
+// returns the extended slice.
+func MarshalAppend(dst []byte, v any) ([]byte, error) {
+	if e, ok := v.(fastEncoder); ok && !nilFast(v) {
+		n := e.encodedLen()
 		if n > MaxEnvelope {
 			return nil, fmt.Errorf("%w: %T encodes to %d bytes, limit %d", ErrTooLarge, v, n, MaxEnvelope)
 		}
-		return b, nil
-	}
-	return marshalReflect(v)
-}
-
-// MarshalAppend is Marshal appending the encoding to dst (reusing its
-// capacity when a fast path applies; otherwise the library's encoding is
-// appended). It returns the extended slice.
-func MarshalAppend(dst []byte, v any) ([]byte, error) {
-	if e, ok := v.(fastEncoder); ok && !nilFast(v) {
-		if n := e.encodedLen(); n > MaxEnvelope {
-			return nil, fmt.Errorf("%w: %T encodes to %d bytes, limit %d", ErrTooLarge, v, n, MaxEnvelope)
+		if cap(dst)-len(dst) < n { // exactly what is needed: no spare capacity
+			dst = append(make([]byte, 0, len(dst)+n), dst...)
 		}
 		return e.appendMsgpack(dst), nil
 	}
 	b, err := marshalReflect(v)
-	if err != nil {
-		return nil, err
+	if err != nil || len(dst) == 0 {
+		return b, err
 	}
 	return append(dst, b...), nil
 }

@@ -47,21 +47,6 @@ func nilFast(v any) bool {
 	return false
 }
 
-// marshalFast encodes v if it has a fast path (ok). n is the encoding's
-// length; b is nil if n is over MaxEnvelope, so that nothing that large is
-// built.
-func marshalFast(v any) (b []byte, n int, ok bool) {
-	e, ok := v.(fastEncoder)
-	if !ok || nilFast(v) {
-		return nil, 0, false
-	}
-	n = e.encodedLen()
-	if n > MaxEnvelope {
-		return nil, n, true
-	}
-	return e.appendMsgpack(make([]byte, 0, n)), n, true
-}
-
 // unmarshalFast decodes data into v if v has a fast path (ok).
 func unmarshalFast(data []byte, v any) (ok bool, err error) {
 	d, ok := v.(fastDecoder)
