@@ -158,3 +158,71 @@ func TestQubeZOHMatchesSimulation(t *testing.T) {
 		}
 	}
 }
+
+// A late tick at the start: the actuator's fail-safe input goes to the plant
+// (zero, as in docker-compose.yml, or the last input held) and the controller
+// state does not advance (the parties abandon the tick). From the testbed's
+// 3° the pendulum is chaotic in its first ticks: one late tick among the
+// first ten makes it fall at some positions. So the end-to-end drills
+// (scripts/e2e.sh), which set the pendulum upright again right after a party
+// restart (whose first tick always resynchronizes the offline items, and is
+// late on a loaded host), release it at 1° (scripts/e2e.plant.json): from
+// there every pattern of up to two late ticks in the first ten balances it.
+// Inconsistent state shares still fail the drill: their inputs are garbage.
+func TestQubeStartToleratesLateTicks(t *testing.T) {
+	e2e, err := LoadSpec("../../scripts/e2e.plant.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testbed, err := LoadSpec("../../examples/qube-servo2/plant.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// balances reports whether the loop holds |α| < 1.5° from 3 s to 10 s
+	// with the ticks in late not completing.
+	balances := func(s Spec, late map[int]bool, hold bool) bool {
+		q := mustNew(t, s).(*Qube)
+		c := &floatController{x: make([]float64, 3)}
+		ticksPerSec := 1000 / s.PeriodMs()
+		last := []float64{0}
+		for tick := range 10 * ticksPerSec {
+			y := q.Measure()
+			u := []float64{0}
+			switch {
+			case !late[tick]:
+				u = c.step(y)
+			case hold:
+				u = last
+			}
+			q.Step(u)
+			last = u
+			if a := math.Abs(q.State()[1] * 180 / math.Pi); tick+1 >= 3*ticksPerSec && a >= 1.5 {
+				return false
+			}
+		}
+		return true
+	}
+	var patterns []map[int]bool
+	for i := range 10 {
+		patterns = append(patterns, map[int]bool{i: true})
+		for j := i + 1; j < 10; j++ {
+			patterns = append(patterns, map[int]bool{i: true, j: true})
+		}
+	}
+	for _, hold := range []bool{false, true} {
+		if !balances(e2e, nil, hold) {
+			t.Fatalf("the e2e plant (α0 = %v°) does not balance with every tick on time", e2e.Alpha0Deg)
+		}
+		fell := 0
+		for _, late := range patterns {
+			if !balances(e2e, late, hold) {
+				t.Errorf("e2e plant (α0 = %v°), fail-safe hold=%v: ticks %v late: the pendulum falls", e2e.Alpha0Deg, hold, late)
+			}
+			if !balances(testbed, late, hold) {
+				fell++
+			}
+		}
+		t.Logf("fail-safe hold=%v: from the testbed's %v°, %d of %d patterns of one or two late ticks among the first ten make it fall; from %v°, none",
+			hold, testbed.Alpha0Deg, fell, len(patterns), e2e.Alpha0Deg)
+	}
+}
