@@ -358,9 +358,9 @@ func runScaleSection(ctx context.Context, url string, plan Plan, cs mpc.Controll
 			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
-				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f | parties: %d abandoned, %d without item | cpu %.2f cores, %d GCs, %.1f KB allocated/tick, %.2f peer messages/tick for %.2f  ok %v (set-up %v)",
+				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f | parties: %d abandoned%s, %d without item | cpu %.2f cores, %d GCs, %.1f KB allocated/tick, %.2f peer messages/tick for %.2f  ok %v (set-up %v)",
 					r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong, r.Stalls, r.StallMax.Round(100*time.Microsecond),
-					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond), r.FloorCPU, r.PartyMisses, r.NoItem,
+					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond), r.FloorCPU, r.PartyMisses, parenthesized(r.AbandonedBy()), r.NoItem,
 					r.CPU, r.GCs, r.AllocPerTick/1024, r.PeerMsgsPerTick, r.PeerEnvsPerTick, r.OK, r.Setup.Round(100*time.Millisecond))
 			}})
 		if err != nil {
@@ -441,4 +441,12 @@ func (rep *Report) Targets() []Target {
 	}
 	ts = append(ts, Target{Name: ">= 500 loops per party pair (25 Hz, p99 < 10 ms, no misses)", Measured: measured, Met: best[1] >= 500, Got: got})
 	return ts
+}
+
+// parenthesized is " (s)", or "" for an empty s.
+func parenthesized(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
 }

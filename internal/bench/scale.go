@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,8 @@ type ScaleRow struct {
 	// What the parties counted during the measurement (both parties): ticks
 	// they abandoned, and ticks that found no offline item within ItemWait.
 	PartyMisses, NoItem int
+	// PartyAbandoned splits PartyMisses by reason (duet_ticks_abandoned_total).
+	PartyAbandoned map[string]int
 	// The collector during the measurement (the whole process: server,
 	// parties, harness): completed cycles, and bytes allocated per measured
 	// tick.
@@ -286,13 +289,18 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	// not in Ticks, so they stay out of these too).
 	type counts struct {
 		misses, noItem int
+		abandoned      map[string]float64
 		peerMsgs, envs float64
 		gcs            uint32
 		alloc          uint64
 	}
 	read := func() (c counts) {
+		c.abandoned = map[string]float64{}
 		for _, m := range r.pm {
 			c.misses += int(metrics.Sum(m.Misses))
+			for reason, v := range metrics.SumBy(m.Abandoned, "reason") {
+				c.abandoned[reason] += v
+			}
 			c.noItem += int(metrics.Sum(m.LowWater))
 			c.peerMsgs += metrics.Value(m.PeerMessages)
 			c.envs += metrics.Value(m.PeerEnvelopes)
@@ -329,6 +337,14 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	row.CPU = (cpuTime() - cpu0).Seconds() / wall.Seconds()
 	c0, c1 := <-atStart, read()
 	row.PartyMisses, row.NoItem = c1.misses-c0.misses, c1.noItem-c0.noItem
+	for reason, v := range c1.abandoned {
+		if d := int(v - c0.abandoned[reason]); d > 0 {
+			if row.PartyAbandoned == nil {
+				row.PartyAbandoned = map[string]int{}
+			}
+			row.PartyAbandoned[reason] = d
+		}
+	}
 	var lat []time.Duration
 	for _, l := range ls {
 		ll, sent, misses, wrong := l.results(opt.Deadline)
@@ -636,4 +652,22 @@ func writeTickSeries(path string, ls []*lightLoop, from time.Time) error {
 		return err
 	}
 	return f.Close()
+}
+
+// AbandonedBy formats PartyAbandoned as "reason=n" pairs, sorted by reason
+// and separated by spaces ("" if no tick was abandoned).
+func (r ScaleRow) AbandonedBy() string {
+	reasons := make([]string, 0, len(r.PartyAbandoned))
+	for k := range r.PartyAbandoned {
+		reasons = append(reasons, k)
+	}
+	slices.Sort(reasons)
+	var b strings.Builder
+	for i, k := range reasons {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%d", k, r.PartyAbandoned[k])
+	}
+	return b.String()
 }

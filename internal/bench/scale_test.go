@@ -41,6 +41,13 @@ func TestScaleQuick(t *testing.T) {
 		if r.PeerEnvsPerTick < 2.5 || r.PeerEnvsPerTick > 3.5 || r.PeerMsgsPerTick <= 0 || r.PeerMsgsPerTick > r.PeerEnvsPerTick {
 			t.Errorf("%+v: %.2f peer messages for %.2f envelopes per tick", r, r.PeerMsgsPerTick, r.PeerEnvsPerTick)
 		}
+		abandoned := 0
+		for _, n := range r.PartyAbandoned {
+			abandoned += n
+		}
+		if abandoned != r.PartyMisses {
+			t.Errorf("%+v: %d abandoned by reason (%s), %d in all", r, abandoned, r.AbandonedBy(), r.PartyMisses)
+		}
 		t.Logf("%+v", r)
 	}
 	// The profile directory holds the CPU profile and every measured tick.
@@ -81,5 +88,15 @@ func TestScaleFloorQuick(t *testing.T) {
 		if r.Ticks < r.Loops*8 || r.Ticks > r.Loops*12 || r.P50 <= 0 || r.P99 < r.P50 || r.CPU <= 0 {
 			t.Errorf("%+v: want about 10 ticks per loop, p50 <= p99", r)
 		}
+	}
+}
+
+func TestAbandonedBy(t *testing.T) {
+	if got := (ScaleRow{}).AbandonedBy(); got != "" {
+		t.Errorf("no abandoned tick: %q, want empty", got)
+	}
+	r := ScaleRow{PartyAbandoned: map[string]int{"late": 12, "item_mismatch": 1, "no_item": 3}}
+	if got, want := r.AbandonedBy(), "item_mismatch=1 late=12 no_item=3"; got != want {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }

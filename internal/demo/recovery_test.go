@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -114,8 +116,16 @@ func TestPartyCrashRecoversPersistedState(t *testing.T) {
 	if prepared < 0.8*consumed {
 		t.Errorf("party0 prepared %v of %v items between ticks, want at least 80%%", prepared, consumed)
 	}
-	t.Logf("killed at tick %d, restarted at %d: %d misses, version %d -> %d; party0 prepared %v of %v items",
-		killedAt, restartAt, got, before.Version, after.Version, prepared, consumed)
+	// Every tick party0 abandoned is counted once, with its reason: while
+	// party1 was away each of party0's ticks ran into the next measurement.
+	abandoned, misses := metrics.Sum(m0.Abandoned), metrics.Sum(m0.Misses)
+	late := testutil.ToFloat64(m0.Abandoned.WithLabelValues("pendulum", "late"))
+	if abandoned != misses || late < float64(expect-2) {
+		t.Errorf("party0: %v ticks abandoned by reason (%v late), %v misses; want them equal, and at least %d late", abandoned, late, misses, expect-2)
+	}
+	t.Logf("killed at tick %d, restarted at %d: %d misses, version %d -> %d; party0 prepared %v of %v items, abandoned %v ticks (%v late, %v item mismatch)",
+		killedAt, restartAt, got, before.Version, after.Version, prepared, consumed, abandoned, late,
+		testutil.ToFloat64(m0.Abandoned.WithLabelValues("pendulum", "item_mismatch")))
 }
 
 func TestNATSServerRestartWithFileStore(t *testing.T) {

@@ -20,6 +20,7 @@ type Set struct {
 	Rejects        *prometheus.CounterVec // reason
 	Ticks          *prometheus.CounterVec // loop
 	Misses         *prometheus.CounterVec // loop
+	Abandoned      *prometheus.CounterVec // loop, reason: why a party abandoned a tick
 	Mismatches     *prometheus.CounterVec // loop, kind (item|version): the parties disagreed
 	ItemsConsumed  *prometheus.CounterVec // loop
 	ItemsPrepared  *prometheus.CounterVec // loop
@@ -50,6 +51,7 @@ func New(service string) *Set {
 	s.Rejects = c("rejects_total", "Inbound messages rejected, by reason.", "reason")
 	s.Ticks = c("ticks_total", "Ticks completed.", "loop")
 	s.Misses = c("deadline_misses_total", "Ticks that missed their deadline or were abandoned.", "loop")
+	s.Abandoned = c("ticks_abandoned_total", "Ticks a party abandoned (each also counts in deadline_misses_total), by reason: late (the next measurement came before the tick finished), not_persisted (the previous state write was not acknowledged), no_item (no offline item in time), item_mismatch, version_mismatch (see mismatches_total), error (a computation failed on accepted input).", "loop", "reason")
 	s.Mismatches = c("mismatches_total", "Ticks where the parties disagreed (resynchronized), by kind: item (different offline items: a queue fault) or version (state versions: one party abandoned a tick its peer finished).", "loop", "kind")
 	s.ItemsConsumed = c("items_consumed_total", "Offline items used.", "loop")
 	s.ItemsPrepared = c("items_prepared_total", "Fixed-mask ticks whose item was prepared between ticks (half the product off the critical path).", "loop")
@@ -82,17 +84,36 @@ func (s *Set) Handler() http.Handler { return promhttp.HandlerFor(s.Reg, promhtt
 
 // Sum is the sum of a counter vector's samples (reports and benchmarks).
 func Sum(v *prometheus.CounterVec) float64 {
+	var s float64
+	for _, x := range SumBy(v, "") {
+		s += x
+	}
+	return s
+}
+
+// SumBy sums a counter vector's samples by the value of one label ("" for
+// all of them under the key "").
+func SumBy(v *prometheus.CounterVec, label string) map[string]float64 {
 	ch := make(chan prometheus.Metric, 64)
 	go func() {
 		v.Collect(ch)
 		close(ch)
 	}()
-	var s float64
+	s := map[string]float64{}
 	for m := range ch {
 		var d dto.Metric
-		if m.Write(&d) == nil && d.Counter != nil {
-			s += d.Counter.GetValue()
+		if m.Write(&d) != nil || d.Counter == nil {
+			continue
 		}
+		key := ""
+		if label != "" {
+			for _, lp := range d.Label {
+				if lp.GetName() == label {
+					key = lp.GetValue()
+				}
+			}
+		}
+		s[key] += d.Counter.GetValue()
 	}
 	return s
 }

@@ -23,9 +23,20 @@ import (
 // both. If P0 advanced its state but P1 did not (P0's Trunc was lost), their
 // versions differ by one: P0 rolls back to the state share it kept.
 
-func (w *worker) miss(why string) {
+// Why a party abandons a tick: the reason label of duet_ticks_abandoned_total.
+const (
+	missLate    = "late"          // the next measurement came before the tick finished
+	missPersist = "not_persisted" // the previous state write was not acknowledged
+	missNoItem  = "no_item"       // no offline item in time
+	missItem    = "item_mismatch" // the parties took different items
+	missVersion = "version_mismatch"
+	missError   = "error" // a computation failed on accepted input
+)
+
+func (w *worker) miss(reason, why string) {
 	w.s.opt.Metrics.Misses.WithLabelValues(w.loop).Inc()
-	w.s.opt.Log.Debug("tick abandoned", "party", w.id, "loop", w.loop, "tick", w.cur, "why", why)
+	w.s.opt.Metrics.Abandoned.WithLabelValues(w.loop, reason).Inc()
+	w.s.opt.Log.Debug("tick abandoned", "party", w.id, "loop", w.loop, "tick", w.cur, "reason", reason, "why", why)
 	w.st = idle
 }
 
@@ -36,18 +47,18 @@ func (w *worker) onMeasure(ctx context.Context, t uint64) {
 		return
 	}
 	if w.st != idle {
-		w.miss("next measurement arrived")
+		w.miss(missLate, "next measurement arrived")
 	}
 	if !w.flushState(ctx) {
 		w.cur = t
-		w.miss("state not persisted")
+		w.miss(missPersist, "state not persisted")
 		return
 	}
 	seq, mat, err := w.nextItem(ctx)
 	if err != nil {
 		w.s.opt.Metrics.LowWater.WithLabelValues(w.loop).Inc()
 		w.cur = t
-		w.miss(err.Error())
+		w.miss(missNoItem, err.Error())
 		return
 	}
 	msg, err := w.p.Begin(w.yBuf, mat)
@@ -88,7 +99,7 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, "item").Inc()
 		w.minSeq = max(w.item, mp.item) + 1
 		w.s.opt.Log.Warn("item mismatch: resynchronizing", "party", w.id, "loop", w.loop, "tick", t, "own", w.item, "peer", mp.item)
-		w.miss("item mismatch")
+		w.miss(missItem, "item mismatch")
 		return
 	}
 	if mp.version != w.version {
@@ -103,7 +114,7 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 			}
 		}
 		w.s.opt.Log.Warn("state version mismatch", "party", w.id, "loop", w.loop, "tick", t, "own", w.version, "peer", mp.version)
-		w.miss("state version mismatch")
+		w.miss(missVersion, "state version mismatch")
 		return
 	}
 	f := w.prm.Field
@@ -111,7 +122,7 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 	u, tr, err := w.p.Multiply(mp.msg)
 	if err != nil {
 		w.reject(err)
-		w.miss("multiply failed")
+		w.miss(missError, "multiply failed")
 		return
 	}
 	if w.p.UsedPrepared() {
@@ -147,7 +158,7 @@ func (w *worker) onTrunc(t uint64, tp peerTrunc) {
 	if tp.item != w.item {
 		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, "item").Inc()
 		w.s.opt.Log.Warn("truncation item mismatch", "party", w.id, "loop", w.loop, "tick", t, "own", w.item, "peer", tp.item)
-		w.miss("truncation item mismatch")
+		w.miss(missItem, "truncation item mismatch")
 		return
 	}
 	w.finish(&mpc.TruncMsg{Y: tp.y}, w.prevPending)
@@ -156,7 +167,7 @@ func (w *worker) onTrunc(t uint64, tp peerTrunc) {
 func (w *worker) finish(tr *mpc.TruncMsg, prev mpc.Matrix) {
 	if err := w.p.Finish(tr); err != nil {
 		w.reject(err)
-		w.miss("finish failed")
+		w.miss(missError, "finish failed")
 		return
 	}
 	w.prev, w.hasPrev = prev, true
