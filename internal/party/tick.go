@@ -46,8 +46,11 @@ func (w *worker) onMeasure(ctx context.Context, t uint64) {
 		w.reject(fmt.Errorf("%w: measurement before set-up completed", codec.ErrKind))
 		return
 	}
-	if w.st != idle {
-		w.miss(missLate, "next measurement arrived")
+	switch w.st {
+	case begun:
+		w.miss(missLate, "next measurement arrived before the peer's Protocol 1 message")
+	case multiplied:
+		w.miss(missLate, "next measurement arrived before P0's Protocol 2 message")
 	}
 	if !w.flushState(ctx) {
 		w.cur = t
