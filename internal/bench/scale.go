@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -337,11 +338,9 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	row.CPU = (cpuTime() - cpu0).Seconds() / wall.Seconds()
 	c0, c1 := <-atStart, read()
 	row.PartyMisses, row.NoItem = c1.misses-c0.misses, c1.noItem-c0.noItem
+	row.PartyAbandoned = map[string]int{}
 	for reason, v := range c1.abandoned {
 		if d := int(v - c0.abandoned[reason]); d > 0 {
-			if row.PartyAbandoned == nil {
-				row.PartyAbandoned = map[string]int{}
-			}
 			row.PartyAbandoned[reason] = d
 		}
 	}
@@ -657,13 +656,8 @@ func writeTickSeries(path string, ls []*lightLoop, from time.Time) error {
 // AbandonedBy formats PartyAbandoned as "reason=n" pairs, sorted by reason
 // and separated by spaces ("" if no tick was abandoned).
 func (r ScaleRow) AbandonedBy() string {
-	reasons := make([]string, 0, len(r.PartyAbandoned))
-	for k := range r.PartyAbandoned {
-		reasons = append(reasons, k)
-	}
-	slices.Sort(reasons)
 	var b strings.Builder
-	for i, k := range reasons {
+	for i, k := range slices.Sorted(maps.Keys(r.PartyAbandoned)) {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
