@@ -14,6 +14,7 @@ targets=(
   "./pkg/codec FuzzOpen"
   "./pkg/codec FuzzUnmarshalPayloads"
   "./pkg/codec FuzzMatrixDecode"
+  "./pkg/codec FuzzPeekItems"
   "./pkg/mpc FuzzElemFromBytes"
   "./pkg/mpc FuzzParseModulus"
   "./pkg/mpc FuzzParseControllerSpec"

@@ -86,6 +86,9 @@ type Plan struct {
 	// PeerBatch is the parties' party.Options.PeerBatch in the tick and
 	// scale sections (0: the default; 1: no batching).
 	PeerBatch int
+	// ItemsPerMsg is the sensors' items per stream message in the scale
+	// section (0: the default).
+	ItemsPerMsg int
 }
 
 // PlanFor returns the full or the --quick plan.
@@ -354,7 +357,7 @@ func runScaleSection(ctx context.Context, url string, plan Plan, cs mpc.Controll
 		if !persist {
 			loops = plan.ScaleNoPersistLoops
 		}
-		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch,
+		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, ItemsPerMsg: plan.ItemsPerMsg,
 			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)

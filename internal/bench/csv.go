@@ -17,7 +17,7 @@ var (
 	Fig5FloorHeader   = []string{"series", "d", "p50_us", "p99_us", "mean_us", "floor_p50_us", "floor_p99_us", "floor_mean_us", "ratio_p50", "ratio_mean", "measure_bytes", "exchange_bytes", "output_bytes", "bytes_p0", "bytes_p1"}
 	TickHeader        = []string{"case", "p50_us", "p99_us", "floor_p50_us", "floor_p99_us"}
 	TickDetailHeader  = []string{"case", "n", "m", "p", "modulus", "variant", "persist", "ticks", "misses", "p50_us", "p99_us", "floor_p50_us", "floor_p99_us", "ratio_p50", "ratio_p99", "measure_bytes", "exchange_bytes", "output_bytes", "max_du", "du_bound", "abandoned", "queue_after"}
-	DealerHeader      = []string{"case", "variant", "compress", "replicas", "items", "seconds", "items_per_s", "payload_bytes_per_tick", "stream_bytes_per_item"}
+	DealerHeader      = []string{"case", "variant", "compress", "replicas", "items_per_msg", "items", "seconds", "items_per_s", "payload_bytes_per_tick", "stream_bytes_per_item"}
 	ScaleHeader       = []string{"loops", "p50_us", "p99_us", "misses", "ok"}
 	ScaleFloorHeader  = []string{"loops", "ticks", "misses", "p50_us", "p99_us", "cpu_cores"}
 	ScaleDetailHeader = []string{"loops", "persist", "ticks", "p50_us", "p99_us", "misses", "wrong", "ok", "floor_ticks", "floor_p50_us", "floor_p99_us", "floor_misses", "stalls", "stall_max_ms", "floor_stalls", "floor_stall_max_ms", "cpu_cores", "setup_s", "party_misses", "party_no_item", "floor_cpu_cores", "gc_cycles", "alloc_kb_per_tick", "peer_msgs_per_tick", "peer_envelopes_per_tick", "party_abandoned_by"}
@@ -71,7 +71,7 @@ func (rep *Report) WriteCSVs(dir string) error {
 	}
 	var dl [][]string
 	for _, r := range rep.Dealer {
-		dl = append(dl, []string{r.Case, r.Variant.String(), fb(r.Compress), fi(r.Replicas), fi(r.Items), ff(r.Seconds, 4), ff(r.Rate, 0),
+		dl = append(dl, []string{r.Case, r.Variant.String(), fb(r.Compress), fi(r.Replicas), fi(r.PerMsg), fi(r.Items), ff(r.Seconds, 4), ff(r.Rate, 0),
 			fi(r.PayloadBytes), ff(r.StreamBytes, 1)})
 	}
 	var sc, sd [][]string

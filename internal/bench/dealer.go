@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/sensor"
+	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
@@ -32,7 +34,9 @@ type DealerOptions struct {
 	Replicas []int // default 1 and 3
 	Variants []mpc.Variant
 	Compress []bool
-	Log      *slog.Logger
+	// PerMsg are the sensor's items per stream message (default 8 and 1).
+	PerMsg []int
+	Log    *slog.Logger
 }
 
 // DealerRow is one measurement.
@@ -41,14 +45,18 @@ type DealerRow struct {
 	Variant  mpc.Variant
 	Compress bool
 	Replicas int
-	Items    int     // queue depth reached
-	Seconds  float64 // from 10% to 90% of Items
-	Rate     float64 // items per second
+	// PerMsg is the items each stream message held (the set-up's, lowered by
+	// the dealer for large items).
+	PerMsg  int
+	Items   int     // queue depth reached
+	Seconds float64 // from 10% to 90% of Items
+	Rate    float64 // items per second
 	// PayloadBytes is mpc.DealerBytesPerTick: the material a dealer ships per
 	// tick before sealing and framing.
 	PayloadBytes int
 	// StreamBytes is the measured JetStream bytes per item (sealed envelopes,
-	// msgpack framing, subject and stream overhead).
+	// msgpack framing, subject and stream overhead, shared by a message's
+	// items).
 	StreamBytes float64
 }
 
@@ -69,16 +77,21 @@ func RunDealer(ctx context.Context, opt DealerOptions, cases []DealerCase) ([]De
 	if len(opt.Compress) == 0 {
 		opt.Compress = []bool{true, false}
 	}
+	if len(opt.PerMsg) == 0 {
+		opt.PerMsg = []int{sensor.DefaultItemsPerMsg, 1}
+	}
 	var rows []DealerRow
 	for _, c := range cases {
 		for _, v := range opt.Variants {
 			for _, comp := range opt.Compress {
-				for _, k := range opt.Replicas {
-					row, err := runDealerPoint(ctx, opt, c, v, comp, k)
-					if err != nil {
-						return rows, fmt.Errorf("bench: dealer %s %s compress=%v replicas=%d: %w", c.Name, v, comp, k, err)
+				for _, pm := range opt.PerMsg {
+					for _, k := range opt.Replicas {
+						row, err := runDealerPoint(ctx, opt, c, v, comp, k, pm)
+						if err != nil {
+							return rows, fmt.Errorf("bench: dealer %s %s compress=%v replicas=%d items/message=%d: %w", c.Name, v, comp, k, pm, err)
+						}
+						rows = append(rows, row)
 					}
-					rows = append(rows, row)
 				}
 			}
 		}
@@ -86,7 +99,7 @@ func RunDealer(ctx context.Context, opt DealerOptions, cases []DealerCase) ([]De
 	return rows, nil
 }
 
-func runDealerPoint(ctx context.Context, opt DealerOptions, c DealerCase, v mpc.Variant, compress bool, replicas int) (DealerRow, error) {
+func runDealerPoint(ctx context.Context, opt DealerOptions, c DealerCase, v mpc.Variant, compress bool, replicas, perMsg int) (DealerRow, error) {
 	row := DealerRow{Case: c.Name, Variant: v, Compress: compress, Replicas: replicas}
 	rz, err := c.Controller.Resolve(v)
 	if err != nil {
@@ -103,7 +116,7 @@ func runDealerPoint(ctx context.Context, opt DealerOptions, c DealerCase, v mpc.
 	}
 	defer r.close()
 	loop := "b" + uniqueTag() // 7 characters, like "pendulum": ids travel in every header
-	if _, err := r.setupLoop(r.admin, loopSpec{Loop: loop, Controller: c.Controller, Variant: v, Compress: compress, QueueMax: int64(n)}); err != nil {
+	if _, err := r.setupLoop(r.admin, loopSpec{Loop: loop, Controller: c.Controller, Variant: v, Compress: compress, QueueMax: int64(n), ItemsPerMsg: perMsg}); err != nil {
 		return row, err
 	}
 	stop, err := r.startDealers(replicas, n, 10*time.Millisecond)
@@ -111,13 +124,25 @@ func runDealerPoint(ctx context.Context, opt DealerOptions, c DealerCase, v mpc.
 		return row, err
 	}
 	defer stop()
-	lo, hi := n/10, n*9/10
+	// Every message holds the same number of items (the dealer lowers the
+	// set-up's number once, for large items): read it from the first.
+	var k int
+	if err := waitFor(ctx, time.Minute, "the first stream message", func() bool {
+		k, err = storedPerMsg(ctx, r, loop)
+		return err == nil
+	}); err != nil {
+		return row, err
+	}
+	row.PerMsg = k
+	// Depths and positions below are in stream messages.
+	msgs := n / k
+	lo, hi := msgs/10, msgs*9/10
 	var depth uint64
 	var tLo, tHi time.Time // polled, a fallback for the stored times
 	deadline := time.Now().Add(5 * time.Minute)
 	for int(depth) < hi {
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return row, fmt.Errorf("bench: the queue did not reach %d items (depth %d)", hi, depth)
+			return row, fmt.Errorf("bench: the queue did not reach %d messages of %d items (depth %d)", hi, k, depth)
 		}
 		time.Sleep(2 * time.Millisecond)
 		depth, _, _ = r.queueDepth(ctx, loop)
@@ -127,9 +152,9 @@ func runDealerPoint(ctx context.Context, opt DealerOptions, c DealerCase, v mpc.
 	}
 	tHi = time.Now()
 	stop()
-	row.Items = n
-	// The rate comes from the times the server stored items lo and hi, not
-	// from polling (the queue can fill between two polls).
+	row.Items = msgs * k
+	// The rate comes from the times the server stored messages lo and hi,
+	// not from polling (the queue can fill between two polls).
 	if t0, t1, err := storedTimes(ctx, r, loop, lo, hi); err == nil {
 		tLo, tHi = t0, t1
 	} else {
@@ -137,16 +162,38 @@ func runDealerPoint(ctx context.Context, opt DealerOptions, c DealerCase, v mpc.
 	}
 	row.Seconds = tHi.Sub(tLo).Seconds()
 	if row.Seconds > 0 {
-		row.Rate = float64(hi-lo) / row.Seconds
+		row.Rate = float64((hi-lo)*k) / row.Seconds
 	}
 	if depth, bytes, err := r.queueDepth(ctx, loop); err == nil && depth > 0 {
-		row.StreamBytes = float64(bytes) / float64(depth)
+		row.StreamBytes = float64(bytes) / float64(depth) / float64(k)
 	}
 	return row, nil
 }
 
-// storedTimes returns the times the server stored the lo-th and hi-th items
-// of a loop's queue.
+// storedPerMsg is the number of items in the first message of a loop's
+// queue.
+func storedPerMsg(ctx context.Context, r *rig, loop string) (int, error) {
+	st, err := r.js.Stream(ctx, bus.OfflineStream(loop))
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if info.State.Msgs == 0 {
+		return 0, fmt.Errorf("empty queue")
+	}
+	m, err := st.GetMsg(ctx, info.State.FirstSeq)
+	if err != nil {
+		return 0, err
+	}
+	its, err := codec.PeekItems(m.Data, codec.MaxItemsPerMsg)
+	return len(its), err
+}
+
+// storedTimes returns the times the server stored the lo-th and hi-th
+// messages of a loop's queue.
 func storedTimes(ctx context.Context, r *rig, loop string, lo, hi int) (time.Time, time.Time, error) {
 	st, err := r.js.Stream(ctx, bus.OfflineStream(loop))
 	if err != nil {

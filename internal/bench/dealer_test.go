@@ -15,10 +15,14 @@ func TestDealerQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 2 {
-		t.Fatalf("%d rows, want 2", len(rows))
+	// Replicas 1 and 3, each with 8 items per stream message and with 1.
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4", len(rows))
 	}
-	for _, r := range rows {
+	for i, r := range rows {
+		if want := []int{8, 8, 1, 1}[i]; r.PerMsg != want || r.Items%want != 0 {
+			t.Errorf("row %d: %d items per message (%d items), want %d", i, r.PerMsg, r.Items, want)
+		}
 		if r.Rate <= 0 || r.StreamBytes < float64(r.PayloadBytes) {
 			t.Errorf("%+v: want a positive rate and stream bytes >= payload bytes", r)
 		}

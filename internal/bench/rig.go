@@ -97,8 +97,10 @@ type loopSpec struct {
 	Variant    mpc.Variant
 	Compress   bool
 	QueueMax   int64
-	Fast       bool
-	OnTick     func(tick uint64, y, uplain []float64)
+	// ItemsPerMsg is the sensor's items per stream message (0: its default).
+	ItemsPerMsg int
+	Fast        bool
+	OnTick      func(tick uint64, y, uplain []float64)
 }
 
 // setupLoop creates a sensor on nc and runs its set-up (queue, consumers,
@@ -109,7 +111,7 @@ func (r *rig) setupLoop(nc *nats.Conn, ls loopSpec) (*sensor.Sensor, error) {
 		return nil, err
 	}
 	sn, err := sensor.New(nc, s, sensor.Options{Loop: ls.Loop, Controller: ls.Controller, Variant: ls.Variant, Compress: ls.Compress,
-		Fast: ls.Fast, QueueMax: ls.QueueMax, Log: r.log, Metrics: metrics.New("sensor"), OnTick: ls.OnTick})
+		Fast: ls.Fast, QueueMax: ls.QueueMax, ItemsPerMsg: ls.ItemsPerMsg, Log: r.log, Metrics: metrics.New("sensor"), OnTick: ls.OnTick})
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +200,18 @@ func (r *rig) partiesReady() bool {
 	return r.parties[0] != nil && r.parties[1] != nil && r.parties[0].Ready() && r.parties[1].Ready()
 }
 
-// queueDepth reads a loop's offline queue depth (items) and bytes.
+// queueItems reads a loop's offline queue depth in items: its stream
+// messages times the items each holds.
+func (r *rig) queueItems(ctx context.Context, loop string) (int, error) {
+	msgs, _, err := r.queueDepth(ctx, loop)
+	if err != nil || msgs == 0 {
+		return 0, err
+	}
+	k, err := storedPerMsg(ctx, r, loop)
+	return int(msgs) * k, err
+}
+
+// queueDepth reads a loop's offline queue depth (stream messages) and bytes.
 func (r *rig) queueDepth(ctx context.Context, loop string) (msgs, bytes uint64, err error) {
 	st, err := r.js.Stream(ctx, bus.OfflineStream(loop))
 	if err != nil {
@@ -230,8 +243,8 @@ func (r *rig) waitQueues(ctx context.Context, loops []string, min int, timeout t
 	pending := append([]string(nil), loops...)
 	return waitFor(ctx, timeout, fmt.Sprintf("%d offline queues to hold %d items", len(loops), min), func() bool {
 		for len(pending) > 0 {
-			n, _, err := r.queueDepth(ctx, pending[0])
-			if err != nil || int(n) < min {
+			n, err := r.queueItems(ctx, pending[0])
+			if err != nil || n < min {
 				return false
 			}
 			pending = pending[1:]

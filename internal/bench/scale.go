@@ -58,6 +58,8 @@ type ScaleOptions struct {
 	Clients    int // client connections (default 4)
 	// PeerBatch is the parties' party.Options.PeerBatch (0: the default).
 	PeerBatch int
+	// ItemsPerMsg is the sensors' items per stream message (0: the default).
+	ItemsPerMsg int
 	// Budget stops the search before a step that would start after it has
 	// elapsed (0: no limit).
 	Budget time.Duration
@@ -189,7 +191,7 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 					return
 				}
 				sn, err := r.setupLoop(nc, loopSpec{Loop: loops[i], Controller: opt.Controller, Variant: opt.Variant, Compress: opt.Compress,
-					QueueMax: int64(2*lowWater + 256)})
+					QueueMax: int64(2*lowWater + 256), ItemsPerMsg: opt.ItemsPerMsg})
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err

@@ -165,8 +165,8 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 	lat, misses, maxDiff := rec.results(uint64(opt.Warmup)+1, uint64(total))
 	row.Lat, row.Floor, row.Misses, row.MaxDiff = Summarize(lat), Summarize(flat), misses, maxDiff
 	row.Abandoned = rec.abandoned
-	if n, _, err := r.queueDepth(ctx, loop); err == nil {
-		row.QueueAfter = int(n)
+	if n, err := r.queueItems(ctx, loop); err == nil {
+		row.QueueAfter = n
 	}
 	return row, nil
 }

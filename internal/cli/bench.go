@@ -31,6 +31,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	verbose := fs.Bool("v", false, "log service events to stderr")
 	loops := fs.String("loops", "", "comma-separated loop counts for the scale search, tried in order (default: the plan's, 50 up to 1500)")
 	peerBatch := fs.Int("peer-batch", 0, "the parties' DUET_PEER_BATCH in the tick and scale sections (default: the service default; 1: no batching)")
+	perMsg := fs.Int("items-per-msg", 0, "the sensors' DUET_ITEMS_PER_MSG in the scale section (default: the service default)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -47,8 +48,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *peerBatch < 0 || *peerBatch > codec.MaxBatchEnvelopes {
 		return fmt.Errorf("%w: --peer-batch %d: want 1..%d (0: the default)", ErrUsage, *peerBatch, codec.MaxBatchEnvelopes)
 	}
+	if *perMsg < 0 || *perMsg > codec.MaxItemsPerMsg {
+		return fmt.Errorf("%w: --items-per-msg %d: want 1..%d (0: the default)", ErrUsage, *perMsg, codec.MaxItemsPerMsg)
+	}
 	var plan *bench.Plan
-	if *loops != "" || *peerBatch != 0 {
+	if *loops != "" || *peerBatch != 0 || *perMsg != 0 {
 		p := bench.PlanFor(*quick)
 		if *loops != "" {
 			ns, err := parseCounts(*loops)
@@ -57,7 +61,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			p.ScaleLoops, p.ScaleNoPersistLoops, p.ScaleBudget = ns, ns, 0
 		}
-		p.PeerBatch = *peerBatch
+		p.PeerBatch, p.ItemsPerMsg = *peerBatch, *perMsg
 		plan = &p
 	}
 	lvl := slog.LevelError + 4 // silent: the services log expected rejections at set-up and shutdown
@@ -107,9 +111,9 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 	}
 	if len(rep.Dealer) > 0 {
 		fmt.Fprintln(w, "\nDealer throughput (real dealer replicas into a real offline queue)")
-		fmt.Fprintln(tw, "case\tvariant\tcompress\treplicas\titems/s\tpayload B/tick\tstream B/item\t")
+		fmt.Fprintln(tw, "case\tvariant\tcompress\titems/msg\treplicas\titems/s\tpayload B/tick\tstream B/item\t")
 		for _, r := range rep.Dealer {
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%.0f\t%d\t%.0f\t\n", r.Case, r.Variant, r.Compress, r.Replicas, r.Rate, r.PayloadBytes, r.StreamBytes)
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%d\t%.0f\t%d\t%.0f\t\n", r.Case, r.Variant, r.Compress, r.PerMsg, r.Replicas, r.Rate, r.PayloadBytes, r.StreamBytes)
 		}
 		tw.Flush()
 	}

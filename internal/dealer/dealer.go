@@ -149,31 +149,33 @@ func (d *Dealer) register(ctx context.Context, wg *sync.WaitGroup, key string, d
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		d.serve(lctx, h.Loop, sp.Epoch, prm, gen, stream)
+		d.serve(lctx, h.Loop, sp.Epoch, prm, gen, stream, max(1, sp.ItemsPerMsg))
 	}()
 	return nil
 }
 
-// serve keeps one loop's queue above the low-water mark.
-func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.Params, gen *mpc.Dealer, stream jetstream.Stream) {
+// serve keeps one loop's queue above the low-water mark, publishing up to
+// perMsg items in each stream message.
+func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.Params, gen *mpc.Dealer, stream jetstream.Stream, perMsg int) {
 	var key [32]byte
 	if _, err := rand.Read(key[:]); err != nil {
 		d.opt.Log.Error("randomness", "err", err)
 		return
 	}
-	rng := mpc.NewPRG(key, [16]byte{})
-	subj := bus.OfflineSubject(loop)
+	q := &queue{loop: loop, epoch: epoch, prm: prm, gen: gen, rng: mpc.NewPRG(key, [16]byte{}), subj: bus.OfflineSubject(loop), perMsg: perMsg,
+		limit: min(maxStreamMsg, int(d.nc.MaxPayload())/2)}
 	tick := time.NewTicker(d.opt.Poll)
 	defer tick.Stop()
 	for {
-		depth, err := pendingItems(ctx, stream)
+		depth, err := pendingMsgs(ctx, stream)
 		if err == nil {
+			depth *= q.perMsg // items: every message the parties have not taken is full
 			d.opt.Metrics.QueueDepth.WithLabelValues(loop).Set(float64(depth))
 			if depth < d.opt.LowWater {
 				d.opt.Metrics.LowWater.WithLabelValues(loop).Inc()
 				// One batch per round, then look again: with several replicas
 				// each would otherwise refill the whole deficit.
-				if full := d.refill(ctx, loop, epoch, prm, gen, rng, subj, d.opt.Batch); !full {
+				if full := d.refill(ctx, q, d.opt.Batch); !full {
 					continue
 				}
 				// The stream is at MaxMsgs (DiscardNew): wait for the next poll.
@@ -189,11 +191,30 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 	}
 }
 
-// pendingItems is the queue depth as the parties see it: the fewer of the
-// items not yet delivered to either party's consumer. (The stream's message
-// count is not used: it also holds items one party has taken and the other
-// not yet, and after a server restart it can lag the consumers.)
-func pendingItems(ctx context.Context, stream jetstream.Stream) (int, error) {
+// maxStreamMsg bounds a stream message of several items (the server's
+// max_payload, 1 MiB by default, bounds it too): a large controller's items
+// go fewer to a message, down to one.
+const maxStreamMsg = 256 << 10
+
+// queue is what a dealer needs to fill one loop's queue.
+type queue struct {
+	loop   string
+	epoch  uint64
+	prm    mpc.Params
+	gen    *mpc.Dealer
+	rng    interface{ Read([]byte) (int, error) }
+	subj   string
+	perMsg int // items per stream message (lowered once to fit limit)
+	limit  int // bytes per stream message
+	sized  bool
+}
+
+// pendingMsgs is the queue depth as the parties see it, in stream messages:
+// the fewer of the messages not yet delivered to either party's consumer.
+// (The stream's message count is not used: it also holds items one party
+// has taken and the other not yet, and after a server restart it can lag
+// the consumers.)
+func pendingMsgs(ctx context.Context, stream jetstream.Stream) (int, error) {
 	depth := -1
 	for i := 0; i < 2; i++ {
 		c, err := stream.Consumer(ctx, bus.ConsumerName(i))
@@ -211,33 +232,36 @@ func pendingItems(ctx context.Context, stream jetstream.Stream) (int, error) {
 	return depth, nil
 }
 
-// refill publishes up to n items; it reports whether the stream was full.
-func (d *Dealer) refill(ctx context.Context, loop string, epoch uint64, prm mpc.Params, gen *mpc.Dealer, rng interface{ Read([]byte) (int, error) }, subj string, n int) bool {
+// refill publishes about n items (whole messages); it reports whether the
+// stream was full.
+func (d *Dealer) refill(ctx context.Context, q *queue, n int) bool {
 	futures := make([]jetstream.PubAckFuture, 0, n)
-	for i := 0; i < n && ctx.Err() == nil; i++ {
-		data, err := d.item(loop, epoch, prm, gen, rng)
+	counts := make([]int, 0, n)
+	for i := 0; i < n && ctx.Err() == nil; {
+		data, k, err := d.message(q)
 		if err != nil {
-			d.opt.Log.Error("generating item", "loop", loop, "err", err)
+			d.opt.Log.Error("generating item", "loop", q.loop, "err", err)
 			return false
 		}
-		f, err := d.js.PublishAsync(subj, data)
+		f, err := d.js.PublishAsync(q.subj, data)
 		if err != nil {
 			break
 		}
-		futures = append(futures, f)
+		futures, counts = append(futures, f), append(counts, k)
+		i += k
 	}
 	// A publish lost while the server restarts may never be acknowledged:
 	// wait a bounded time, then poll again.
 	wait := time.NewTimer(5 * time.Second)
 	defer wait.Stop()
 	full := false
-	for _, f := range futures {
+	for i, f := range futures {
 		select {
 		case <-wait.C:
-			d.opt.Log.Warn("offline item publish not acknowledged", "loop", loop)
+			d.opt.Log.Warn("offline item publish not acknowledged", "loop", q.loop)
 			return full
 		case <-f.Ok():
-			d.opt.Metrics.ItemsPublished.WithLabelValues(loop).Inc()
+			d.opt.Metrics.ItemsPublished.WithLabelValues(q.loop).Add(float64(counts[i]))
 		case err := <-f.Err():
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) || strings.Contains(err.Error(), "maximum messages") {
@@ -250,9 +274,31 @@ func (d *Dealer) refill(ctx context.Context, loop string, epoch uint64, prm mpc.
 	return full
 }
 
-// item draws one item and seals each party's share to it.
-func (d *Dealer) item(loop string, epoch uint64, prm mpc.Params, gen *mpc.Dealer, rng interface{ Read([]byte) (int, error) }) ([]byte, error) {
-	it, err := gen.Next(rng)
+// message draws up to q.perMsg items into one stream message: each item's
+// encoding, concatenated (codec.PeekItems). The first message of a loop
+// lowers q.perMsg so that a message stays within q.limit bytes.
+func (d *Dealer) message(q *queue) ([]byte, int, error) {
+	data, err := d.item(q, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !q.sized {
+		q.perMsg, q.sized = max(1, min(q.perMsg, q.limit/len(data))), true
+	}
+	k := 1
+	for ; k < q.perMsg; k++ {
+		if data, err = d.item(q, data); err != nil {
+			return nil, 0, err
+		}
+	}
+	return data, k, nil
+}
+
+// item draws one item, seals each party's share to it and appends its
+// encoding to b.
+func (d *Dealer) item(q *queue, b []byte) ([]byte, error) {
+	loop, epoch, prm := q.loop, q.epoch, q.prm
+	it, err := q.gen.Next(q.rng)
 	if err != nil {
 		return nil, err
 	}
@@ -272,5 +318,9 @@ func (d *Dealer) item(loop string, epoch uint64, prm mpc.Params, gen *mpc.Dealer
 	if msg.P1, err = seal(codec.RoleParty1, it.P1); err != nil {
 		return nil, err
 	}
-	return codec.Marshal(msg)
+	enc, err := codec.Marshal(msg)
+	if b == nil || err != nil {
+		return enc, err
+	}
+	return append(b, enc...), nil
 }

@@ -47,9 +47,11 @@ type Options struct {
 	Dealers    int
 	LowWater   int
 	QueueMax   int64
-	FailSafe   actuator.FailSafe
-	FileStore  bool // JetStream file storage (queue, set-up, party state)
-	NoPersist  bool // disable the parties' crash-recovery persistence
+	// ItemsPerMsg is the sensor's items per stream message (0: its default).
+	ItemsPerMsg int
+	FailSafe    actuator.FailSafe
+	FileStore   bool // JetStream file storage (queue, set-up, party state)
+	NoPersist   bool // disable the parties' crash-recovery persistence
 	// PeerBatchAlways makes the parties send every exchange message as a
 	// batch (party.Options.PeerBatchAlways), so the batch path carries the
 	// whole run.
@@ -159,6 +161,9 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	}
 	if opt.LowWater <= 0 {
 		opt.LowWater = 750
+	}
+	if opt.ItemsPerMsg <= 0 {
+		opt.ItemsPerMsg = sensor.DefaultItemsPerMsg
 	}
 	if opt.QueueMax <= 0 {
 		opt.QueueMax = int64(2*opt.LowWater + 256)
@@ -334,7 +339,7 @@ func (c *Cluster) startSensor() error {
 		return err
 	}
 	c.Sensor, err = sensor.New(nc, s, sensor.Options{Loop: o.Loop, Controller: o.Controller, Variant: o.Variant, Compress: o.Compress,
-		Period: o.Period, Fast: o.Fast, QueueMax: o.QueueMax, FileStore: o.FileStore, Log: o.Log, Metrics: m, OnTick: c.onTick,
+		Period: o.Period, Fast: o.Fast, QueueMax: o.QueueMax, ItemsPerMsg: o.ItemsPerMsg, FileStore: o.FileStore, Log: o.Log, Metrics: m, OnTick: c.onTick,
 		StateKey: &key})
 	return err
 }
@@ -454,7 +459,8 @@ func (c *Cluster) WaitReady(ctx context.Context, minItems int) error {
 	}
 }
 
-// QueueDepth reads the offline queue depth from the server.
+// QueueDepth reads the offline queue depth from the server, in items (the
+// pendulum's items are small: every message holds ItemsPerMsg).
 func (c *Cluster) QueueDepth() int {
 	jsz, err := c.ns.Jsz(&server.JSzOptions{Streams: true, Accounts: true})
 	if err != nil {
@@ -463,7 +469,7 @@ func (c *Cluster) QueueDepth() int {
 	for _, a := range jsz.AccountDetails {
 		for _, s := range a.Streams {
 			if s.Name == bus.OfflineStream(c.opt.Loop) {
-				return int(s.State.Msgs)
+				return int(s.State.Msgs) * c.opt.ItemsPerMsg
 			}
 		}
 	}

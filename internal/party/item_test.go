@@ -8,27 +8,45 @@ import (
 	"github.com/duet-mpc/duet/pkg/codec"
 )
 
-// trimItem keeps only this party's part of a stream message's item, and
-// rejects items of another loop or epoch before they are buffered.
-func TestTrimItem(t *testing.T) {
-	const loop, epoch = "pend-1", 7
-	nonce := [16]byte{1, 2, 3}
-	env0, env1 := bytes.Repeat([]byte{0xa0}, 300), bytes.Repeat([]byte{0xa1}, 300)
-	msg := func(m codec.ItemMsg) []byte {
-		b, err := codec.Marshal(m)
+func itemMsgs(t *testing.T, ms ...codec.ItemMsg) []byte {
+	t.Helper()
+	var b []byte
+	for _, m := range ms {
+		e, err := codec.Marshal(m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return b
+		b = append(b, e...)
+	}
+	return b
+}
+
+// trimItems keeps only this party's part of a stream message's items, and
+// rejects items of another loop or epoch before they are buffered.
+func TestTrimItems(t *testing.T) {
+	const loop, epoch, seq = "pend-1", 7, 41
+	nonce := [16]byte{1, 2, 3}
+	env0, env1 := bytes.Repeat([]byte{0xa0}, 300), bytes.Repeat([]byte{0xa1}, 300)
+	msg := func(ms ...codec.ItemMsg) []byte { return itemMsgs(t, ms...) }
+	one := func(w *worker, data []byte) rawItem {
+		t.Helper()
+		rs := w.trimItems(data, seq)
+		if len(rs) != 1 {
+			t.Fatalf("%d items from a single-item message", len(rs))
+		}
+		if rs[0].seq != itemID(seq, 0) {
+			t.Errorf("id %#x, want %#x", rs[0].seq, itemID(seq, 0))
+		}
+		return rs[0]
 	}
 	compressed := msg(codec.ItemMsg{Loop: loop, Epoch: epoch, Nonce: nonce, P1: env1})
 	full := msg(codec.ItemMsg{Loop: loop, Epoch: epoch, Nonce: nonce, P0: env0, P1: env1})
-	p0, p1 := &worker{id: 0, loop: loop, epoch: epoch}, &worker{id: 1, loop: loop, epoch: epoch}
+	p0, p1 := &worker{id: 0, loop: loop, epoch: epoch, perMsg: 1}, &worker{id: 1, loop: loop, epoch: epoch, perMsg: 1}
 
-	if r := p0.trimItem(compressed); r.err != nil || r.env != nil || r.nonce != nonce {
+	if r := one(p0, compressed); r.err != nil || r.env != nil || r.nonce != nonce {
 		t.Errorf("P0, compressed: %+v; want the nonce alone", r)
 	}
-	if r := p1.trimItem(compressed); r.err != nil || !bytes.Equal(r.env, env1) || r.nonce != nonce {
+	if r := one(p1, compressed); r.err != nil || !bytes.Equal(r.env, env1) || r.nonce != nonce {
 		t.Errorf("P1, compressed: err %v, %d-byte envelope; want its own", r.err, len(r.env))
 	}
 	for _, c := range []struct {
@@ -36,7 +54,7 @@ func TestTrimItem(t *testing.T) {
 		want []byte
 	}{{p0, env0}, {p1, env1}} {
 		data := bytes.Clone(full)
-		r := c.w.trimItem(data)
+		r := one(c.w, data)
 		if r.err != nil || !bytes.Equal(r.env, c.want) {
 			t.Fatalf("P%d, uncompressed: err %v; want its own envelope", c.w.id, r.err)
 		}
@@ -51,14 +69,97 @@ func TestTrimItem(t *testing.T) {
 		"other loop":  msg(codec.ItemMsg{Loop: "pend-2", Epoch: epoch, Nonce: nonce, P1: env1}),
 		"other epoch": msg(codec.ItemMsg{Loop: loop, Epoch: epoch + 1, Nonce: nonce, P1: env1}),
 	} {
-		if r := p0.trimItem(data); !errors.Is(r.err, codec.ErrHeader) {
+		if r := one(p0, data); !errors.Is(r.err, codec.ErrHeader) {
 			t.Errorf("%s: err %v, want ErrHeader", name, r.err)
 		}
 	}
-	if r := p1.trimItem([]byte{0xc1, 0x00}); r.err == nil {
+	if r := one(p1, []byte{0xc1, 0x00}); r.err == nil {
 		t.Error("malformed bytes accepted")
 	}
-	if r := p1.trimItem(msg(codec.ItemMsg{Loop: loop, Epoch: epoch, Nonce: nonce, P0: env0})); r.err == nil {
+	if r := one(p1, msg(codec.ItemMsg{Loop: loop, Epoch: epoch, Nonce: nonce, P0: env0})); r.err == nil {
 		t.Error("item without P1's material accepted")
+	}
+}
+
+// A multi-item message gives one raw item per item, numbered in order; more
+// items than the set-up allows, or an item of another loop or epoch among
+// them, reject the whole message.
+func TestTrimItemsMulti(t *testing.T) {
+	const loop, epoch, seq = "pend-1", 7, 9
+	var ms []codec.ItemMsg
+	for i := range 4 {
+		ms = append(ms, codec.ItemMsg{Loop: loop, Epoch: epoch, Nonce: [16]byte{byte(i)}, P1: bytes.Repeat([]byte{byte(0xb0 + i)}, 200)})
+	}
+	p1 := &worker{id: 1, loop: loop, epoch: epoch, perMsg: 4}
+	data := itemMsgs(t, ms...)
+	rs := p1.trimItems(data, seq)
+	if len(rs) != 4 {
+		t.Fatalf("%d items, want 4", len(rs))
+	}
+	for i, r := range rs {
+		if r.err != nil || r.seq != itemID(seq, i) || r.nonce != ms[i].Nonce || !bytes.Equal(r.env, ms[i].P1) {
+			t.Errorf("item %d: id %#x err %v nonce %v; want id %#x and its own envelope", i, r.seq, r.err, r.nonce[0], itemID(seq, i))
+		}
+		if i > 0 && rs[i-1].seq >= r.seq {
+			t.Errorf("ids not increasing: %#x then %#x", rs[i-1].seq, r.seq)
+		}
+	}
+	// P1's envelopes are all of the message: kept without copying.
+	if &rs[0].env[0] != &data[bytes.Index(data, ms[0].P1)] {
+		t.Error("P1's envelopes were copied although they are most of the message")
+	}
+	p1.perMsg = 3
+	if rs := p1.trimItems(data, seq); len(rs) != 1 || !errors.Is(rs[0].err, codec.ErrMalformed) {
+		t.Errorf("4 items with 3 allowed: %d items, err %v; want one ErrMalformed", len(rs), rs[0].err)
+	}
+	p1.perMsg = 4
+	bad := append([]codec.ItemMsg{}, ms...)
+	bad[2].Epoch++
+	if rs := p1.trimItems(itemMsgs(t, bad...), seq); len(rs) != 1 || !errors.Is(rs[0].err, codec.ErrHeader) {
+		t.Errorf("an item of another epoch inside: %d items, err %v; want one ErrHeader", len(rs), rs[0].err)
+	}
+	if rs := p1.trimItems(append(bytes.Clone(data), 0xc0), seq); len(rs) != 1 || rs[0].err == nil {
+		t.Error("trailing byte after the items accepted")
+	}
+}
+
+// The payloads carry a message's first item as its stream sequence alone,
+// as releases without multi-item messages do, and every id maps back.
+func TestWireItem(t *testing.T) {
+	for _, id := range []uint64{itemID(1, 0), itemID(1, 1), itemID(77, 0), itemID(77, 127), itemID(1<<40, 5)} {
+		if got := fromWire(wireItem(id)); got != id {
+			t.Errorf("id %#x: wire %#x maps back to %#x", id, wireItem(id), got)
+		}
+	}
+	if w := wireItem(itemID(1234, 0)); w != 1234 {
+		t.Errorf("first item of message 1234 on the wire: %d, want 1234", w)
+	}
+	if wireItem(itemID(1234, 1)) == wireItem(itemID(1234, 0)) || wireItem(itemID(1234, 1)) == 1234<<8|1 {
+		t.Error("second item's wire id collides")
+	}
+}
+
+// A restored record never lets a party take an item at or below the one it
+// had taken: without an index (earlier releases, or index 0) the whole
+// message counts as taken.
+func TestRestoredHWM(t *testing.T) {
+	for _, c := range []struct {
+		rec  stateRecord
+		next uint64 // the first id that may be taken after the restore
+	}{
+		{stateRecord{HWM: 10}, itemID(11, 0)},
+		{stateRecord{HWM: 10, HWMIdx: 3}, itemID(10, 4)},
+	} {
+		h := restoredHWM(c.rec)
+		if h >= c.next || h < itemID(c.rec.HWM, int(c.rec.HWMIdx)) {
+			t.Errorf("record hwm %d idx %d: restored %#x, want in [%#x, %#x)", c.rec.HWM, c.rec.HWMIdx, h, itemID(c.rec.HWM, int(c.rec.HWMIdx)), c.next)
+		}
+	}
+	// What record() writes restores to what was taken, or beyond within the
+	// same message.
+	w := &worker{hwm: itemID(50, 2)}
+	rec := stateRecord{HWM: w.hwm >> 8, HWMIdx: w.hwm & 0xff}
+	if got := restoredHWM(rec); got != w.hwm {
+		t.Errorf("round trip of %#x: %#x", w.hwm, got)
 	}
 }

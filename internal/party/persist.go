@@ -37,14 +37,20 @@ var ErrFenced = errors.New("party: fenced: another instance of this party took o
 type stateRecord struct {
 	// Instance identifies the writing process: the fence is lost only when
 	// another instance has written.
-	Instance uint64           `msgpack:"instance"`
-	Epoch    uint64           `msgpack:"epoch"`
-	Version  uint64           `msgpack:"version"`
-	Tick     uint64           `msgpack:"tick"`
-	HWM      uint64           `msgpack:"hwm"`
-	X        codec.MatrixWire `msgpack:"x"`
-	Prev     codec.MatrixWire `msgpack:"prev"`
-	HasPrev  bool             `msgpack:"has_prev"`
+	Instance uint64 `msgpack:"instance"`
+	Epoch    uint64 `msgpack:"epoch"`
+	Version  uint64 `msgpack:"version"`
+	Tick     uint64 `msgpack:"tick"`
+	// HWM is the stream sequence of the last item taken, and HWMIdx its
+	// index in that message; without HWMIdx (a record of an earlier
+	// release, or index 0) the whole message counts as taken, so a restore
+	// may skip unused items of it, never reuse one. (Index 0 is omitted so
+	// that a single-item queue's record stays readable by earlier releases.)
+	HWM     uint64           `msgpack:"hwm"`
+	HWMIdx  uint64           `msgpack:"hwm_idx,omitempty"`
+	X       codec.MatrixWire `msgpack:"x"`
+	Prev    codec.MatrixWire `msgpack:"prev"`
+	HasPrev bool             `msgpack:"has_prev"`
 }
 
 type persister struct {
@@ -128,7 +134,7 @@ func (w *worker) restore(ctx context.Context) error {
 		}
 		w.hasPrev = true
 	}
-	w.version, w.cur, w.hwm = rec.Version, rec.Tick, rec.HWM
+	w.version, w.cur, w.hwm = rec.Version, rec.Tick, restoredHWM(rec)
 	w.guard.Restore(w.loop, rec.Tick)
 	w.restored = true
 	w.restoredPub.Store(true)
@@ -157,9 +163,17 @@ func (w *worker) claim(ctx context.Context, rev uint64) error {
 	return nil
 }
 
+// restoredHWM is the item id a restored record marks as the last taken.
+func restoredHWM(rec stateRecord) uint64 {
+	if rec.HWMIdx == 0 || rec.HWMIdx > 0xff {
+		return itemID(rec.HWM, 0xff)
+	}
+	return itemID(rec.HWM, int(rec.HWMIdx))
+}
+
 func (w *worker) record() stateRecord {
 	f := w.prm.Field
-	rec := stateRecord{Instance: w.persist.instance, Epoch: w.epoch, Version: w.version, Tick: w.cur, HWM: w.hwm, X: codec.PutMatrix(f, w.p.State())}
+	rec := stateRecord{Instance: w.persist.instance, Epoch: w.epoch, Version: w.version, Tick: w.cur, HWM: w.hwm >> 8, HWMIdx: w.hwm & 0xff, X: codec.PutMatrix(f, w.p.State())}
 	if w.hasPrev {
 		rec.Prev, rec.HasPrev = codec.PutMatrix(f, w.prev), true
 	}

@@ -70,7 +70,7 @@ func (w *worker) onMeasure(ctx context.Context, t uint64) {
 		return
 	}
 	w.cur, w.item, w.st = t, seq, begun
-	out := codec.MulPayload{Item: seq, Version: w.version, T: codec.PutMatrix(w.prm.Field, msg.T)}
+	out := codec.MulPayload{Item: wireItem(seq), Version: w.version, T: codec.PutMatrix(w.prm.Field, msg.T)}
 	if w.prm.Variant == mpc.PerTick {
 		out.S = codec.PutMatrix(w.prm.Field, msg.S)
 	}
@@ -133,9 +133,9 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 	}
 	if w.id == 0 {
 		// Trunc before the output share: see the subscription in run.
-		w.send(codec.KindTrunc, t, codec.TruncPayload{Item: w.item, Y: codec.PutMatrix(f, tr.Y)})
+		w.send(codec.KindTrunc, t, codec.TruncPayload{Item: wireItem(w.item), Y: codec.PutMatrix(f, tr.Y)})
 	}
-	w.send(codec.KindOutput, t, codec.OutputPayload{Item: w.item, U: codec.PutMatrix(f, u)})
+	w.send(codec.KindOutput, t, codec.OutputPayload{Item: wireItem(w.item), U: codec.PutMatrix(f, u)})
 	if w.s.opt.Audit != nil {
 		w.s.opt.Audit(w.loop, t, w.item)
 	}

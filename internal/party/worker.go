@@ -79,8 +79,9 @@ type worker struct {
 	version uint64 // number of state updates completed
 	prev    mpc.Matrix
 	hasPrev bool
-	hwm     uint64 // highest stream sequence taken
-	minSeq  uint64 // items below this are discarded (resynchronization)
+	hwm     uint64 // highest item id taken (itemID: stream sequence and index)
+	minSeq  uint64 // item ids below this are discarded (resynchronization)
+	perMsg  int    // most items in one stream message (set-up)
 
 	persist *persister
 	// afterTimer runs afterTick (Options.PersistDelay after a tick).
@@ -183,18 +184,26 @@ func (w *worker) run(ctx context.Context) error {
 	// Each loop's consumer re-pulls after a different number of items, so
 	// that the pull requests of many loops started together do not keep
 	// arriving (and being answered) in the same instant.
+	// A stream message holds up to w.perMsg items: the pull asks for as many
+	// messages as make up the prefetch.
+	pull := max(1, (w.s.opt.Prefetch+w.perMsg-1)/w.perMsg)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		it := w.trimItem(m.Data())
-		if meta, err := m.Metadata(); err != nil {
-			it.err = err
-		} else {
-			it.seq = meta.Sequence.Stream
+		meta, err := m.Metadata()
+		if err != nil {
+			select {
+			case w.items <- rawItem{err: err}:
+			case <-ctx.Done():
+			}
+			return
 		}
-		select {
-		case w.items <- it:
-		case <-ctx.Done():
+		for _, it := range w.trimItems(m.Data(), meta.Sequence.Stream) {
+			select {
+			case w.items <- it:
+			case <-ctx.Done():
+				return
+			}
 		}
-	}, jetstream.PullMaxMessages(w.s.opt.Prefetch), jetstream.PullThresholdMessages(pullThreshold(w.s.opt.Prefetch)))
+	}, jetstream.PullMaxMessages(pull), jetstream.PullThresholdMessages(pullThreshold(pull)))
 	if err != nil {
 		return fmt.Errorf("offline consume: %w", err)
 	}
@@ -376,7 +385,7 @@ func (w *worker) applySetup(data []byte) error {
 			return err
 		}
 	}
-	w.prm, w.p, w.epoch = prm, p, sp.Epoch
+	w.prm, w.p, w.epoch, w.perMsg = prm, p, sp.Epoch, max(1, sp.ItemsPerMsg)
 	w.yBuf = mpc.NewMatrix(prm.P, 1)
 	w.s.opt.Log.Info("set-up loaded", "party", w.id, "loop", w.loop, "epoch", sp.Epoch,
 		"n", prm.N, "m", prm.M, "p", prm.P, "modulus", prm.Field.Name(), "mask", prm.Variant.String())
@@ -461,7 +470,7 @@ func (w *worker) handle(ctx context.Context, m *nats.Msg) {
 		var tp codec.TruncPayload
 		var in peerTrunc
 		if err := w.accept(h, body, &tp, func() (err error) {
-			in.item = tp.Item
+			in.item = fromWire(tp.Item)
 			in.y, err = tp.Y.Decode(w.prm.Field, w.prm.N, 1)
 			return
 		}); err != nil {
@@ -518,7 +527,7 @@ type peerTrunc struct {
 }
 
 func (w *worker) decodeMul(mp codec.MulPayload) (peerMul, error) {
-	in := peerMul{item: mp.Item, version: mp.Version}
+	in := peerMul{item: fromWire(mp.Item), version: mp.Version}
 	r, c := w.prm.PhiShape()
 	var err error
 	if in.msg.T, err = mp.T.Decode(w.prm.Field, c, 1); err != nil {
@@ -552,26 +561,59 @@ type item struct {
 	mat     mpc.TickMaterial
 }
 
-// trimItem checks a stream message's item (loop, epoch, shape) and keeps
-// this party's part of it: its envelope is copied out of the message unless
-// it is most of it, so that the other party's share is not kept alive with
-// it.
-func (w *worker) trimItem(data []byte) rawItem {
-	it, err := codec.PeekItem(data)
+// trimItems checks a stream message's items (loop, epoch, shape, at most
+// the set-up's items per message) and keeps this party's part of each: its
+// envelopes are copied out of the message unless they are most of it, so
+// that the other party's shares are not kept alive with them. Each item's id
+// is seq<<8 | its index in the message (itemID); an error is one rawItem
+// that carries it.
+func (w *worker) trimItems(data []byte, seq uint64) []rawItem {
+	its, err := codec.PeekItems(data, w.perMsg)
 	if err != nil {
-		return rawItem{err: err}
+		return []rawItem{{seq: itemID(seq, 0), err: err}}
 	}
-	if it.Loop != w.loop || it.Epoch != w.epoch {
-		return rawItem{err: fmt.Errorf("%w: item for loop %q epoch %d, want %q epoch %d", codec.ErrHeader, it.Loop, it.Epoch, w.loop, w.epoch)}
+	out := make([]rawItem, len(its))
+	own := 0
+	for i, it := range its {
+		if it.Loop != w.loop || it.Epoch != w.epoch {
+			return []rawItem{{seq: itemID(seq, 0), err: fmt.Errorf("%w: item for loop %q epoch %d, want %q epoch %d", codec.ErrHeader, it.Loop, it.Epoch, w.loop, w.epoch)}}
+		}
+		out[i] = rawItem{seq: itemID(seq, i), nonce: it.Nonce, env: it.P1}
+		if w.id == 0 {
+			out[i].env = it.P0 // empty with seed compression: expanded from the seed
+		}
+		own += len(out[i].env)
 	}
-	r := rawItem{nonce: it.Nonce, env: it.P1}
-	if w.id == 0 {
-		r.env = it.P0 // empty with seed compression: expanded from the seed
+	if own > 0 && 2*own < len(data) {
+		for i := range out {
+			out[i].env = bytes.Clone(out[i].env)
+		}
 	}
-	if len(r.env) > 0 && 2*len(r.env) < len(data) {
-		r.env = bytes.Clone(r.env)
+	return out
+}
+
+// itemID numbers the idx-th item of the stream message at sequence seq:
+// increasing in the order the stream delivers them, as the high-water mark
+// and the resynchronization need.
+func itemID(seq uint64, idx int) uint64 { return seq<<8 | uint64(idx) }
+
+// wireItem is an item id as the exchange, truncation and output payloads
+// carry it: the stream sequence alone for a message's first item, as releases
+// before multi-item messages sent it (so that such a party still pairs with
+// this one while every message holds one item), and the id with the top bit
+// set for the others. fromWire inverts it.
+func wireItem(id uint64) uint64 {
+	if id&0xff == 0 {
+		return id >> 8
 	}
-	return r
+	return id | 1<<63
+}
+
+func fromWire(v uint64) uint64 {
+	if v&(1<<63) != 0 {
+		return v &^ (1 << 63)
+	}
+	return v << 8
 }
 
 // decode opens and decodes the item once (material only reads what the

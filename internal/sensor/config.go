@@ -12,14 +12,15 @@ import (
 // Config is the sensor service's environment.
 type Config struct {
 	config.Common
-	Loop       string        `envconfig:"LOOP" default:"pendulum" desc:"loop id"`
-	Controller string        `envconfig:"CONTROLLER" default:"examples/qube-servo2/controller.json" desc:"controller spec file (JSON)"`
-	Mask       string        `envconfig:"MASK" default:"per-tick" desc:"Protocol 1 variant: per-tick (the paper's) or fixed"`
-	Compress   bool          `envconfig:"COMPRESS" default:"true" desc:"dealers seed-compress P0's material"`
-	Period     time.Duration `envconfig:"PERIOD" default:"40ms" desc:"tick period"`
-	QueueMax   int64         `envconfig:"QUEUE_MAX" default:"2000" desc:"offline queue capacity in items (backpressure for dealers)"`
-	FileStore  bool          `envconfig:"FILE_STORE" default:"false" desc:"JetStream file storage for the queue and set-up records"`
-	Replicas   int           `envconfig:"REPLICAS" default:"1" desc:"JetStream replicas for the queue and set-up records"`
+	Loop        string        `envconfig:"LOOP" default:"pendulum" desc:"loop id"`
+	Controller  string        `envconfig:"CONTROLLER" default:"examples/qube-servo2/controller.json" desc:"controller spec file (JSON)"`
+	Mask        string        `envconfig:"MASK" default:"per-tick" desc:"Protocol 1 variant: per-tick (the paper's) or fixed"`
+	Compress    bool          `envconfig:"COMPRESS" default:"true" desc:"dealers seed-compress P0's material"`
+	Period      time.Duration `envconfig:"PERIOD" default:"40ms" desc:"tick period"`
+	QueueMax    int64         `envconfig:"QUEUE_MAX" default:"2000" desc:"offline queue capacity in items (backpressure for dealers)"`
+	ItemsPerMsg int           `envconfig:"ITEMS_PER_MSG" default:"8" desc:"offline items per stream message (1..128; 1 while a party or dealer still runs a release without multi-item messages)"`
+	FileStore   bool          `envconfig:"FILE_STORE" default:"false" desc:"JetStream file storage for the queue and set-up records"`
+	Replicas    int           `envconfig:"REPLICAS" default:"1" desc:"JetStream replicas for the queue and set-up records"`
 }
 
 // Validate checks the values.
@@ -35,6 +36,9 @@ func (c *Config) Validate() error {
 	}
 	if c.QueueMax < 16 {
 		return fmt.Errorf("DUET_QUEUE_MAX=%d: want >= 16", c.QueueMax)
+	}
+	if c.ItemsPerMsg < 1 || c.ItemsPerMsg > codec.MaxItemsPerMsg {
+		return fmt.Errorf("DUET_ITEMS_PER_MSG=%d: want 1..%d", c.ItemsPerMsg, codec.MaxItemsPerMsg)
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		return fmt.Errorf("DUET_REPLICAS=%d: want 1..5", c.Replicas)

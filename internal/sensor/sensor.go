@@ -32,9 +32,12 @@ type Options struct {
 	Fast       bool          // ticks back to back (the plant paces them)
 	Ticks      uint64        // stop after this many ticks (0: run until ctx ends)
 	QueueMax   int64         // offline queue capacity (items)
-	FileStore  bool          // JetStream file storage for the queue and set-up
-	Replicas   int           // JetStream replicas
-	PlantWait  time.Duration // timeout of a plant read
+	// ItemsPerMsg is how many offline items the dealers put in one stream
+	// message (0: DefaultItemsPerMsg; 1: one, as earlier releases do).
+	ItemsPerMsg int
+	FileStore   bool          // JetStream file storage for the queue and set-up
+	Replicas    int           // JetStream replicas
+	PlantWait   time.Duration // timeout of a plant read
 	// StateKey, if set, lets a restarted sensor resume the loop's existing
 	// set-up (same epoch, parties keep their state) instead of starting a new
 	// one; see resume.go.
@@ -72,6 +75,12 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 	if opt.QueueMax <= 0 {
 		opt.QueueMax = 2000
 	}
+	if opt.ItemsPerMsg <= 0 {
+		opt.ItemsPerMsg = DefaultItemsPerMsg
+	}
+	if opt.ItemsPerMsg > codec.MaxItemsPerMsg {
+		return nil, fmt.Errorf("sensor: %d items per stream message, want 1..%d", opt.ItemsPerMsg, codec.MaxItemsPerMsg)
+	}
 	if opt.PlantWait <= 0 {
 		opt.PlantWait = time.Second
 	}
@@ -100,6 +109,19 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 		fc: opt.Controller.NewFloatController()}, nil
 }
 
+// DefaultItemsPerMsg is how many offline items a stream message holds by
+// default: each party then takes one JetStream delivery per 8 ticks.
+const DefaultItemsPerMsg = 8
+
+// itemsPerMsg is the set-up records' ItemsPerMsg: omitted (0) for one item,
+// so that the records stay readable by releases before the field.
+func (s *Sensor) itemsPerMsg() int {
+	if s.opt.ItemsPerMsg == 1 {
+		return 0
+	}
+	return s.opt.ItemsPerMsg
+}
+
 // Resolved returns the loop's parameters and sizing.
 func (s *Sensor) Resolved() mpc.Resolved { return s.rz }
 
@@ -109,7 +131,7 @@ func (s *Sensor) Setup(ctx context.Context) error {
 	prm := s.rz.Params
 	f := prm.Field
 	s.epoch = uint64(time.Now().UnixNano())
-	if _, err := bus.EnsureOfflineQueue(ctx, s.js, bus.OfflineQueue{Loop: s.opt.Loop, MaxMsgs: s.opt.QueueMax}, s.opt.Replicas, s.opt.FileStore); err != nil {
+	if _, err := bus.EnsureOfflineQueue(ctx, s.js, bus.OfflineQueue{Loop: s.opt.Loop, MaxMsgs: (s.opt.QueueMax + int64(s.opt.ItemsPerMsg) - 1) / int64(s.opt.ItemsPerMsg)}, s.opt.Replicas, s.opt.FileStore); err != nil {
 		return err
 	}
 	kv, err := bus.EnsureSetupBucket(ctx, s.js, s.opt.Replicas, s.opt.FileStore)
@@ -139,12 +161,12 @@ func (s *Sensor) Setup(ctx context.Context) error {
 	seed := sess.P0Seed()
 	recs := map[codec.Role]any{
 		codec.RoleParty0: codec.SetupPayload{Epoch: s.epoch, Params: pw, Phi: codec.PutMatrix(f, phi0), X0: codec.PutMatrix(f, x0),
-			P0Seed: seed[:], Stream: bus.OfflineStream(s.opt.Loop)},
+			P0Seed: seed[:], Stream: bus.OfflineStream(s.opt.Loop), ItemsPerMsg: s.itemsPerMsg()},
 		codec.RoleParty1: codec.SetupPayload{Epoch: s.epoch, Params: pw, Phi: codec.PutMatrix(f, phi1), X0: codec.PutMatrix(f, x1),
-			Stream: bus.OfflineStream(s.opt.Loop)},
+			Stream: bus.OfflineStream(s.opt.Loop), ItemsPerMsg: s.itemsPerMsg()},
 		codec.RoleActuator: codec.SetupPayload{Epoch: s.epoch, Params: pw},
 		codec.RoleDealer: codec.DealerSetupPayload{Epoch: s.epoch, Params: pw, Secret: secret[:], Compress: s.opt.Compress,
-			Stream: bus.OfflineStream(s.opt.Loop), Subject: bus.OfflineSubject(s.opt.Loop)},
+			Stream: bus.OfflineStream(s.opt.Loop), Subject: bus.OfflineSubject(s.opt.Loop), ItemsPerMsg: s.itemsPerMsg()},
 	}
 	if prm.Variant == mpc.FixedMask {
 		_, u1, err := sess.FixedUShares(prm)

@@ -167,3 +167,39 @@ func FuzzMatrixDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPeekItems reads arbitrary stream messages as a party does. It must
+// never panic; what it accepts must be items that each encode back to their
+// bytes, in order, with the message's one loop and epoch.
+func FuzzPeekItems(f *testing.F) {
+	one, err := Marshal(ItemMsg{Loop: "pendulum", Epoch: 3, Nonce: [16]byte{7}, P1: []byte{1, 2, 3}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(one)
+	f.Add(append(bytes.Clone(one), one...))
+	f.Add(append(bytes.Clone(one), 0x85))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		its, err := PeekItems(data, MaxItemsPerMsg)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrTooLarge) && !errors.Is(err, ErrLoopID) && !errors.Is(err, ErrHeader) {
+				t.Fatalf("error %v wraps no expected sentinel", err)
+			}
+			return
+		}
+		var back []byte
+		for _, it := range its {
+			if it.Loop != its[0].Loop || it.Epoch != its[0].Epoch || len(it.P1) == 0 {
+				t.Fatalf("accepted %+v in a message of loop %q epoch %d", it, its[0].Loop, its[0].Epoch)
+			}
+			b, err := Marshal(it)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back = append(back, b...)
+		}
+		if !bytes.Equal(back, data) {
+			t.Fatal("the items do not encode back to the message")
+		}
+	})
+}

@@ -67,7 +67,7 @@ func (w MaterialPayload) Material(p mpc.Params) (mpc.TickMaterial, error) {
 	return m, nil
 }
 
-// ItemMsg is one JetStream message per dealer item. P0 and P1 are sealed
+// ItemMsg is one dealer item. P0 and P1 are sealed
 // envelopes (KindMaterial, dealer -> party i) of each party's
 // MaterialPayload; with seed compression P0 is empty and party0 expands its
 // share with mpc.ExpandP0 from Nonce. ItemMsg itself is not sealed: it holds
@@ -96,6 +96,42 @@ func PeekItem(data []byte) (ItemMsg, error) {
 		return ItemMsg{}, err
 	}
 	return m, nil
+}
+
+// MaxItemsPerMsg bounds the items one stream message may hold (the
+// set-up's ItemsPerMsg): a party numbers an item by its stream sequence and
+// its index in the message, in 8 bits.
+const MaxItemsPerMsg = 128
+
+// PeekItems decodes a stream message of one or more items, each encoded as
+// ItemMsg and simply concatenated (one item is exactly the single-item
+// message of earlier releases), with PeekItem's checks on each, and at most
+// max items. P0 and P1 alias data.
+func PeekItems(data []byte, limit int) ([]ItemMsg, error) {
+	if len(data) > MaxEnvelope {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxEnvelope)
+	}
+	limit = min(MaxItemsPerMsg, max(1, limit))
+	var items []ItemMsg
+	for off := 0; off < len(data) || len(items) == 0; {
+		if len(items) == limit {
+			return nil, fmt.Errorf("%w: more than %d items in one stream message", ErrMalformed, limit)
+		}
+		var m ItemMsg
+		n, err := m.parsePrefix(data[off:])
+		if err != nil {
+			return nil, fmt.Errorf("%w (decoding item %d of the message)", err, len(items))
+		}
+		if err := m.validate(); err != nil {
+			return nil, err
+		}
+		if len(items) > 0 && (m.Loop != items[0].Loop || m.Epoch != items[0].Epoch) {
+			return nil, fmt.Errorf("%w: item %d is for loop %q epoch %d, the message's first for %q epoch %d", ErrHeader, len(items), m.Loop, m.Epoch, items[0].Loop, items[0].Epoch)
+		}
+		items = append(items, m)
+		off += n
+	}
+	return items, nil
 }
 
 func (m *ItemMsg) validate() error {

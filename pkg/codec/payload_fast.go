@@ -1,5 +1,7 @@
 package codec
 
+import "fmt"
+
 // Fast-path encoders and parsers of the per-tick payloads (msgpack_fast.go).
 // Each writes and reads the fields in declaration order under their msgpack
 // tags, exactly as the library does; keep them in step with the structs.
@@ -222,6 +224,16 @@ func (m *ItemMsg) unmarshalMsgpack(data []byte) error {
 
 // parse decodes data into m, P0 and P1 aliasing data.
 func (m *ItemMsg) parse(data []byte) error {
+	n, err := m.parsePrefix(data)
+	if err == nil && n != len(data) {
+		err = fmt.Errorf("%w: %d trailing bytes after the payload", ErrMalformed, len(data)-n)
+	}
+	return err
+}
+
+// parsePrefix decodes the item at the start of data into m (P0 and P1
+// aliasing data) and returns the number of bytes it took.
+func (m *ItemMsg) parsePrefix(data []byte) (int, error) {
 	d := newDecoder(data)
 	var v ItemMsg
 	d.mapHeader("ItemMsg", 5)
@@ -230,12 +242,12 @@ func (m *ItemMsg) parse(data []byte) error {
 	v.Nonce = d.nonce("nonce")
 	v.P0 = d.bytes("p0")
 	v.P1 = d.bytes("p1")
-	if err := d.end(); err != nil {
-		return err
+	if d.err != nil {
+		return 0, d.err
 	}
 	v.Loop = string(loop)
 	*m = v
-	return nil
+	return d.r.off, nil
 }
 
 func (p PlantYPayload) encodedLen() int {

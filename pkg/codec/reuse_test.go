@@ -156,3 +156,50 @@ func TestPeekItemMatchesUnmarshal(t *testing.T) {
 		}
 	}
 }
+
+// PeekItems reads concatenated items (one item is PeekItem's message) and
+// rejects, as a whole, a message with a bad item, trailing bytes, items of
+// different loops or epochs, or more items than allowed.
+func TestPeekItems(t *testing.T) {
+	var data []byte
+	var want []ItemMsg
+	for i := range 3 {
+		m := ItemMsg{Loop: "loop", Epoch: 5, Nonce: [16]byte{byte(i)}, P1: []byte{byte(10 + i), 1, 2}}
+		b, err := Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, want = append(data, b...), append(want, m)
+	}
+	got, err := PeekItems(data, 3)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("PeekItems: %d items, %v; want 3", len(got), err)
+	}
+	for i := range got {
+		if got[i].Nonce != want[i].Nonce || !bytes.Equal(got[i].P1, want[i].P1) || got[i].Loop != "loop" || got[i].Epoch != 5 {
+			t.Errorf("item %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	// A single-item message reads as PeekItem reads it.
+	single, _ := Marshal(want[0])
+	if its, err := PeekItems(single, 1); err != nil || len(its) != 1 || its[0].Nonce != want[0].Nonce {
+		t.Errorf("single item: %+v, %v", its, err)
+	}
+	other, _ := Marshal(ItemMsg{Loop: "loop", Epoch: 6, P1: []byte{1}})
+	for name, c := range map[string]struct {
+		in    []byte
+		limit int
+		want  error
+	}{
+		"too many":    {data, 2, ErrMalformed},
+		"trailing":    {append(bytes.Clone(data), 0xc0), 3, ErrMalformed},
+		"truncated":   {data[:len(data)-1], 3, ErrMalformed},
+		"empty":       {nil, 3, ErrMalformed},
+		"other epoch": {append(bytes.Clone(single), other...), 3, ErrHeader},
+		"too large":   {make([]byte, MaxEnvelope+1), 3, ErrTooLarge},
+	} {
+		if its, err := PeekItems(c.in, c.limit); !errors.Is(err, c.want) || its != nil {
+			t.Errorf("%s: %d items, err %v; want %v", name, len(its), err, c.want)
+		}
+	}
+}

@@ -41,9 +41,15 @@ type SetupPayload struct {
 	FixedU MatrixWire `msgpack:"fixedu"`
 	// Stream names the JetStream stream carrying the dealer's items.
 	Stream string `msgpack:"stream"`
+	// ItemsPerMsg is the most items one stream message holds (0 or 1: one,
+	// as in earlier releases, which do not know the field).
+	ItemsPerMsg int `msgpack:"items_per_msg,omitempty"`
 }
 
 func (p *SetupPayload) validate() error {
+	if p.ItemsPerMsg < 0 || p.ItemsPerMsg > MaxItemsPerMsg {
+		return fmt.Errorf("%w: %d items per stream message, want 1..%d", ErrMalformed, p.ItemsPerMsg, MaxItemsPerMsg)
+	}
 	if len(p.P0Seed) != 0 && len(p.P0Seed) != 32 {
 		return fmt.Errorf("%w: P0 seed has %d bytes, want 32 or none", ErrMalformed, len(p.P0Seed))
 	}
@@ -61,9 +67,15 @@ type DealerSetupPayload struct {
 	// Stream and Subject are where the dealer publishes the loop's items.
 	Stream  string `msgpack:"stream"`
 	Subject string `msgpack:"subject"`
+	// ItemsPerMsg is how many items the dealer puts in one stream message
+	// (0 or 1: one, as in earlier releases, which do not know the field).
+	ItemsPerMsg int `msgpack:"items_per_msg,omitempty"`
 }
 
 func (p *DealerSetupPayload) validate() error {
+	if p.ItemsPerMsg < 0 || p.ItemsPerMsg > MaxItemsPerMsg {
+		return fmt.Errorf("%w: %d items per stream message, want 1..%d", ErrMalformed, p.ItemsPerMsg, MaxItemsPerMsg)
+	}
 	if len(p.Secret) != 32 {
 		return fmt.Errorf("%w: session secret has %d bytes, want 32", ErrMalformed, len(p.Secret))
 	}
