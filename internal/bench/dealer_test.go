@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
@@ -27,5 +29,55 @@ func TestDealerQuick(t *testing.T) {
 			t.Errorf("%+v: want a positive rate and stream bytes >= payload bytes", r)
 		}
 		t.Logf("%+v", r)
+	}
+}
+
+// A controller whose items exceed a multi-item message's budget gets fewer
+// items per message, and the queue keeps the capacity asked for, in items.
+func TestLargeItemsKeepQueueCapacity(t *testing.T) {
+	url := startServer(t)
+	ctx := context.Background()
+	r, err := newRig(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	const queueMax = 400
+	for _, c := range []struct {
+		loop    string
+		cs      mpc.ControllerSpec
+		perMsg  int // the sensor's items per message after sizing
+		variant mpc.Variant
+	}{
+		{"bigitem", RandomController(99, 1, 1), 1, mpc.PerTick},
+		{"smallit", RandomController(2, 1, 1), 8, mpc.FixedMask},
+	} {
+		if _, err := r.setupLoop(r.admin, loopSpec{Loop: c.loop, Controller: c.cs, Variant: c.variant, Compress: true, QueueMax: queueMax, ItemsPerMsg: 8}); err != nil {
+			t.Fatal(err)
+		}
+		st, err := r.js.Stream(ctx, bus.OfflineStream(c.loop))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := st.CachedInfo().Config.MaxMsgs, int64((queueMax+c.perMsg-1)/c.perMsg); got != want {
+			t.Errorf("%s: stream holds %d messages, want %d (%d items of %d per message)", c.loop, got, want, queueMax, c.perMsg)
+		}
+	}
+	stop, err := r.startDealers(1, 64, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for _, c := range []struct {
+		loop   string
+		perMsg int
+	}{{"bigitem", 1}, {"smallit", 8}} {
+		var k int
+		if err := waitFor(ctx, time.Minute, "a stream message", func() bool { k, err = storedPerMsg(ctx, r, c.loop); return err == nil }); err != nil {
+			t.Fatal(err)
+		}
+		if k != c.perMsg {
+			t.Errorf("%s: the dealer put %d items in a message, want %d", c.loop, k, c.perMsg)
+		}
 	}
 }

@@ -90,3 +90,16 @@ func SubjectLoop(subject string) string {
 	loop, _, _ := strings.Cut(rest, ".")
 	return loop
 }
+
+// MaxOfflineMsg bounds a stream message of several offline items (the
+// server's max_payload, 1 MiB by default, bounds it too).
+const MaxOfflineMsg = 256 << 10
+
+// ItemsPerMsg is how many items of itemBytes each one offline stream message
+// holds when want are asked for: fewer for large items, so that a message
+// stays within limit bytes (MaxOfflineMsg, or less), and at least one. The
+// sensor sizes the queue with it from the item's estimated size, the dealer
+// checks it against the real one.
+func ItemsPerMsg(want, itemBytes, limit int) int {
+	return max(1, min(want, limit/max(1, itemBytes)))
+}

@@ -163,7 +163,7 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 		return
 	}
 	q := &queue{loop: loop, epoch: epoch, prm: prm, gen: gen, rng: mpc.NewPRG(key, [16]byte{}), subj: bus.OfflineSubject(loop), perMsg: perMsg,
-		limit: min(maxStreamMsg, int(d.nc.MaxPayload())/2)}
+		limit: min(bus.MaxOfflineMsg, int(d.nc.MaxPayload())/2)}
 	tick := time.NewTicker(d.opt.Poll)
 	defer tick.Stop()
 	for {
@@ -190,11 +190,6 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 		}
 	}
 }
-
-// maxStreamMsg bounds a stream message of several items (the server's
-// max_payload, 1 MiB by default, bounds it too): a large controller's items
-// go fewer to a message, down to one.
-const maxStreamMsg = 256 << 10
 
 // queue is what a dealer needs to fill one loop's queue.
 type queue struct {
@@ -276,14 +271,16 @@ func (d *Dealer) refill(ctx context.Context, q *queue, n int) bool {
 
 // message draws up to q.perMsg items into one stream message: each item's
 // encoding, concatenated (codec.PeekItems). The first message of a loop
-// lowers q.perMsg so that a message stays within q.limit bytes.
+// lowers q.perMsg so that a message stays within q.limit bytes (the sensor
+// has sized it from an estimate already; a server with a smaller
+// max_payload lowers it further).
 func (d *Dealer) message(q *queue) ([]byte, int, error) {
 	data, err := d.item(q, nil)
 	if err != nil {
 		return nil, 0, err
 	}
 	if !q.sized {
-		q.perMsg, q.sized = max(1, min(q.perMsg, q.limit/len(data))), true
+		q.perMsg, q.sized = bus.ItemsPerMsg(q.perMsg, len(data), q.limit), true
 	}
 	k := 1
 	for ; k < q.perMsg; k++ {

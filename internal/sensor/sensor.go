@@ -94,6 +94,12 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Large items go fewer to a stream message (the dealers do the same
+	// with the real size), and the queue's capacity is sized with that.
+	if k := bus.ItemsPerMsg(opt.ItemsPerMsg, mpc.DealerBytesPerTick(rz.Params, opt.Compress)+itemOverhead, bus.MaxOfflineMsg); k < opt.ItemsPerMsg {
+		opt.Log.Info("fewer offline items per stream message for large items", "loop", opt.Loop, "asked", opt.ItemsPerMsg, "items_per_msg", k)
+		opt.ItemsPerMsg = k
+	}
 	for _, wmsg := range rz.Warnings {
 		opt.Log.Warn(wmsg, "loop", opt.Loop)
 	}
@@ -108,6 +114,10 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 	return &Sensor{nc: nc, js: js, sealer: sealer, opt: opt, rz: rz, rng: mpc.NewPRG(key, [16]byte{}),
 		fc: opt.Controller.NewFloatController()}, nil
 }
+
+// itemOverhead bounds an item's bytes beyond its material: two sealed
+// envelopes' headers and tags, the nonce and the msgpack framing.
+const itemOverhead = 512
 
 // DefaultItemsPerMsg is how many offline items a stream message holds by
 // default: each party then takes one JetStream delivery per 8 ticks.
