@@ -163,3 +163,21 @@ func TestRestoredHWM(t *testing.T) {
 		t.Errorf("round trip of %#x: %#x", w.hwm, got)
 	}
 }
+
+// A record whose item is a message's first carries no hwm_idx field, so a
+// release without multi-item messages (which rejects unknown fields) still
+// restores it; one inside a message carries it.
+func TestStateRecordHWMCompat(t *testing.T) {
+	for _, c := range []struct {
+		rec   stateRecord
+		field bool
+	}{{stateRecord{HWM: 5}, false}, {stateRecord{HWM: 5, HWMIdx: 3}, true}} {
+		b, err := codec.Marshal(c.rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Contains(b, []byte("hwm_idx")); got != c.field {
+			t.Errorf("%+v: hwm_idx in the encoding %v, want %v", c.rec, got, c.field)
+		}
+	}
+}

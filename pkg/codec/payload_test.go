@@ -204,3 +204,36 @@ func TestBytes32(t *testing.T) {
 		}
 	}
 }
+
+// With one item per stream message the set-up records carry no
+// items_per_msg field, so releases that reject unknown fields still read
+// them; with several they carry it, and out-of-range counts are refused.
+func TestSetupItemsPerMsgCompat(t *testing.T) {
+	for _, c := range []struct {
+		v     any
+		field bool
+	}{
+		{SetupPayload{Stream: "s"}, false},
+		{DealerSetupPayload{Secret: make([]byte, 32), Stream: "s"}, false},
+		{SetupPayload{Stream: "s", ItemsPerMsg: 8}, true},
+		{DealerSetupPayload{Secret: make([]byte, 32), Stream: "s", ItemsPerMsg: 8}, true},
+	} {
+		b, err := Marshal(c.v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Contains(b, []byte("items_per_msg")); got != c.field {
+			t.Errorf("%+v: items_per_msg in the encoding %v, want %v", c.v, got, c.field)
+		}
+	}
+	for _, n := range []int{-1, MaxItemsPerMsg + 1} {
+		b, err := Marshal(SetupPayload{Stream: "s", ItemsPerMsg: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sp SetupPayload
+		if err := Unmarshal(b, &sp); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%d items per message: err %v, want ErrMalformed", n, err)
+		}
+	}
+}
