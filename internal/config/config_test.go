@@ -57,6 +57,8 @@ func TestInvalidValuesStop(t *testing.T) {
 		{&sensor.Config{}, map[string]string{"DUET_MASK": "sometimes"}, "DUET_MASK"},
 		{&sensor.Config{}, map[string]string{"DUET_LOOP": "a.b"}, "DUET_LOOP"},
 		{&sensor.Config{}, map[string]string{"DUET_PERIOD": "fast"}, "PERIOD"},
+		{&sensor.Config{}, map[string]string{"DUET_ITEMS_PER_MSG": "0"}, "DUET_ITEMS_PER_MSG=0"},
+		{&sensor.Config{}, map[string]string{"DUET_ITEMS_PER_MSG": "129"}, "DUET_ITEMS_PER_MSG=129"},
 	}
 	for _, c := range cases {
 		t.Run(c.want, func(t *testing.T) {
