@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"math/rand"
@@ -9,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
@@ -310,12 +314,36 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 func TestSensorRestartResumesSetup(t *testing.T) {
-	c := startCluster(t, mpc.PerTick, 1)
+	// 1 -> 8: a set-up made with one item per stream message (as earlier
+	// releases made it) is resumed by a sensor configured for 8, which keeps
+	// the set-up's 1 (the parties and dealers hold it) and the queue's size.
+	for _, c := range []struct{ before, configured, kept int }{{8, 8, 8}, {1, 8, 1}} {
+		t.Run(fmt.Sprintf("%d-%d", c.before, c.configured), func(t *testing.T) {
+			testSensorRestart(t, c.before, c.configured, c.kept)
+		})
+	}
+}
+
+func testSensorRestart(t *testing.T, before, configured, kept int) {
+	cs, ps := pendulum(t)
+	const queueMax = 456
+	c, err := Start(context.Background(), Options{Controller: cs, Plant: ps, Variant: mpc.PerTick, Compress: true, Fast: true,
+		Period: 40 * time.Millisecond, Deadline: 250 * time.Millisecond, Dealers: 1, LowWater: 100, QueueMax: queueMax, ItemsPerMsg: before})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx, 50); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.RunTicks(context.Background(), 100); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	before, _ := c.Parties[0].Status("pendulum")
+	v0, _ := c.Parties[0].Status("pendulum")
+	c.opt.ItemsPerMsg = configured
 	if err := c.RestartSensor(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -323,9 +351,9 @@ func TestSensorRestartResumesSetup(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	after, _ := c.Parties[0].Status("pendulum")
-	if after.Version < before.Version+95 {
-		t.Fatalf("party0 state version %d -> %d: the restarted sensor did not resume the set-up", before.Version, after.Version)
+	v1, _ := c.Parties[0].Status("pendulum")
+	if v1.Version < v0.Version+95 {
+		t.Fatalf("party0 state version %d -> %d: the restarted sensor did not resume the set-up", v0.Version, v1.Version)
 	}
 	recs := c.Records()
 	if last := recs[len(recs)-1].Tick; last < 200+50 {
@@ -335,4 +363,19 @@ func TestSensorRestartResumesSetup(t *testing.T) {
 		t.Fatalf("max |α| %.2f° after the sensor restart", m)
 	}
 	checkAudit(t, c, 190)
+	nc, _, _, err := c.connAs("probe", codec.RoleSensor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(context.Background(), bus.OfflineStream("pendulum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := st.CachedInfo().Config.MaxMsgs, int64((queueMax+kept-1)/kept); got != want {
+		t.Errorf("queue holds %d messages after the restart, want %d (%d items of %d)", got, want, queueMax, kept)
+	}
 }

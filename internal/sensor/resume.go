@@ -29,6 +29,9 @@ type record struct {
 	Epoch    uint64   `msgpack:"epoch"`
 	Digest   [32]byte `msgpack:"digest"`
 	NextTick uint64   `msgpack:"next_tick"`
+	// ItemsPerMsg is the set-up's items per stream message (omitted for one,
+	// as earlier releases wrote the record).
+	ItemsPerMsg int `msgpack:"items_per_msg,omitempty"`
 }
 
 // StateKey derives the sensor's record key from its identity.
@@ -69,6 +72,15 @@ func (s *Sensor) resume(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	s.epoch, s.next = rec.Epoch, rec.NextTick+resumeMargin
+	// The parties and dealers hold the set-up's items per message: keep it,
+	// and size the queue with it again.
+	if k := max(1, rec.ItemsPerMsg); k != s.opt.ItemsPerMsg {
+		s.opt.Log.Info("keeping the set-up's offline items per stream message", "loop", s.opt.Loop, "items_per_msg", k, "configured", s.opt.ItemsPerMsg)
+		s.opt.ItemsPerMsg = k
+		if err := s.ensureQueue(ctx); err != nil {
+			return false, err
+		}
+	}
 	s.opt.Log.Info("resumed the existing set-up", "loop", s.opt.Loop, "epoch", s.epoch, "next_tick", s.next)
 	return true, s.saveRecord(ctx, s.next)
 }
@@ -80,7 +92,7 @@ func (s *Sensor) saveRecord(ctx context.Context, next uint64) error {
 	if next == 0 {
 		next = 1
 	}
-	data, err := codec.SealRecord(s.opt.StateKey, record{Epoch: s.epoch, Digest: s.digest(), NextTick: next})
+	data, err := codec.SealRecord(s.opt.StateKey, record{Epoch: s.epoch, Digest: s.digest(), NextTick: next, ItemsPerMsg: s.itemsPerMsg()})
 	if err != nil {
 		return err
 	}

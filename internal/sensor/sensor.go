@@ -132,6 +132,14 @@ func (s *Sensor) itemsPerMsg() int {
 	return s.opt.ItemsPerMsg
 }
 
+// ensureQueue creates or updates the loop's offline queue, holding QueueMax
+// items in messages of ItemsPerMsg.
+func (s *Sensor) ensureQueue(ctx context.Context) error {
+	k := int64(s.opt.ItemsPerMsg)
+	_, err := bus.EnsureOfflineQueue(ctx, s.js, bus.OfflineQueue{Loop: s.opt.Loop, MaxMsgs: (s.opt.QueueMax + k - 1) / k}, s.opt.Replicas, s.opt.FileStore)
+	return err
+}
+
 // Resolved returns the loop's parameters and sizing.
 func (s *Sensor) Resolved() mpc.Resolved { return s.rz }
 
@@ -141,7 +149,7 @@ func (s *Sensor) Setup(ctx context.Context) error {
 	prm := s.rz.Params
 	f := prm.Field
 	s.epoch = uint64(time.Now().UnixNano())
-	if _, err := bus.EnsureOfflineQueue(ctx, s.js, bus.OfflineQueue{Loop: s.opt.Loop, MaxMsgs: (s.opt.QueueMax + int64(s.opt.ItemsPerMsg) - 1) / int64(s.opt.ItemsPerMsg)}, s.opt.Replicas, s.opt.FileStore); err != nil {
+	if err := s.ensureQueue(ctx); err != nil {
 		return err
 	}
 	kv, err := bus.EnsureSetupBucket(ctx, s.js, s.opt.Replicas, s.opt.FileStore)
