@@ -32,15 +32,22 @@ func pendulum(t *testing.T) (mpc.ControllerSpec, plant.Spec) {
 func startCluster(t *testing.T, v mpc.Variant, dealers int) *Cluster {
 	t.Helper()
 	cs, ps := pendulum(t)
-	c, err := Start(context.Background(), Options{Controller: cs, Plant: ps, Variant: v, Compress: true, Fast: true,
-		Period: 40 * time.Millisecond, Deadline: 250 * time.Millisecond, Dealers: dealers, LowWater: 100})
+	return startWith(t, Options{Controller: cs, Plant: ps, Variant: v, Compress: true, Fast: true,
+		Period: 40 * time.Millisecond, Deadline: 250 * time.Millisecond, Dealers: dealers, LowWater: 100}, 50)
+}
+
+// startWith starts a cluster, closed at the test's end, and waits until it
+// is ready with at least minItems offline items queued.
+func startWith(t *testing.T, opt Options, minItems int) *Cluster {
+	t.Helper()
+	c, err := Start(context.Background(), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := c.WaitReady(ctx, 50); err != nil {
+	if err := c.WaitReady(ctx, minItems); err != nil {
 		t.Fatal(err)
 	}
 	return c

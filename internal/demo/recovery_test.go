@@ -22,18 +22,8 @@ import (
 func realtimeCluster(t *testing.T, file bool) *Cluster {
 	t.Helper()
 	cs, ps := pendulum(t)
-	c, err := Start(context.Background(), Options{Controller: cs, Plant: ps, Variant: mpc.FixedMask, Compress: true,
-		Period: 40 * time.Millisecond, Deadline: 30 * time.Millisecond, Dealers: 1, LowWater: 300, FileStore: file})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.WaitReady(ctx, 300); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return startWith(t, Options{Controller: cs, Plant: ps, Variant: mpc.FixedMask, Compress: true,
+		Period: 40 * time.Millisecond, Deadline: 30 * time.Millisecond, Dealers: 1, LowWater: 300, FileStore: file}, 300)
 }
 
 // runFor runs real-time ticks in the background for d.
@@ -327,17 +317,8 @@ func TestSensorRestartResumesSetup(t *testing.T) {
 func testSensorRestart(t *testing.T, before, configured, kept int) {
 	cs, ps := pendulum(t)
 	const queueMax = 456
-	c, err := Start(context.Background(), Options{Controller: cs, Plant: ps, Variant: mpc.PerTick, Compress: true, Fast: true,
-		Period: 40 * time.Millisecond, Deadline: 250 * time.Millisecond, Dealers: 1, LowWater: 100, QueueMax: queueMax, ItemsPerMsg: before})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.WaitReady(ctx, 50); err != nil {
-		t.Fatal(err)
-	}
+	c := startWith(t, Options{Controller: cs, Plant: ps, Variant: mpc.PerTick, Compress: true, Fast: true,
+		Period: 40 * time.Millisecond, Deadline: 250 * time.Millisecond, Dealers: 1, LowWater: 100, QueueMax: queueMax, ItemsPerMsg: before}, 50)
 	if err := c.RunTicks(context.Background(), 100); err != nil {
 		t.Fatal(err)
 	}
