@@ -315,9 +315,5 @@ func (d *Dealer) item(q *queue, b []byte) ([]byte, error) {
 	if msg.P1, err = seal(codec.RoleParty1, it.P1); err != nil {
 		return nil, err
 	}
-	enc, err := codec.Marshal(msg)
-	if b == nil || err != nil {
-		return enc, err
-	}
-	return append(b, enc...), nil
+	return codec.MarshalAppend(b, msg)
 }

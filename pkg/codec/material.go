@@ -106,7 +106,7 @@ const MaxItemsPerMsg = 128
 // PeekItems decodes a stream message of one or more items, each encoded as
 // ItemMsg and simply concatenated (one item is exactly the single-item
 // message of earlier releases), with PeekItem's checks on each, and at most
-// max items. P0 and P1 alias data.
+// limit items (1..MaxItemsPerMsg). P0 and P1 alias data.
 func PeekItems(data []byte, limit int) ([]ItemMsg, error) {
 	if len(data) > MaxEnvelope {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxEnvelope)

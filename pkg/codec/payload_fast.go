@@ -1,7 +1,5 @@
 package codec
 
-import "fmt"
-
 // Fast-path encoders and parsers of the per-tick payloads (msgpack_fast.go).
 // Each writes and reads the fields in declaration order under their msgpack
 // tags, exactly as the library does; keep them in step with the structs.
@@ -225,8 +223,9 @@ func (m *ItemMsg) unmarshalMsgpack(data []byte) error {
 // parse decodes data into m, P0 and P1 aliasing data.
 func (m *ItemMsg) parse(data []byte) error {
 	n, err := m.parsePrefix(data)
-	if err == nil && n != len(data) {
-		err = fmt.Errorf("%w: %d trailing bytes after the payload", ErrMalformed, len(data)-n)
+	if err == nil {
+		r := reader{b: data, off: n}
+		err = r.end("payload")
 	}
 	return err
 }
