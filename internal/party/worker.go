@@ -572,12 +572,13 @@ func (w *worker) trimItems(data []byte, seq uint64) []rawItem {
 	if err != nil {
 		return []rawItem{{seq: itemID(seq, 0), err: err}}
 	}
+	// PeekItems holds every item of a message to the first one's loop and epoch.
+	if it := its[0]; it.Loop != w.loop || it.Epoch != w.epoch {
+		return []rawItem{{seq: itemID(seq, 0), err: fmt.Errorf("%w: item for loop %q epoch %d, want %q epoch %d", codec.ErrHeader, it.Loop, it.Epoch, w.loop, w.epoch)}}
+	}
 	out := make([]rawItem, len(its))
 	own := 0
 	for i, it := range its {
-		if it.Loop != w.loop || it.Epoch != w.epoch {
-			return []rawItem{{seq: itemID(seq, 0), err: fmt.Errorf("%w: item for loop %q epoch %d, want %q epoch %d", codec.ErrHeader, it.Loop, it.Epoch, w.loop, w.epoch)}}
-		}
 		out[i] = rawItem{seq: itemID(seq, i), nonce: it.Nonce, env: it.P1}
 		if w.id == 0 {
 			out[i].env = it.P0 // empty with seed compression: expanded from the seed
