@@ -39,8 +39,10 @@ type Options struct {
 	// PersistDelay defers each state write after the tick that produced it
 	// (default 2 ms; negative: write at once), so that the write's work at
 	// the party and the server does not compete with the tick's output
-	// messages for the CPU. The next tick still waits for the write's
-	// acknowledgement before it starts.
+	// messages for the CPU, and so that the writes of the loops whose ticks
+	// finish within that window go out together (after.go): a write starts
+	// at most PersistDelay after its tick. The next tick still waits for the
+	// write's acknowledgement before it starts.
 	PersistDelay time.Duration
 	// PeerBatch is the most messages to the other party sent together in
 	// one NATS message while the dispatcher has more inbound messages
@@ -67,6 +69,10 @@ type Service struct {
 	// inbox receives every loop's messages (one channel subscription per
 	// loop, all on this channel); dispatch routes them.
 	inbox chan *nats.Msg
+
+	// after runs the ticks' deferred work (after.go); nil: at once, or
+	// before Run.
+	after *afterQueue
 
 	// out is the batch of messages to the other party (batch.go).
 	outMu sync.Mutex
@@ -120,6 +126,12 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Service, error) {
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errc := make(chan error, len(s.opt.Loops))
+	actx, stopAfter := context.WithCancel(ctx)
+	defer stopAfter()
+	if s.opt.PersistDelay > 0 {
+		s.after = newAfterQueue(s.opt.PersistDelay)
+		go s.after.run(actx, func(w *worker) { w.deferred(actx) })
+	}
 	for _, loop := range s.opt.Loops {
 		if err := codec.ValidLoopID(loop); err != nil {
 			return err

@@ -181,8 +181,8 @@ func (w *worker) finish(tr *mpc.TruncMsg, prev mpc.Matrix) {
 	if w.persist != nil {
 		w.persist.dirty = true
 	}
-	if d := w.s.opt.PersistDelay; d > 0 && w.afterTimer != nil {
-		w.afterTimer.Reset(d)
+	if w.s.after != nil { // Options.PersistDelay later, with other loops' (after.go)
+		w.s.after.add(w)
 		return
 	}
 	w.afterTick(context.Background())

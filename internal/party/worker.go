@@ -84,8 +84,8 @@ type worker struct {
 	perMsg  int    // most items in one stream message (set-up)
 
 	persist *persister
-	// afterTimer runs afterTick (Options.PersistDelay after a tick).
-	afterTimer *time.Timer
+	// afterQueued: the worker is in the service's afterQueue (under its mu).
+	afterQueued bool
 	// staged is the next offline item, taken and prepared by afterTick.
 	staged    item
 	hasStaged bool
@@ -215,11 +215,8 @@ func (w *worker) run(ctx context.Context) error {
 	if w.prm.Variant == mpc.FixedMask {
 		w.sendFixedS(true)
 	}
-	w.afterTimer = time.NewTimer(time.Hour)
-	w.afterTimer.Stop()
 	w.ready.Store(w.prm.Variant == mpc.PerTick)
 	w.mu.Unlock()
-	defer w.afterTimer.Stop()
 	w.live.Store(true)
 	// locked runs f under the worker's lock and reports a fence.
 	locked := func(f func()) bool {
@@ -236,10 +233,6 @@ func (w *worker) run(ctx context.Context) error {
 			return ErrFenced
 		case m := <-w.inbox:
 			if locked(func() { w.handle(ctx, m); w.queued.Add(-1) }) {
-				return ErrFenced
-			}
-		case <-w.afterTimer.C:
-			if locked(func() { w.afterTick(ctx) }) {
 				return ErrFenced
 			}
 		case <-ping.C:

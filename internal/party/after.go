@@ -1,0 +1,101 @@
+package party
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// The work a tick leaves for after its outputs have gone (afterTick: start
+// the state write, stage the next offline item) runs for all loops together:
+// the first tick to finish arms one timer for the service, and when it fires
+// (Options.PersistDelay later) one goroutine does the queued work of every
+// loop whose tick finished meanwhile. A write thus starts at most
+// PersistDelay after its tick, exactly that long for a lone loop; with many
+// loops the writes of a window go out together, which the NATS connection
+// sends in one system call and the server answers in one, instead of a
+// timer, a goroutine wake-up and a round of system calls per loop and tick.
+
+// afterQueue holds the workers whose deferred work is due.
+type afterQueue struct {
+	delay time.Duration
+	mu    sync.Mutex
+	due   []*worker
+	spare []*worker     // the previous batch's slice, reused
+	wake  chan struct{} // a batch has begun: its first worker was queued
+}
+
+func newAfterQueue(delay time.Duration) *afterQueue {
+	return &afterQueue{delay: delay, wake: make(chan struct{}, 1)}
+}
+
+// add queues w's deferred work (once until it has run).
+func (q *afterQueue) add(w *worker) {
+	q.mu.Lock()
+	if w.afterQueued {
+		q.mu.Unlock()
+		return
+	}
+	w.afterQueued = true
+	q.due = append(q.due, w)
+	first := len(q.due) == 1
+	q.mu.Unlock()
+	if first {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// take removes and returns the queued workers.
+func (q *afterQueue) take() []*worker {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	batch := q.due
+	q.due, q.spare = q.spare[:0], batch
+	for _, w := range batch {
+		w.afterQueued = false
+	}
+	return batch
+}
+
+// run calls do for each batch's workers PersistDelay after the batch
+// began, until ctx ends; workers that have exited are skipped.
+func (q *afterQueue) run(ctx context.Context, do func(*worker)) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.wake:
+		}
+		timer.Reset(q.delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		for _, w := range q.take() {
+			if !w.exited.Load() {
+				do(w)
+			}
+		}
+	}
+}
+
+// deferred runs w's deferred work (afterQueue.run); a write that finds the
+// loop fenced stops the worker, as the dispatcher stops one.
+func (w *worker) deferred(ctx context.Context) {
+	w.mu.Lock()
+	if !w.fenced {
+		w.afterTick(ctx)
+	}
+	fenced := w.fenced
+	w.mu.Unlock()
+	if fenced {
+		w.once.Do(func() { close(w.stop) })
+	}
+}
