@@ -34,24 +34,8 @@ func StateKey(id *codec.Identity) ([32]byte, error) { return id.RecordKey("duet/
 // ErrFenced means another instance of the same party took over the loop.
 var ErrFenced = errors.New("party: fenced: another instance of this party took over the loop")
 
-type stateRecord struct {
-	// Instance identifies the writing process: the fence is lost only when
-	// another instance has written.
-	Instance uint64 `msgpack:"instance"`
-	Epoch    uint64 `msgpack:"epoch"`
-	Version  uint64 `msgpack:"version"`
-	Tick     uint64 `msgpack:"tick"`
-	// HWM is the stream sequence of the last item taken, and HWMIdx its
-	// index in that message; without HWMIdx (a record of an earlier
-	// release, or index 0) the whole message counts as taken, so a restore
-	// may skip unused items of it, never reuse one. (Index 0 is omitted so
-	// that a single-item queue's record stays readable by earlier releases.)
-	HWM     uint64           `msgpack:"hwm"`
-	HWMIdx  uint64           `msgpack:"hwm_idx,omitempty"`
-	X       codec.MatrixWire `msgpack:"x"`
-	Prev    codec.MatrixWire `msgpack:"prev"`
-	HasPrev bool             `msgpack:"has_prev"`
-}
+// stateRecord is what the party persists per loop (codec.StateRecord).
+type stateRecord = codec.StateRecord
 
 type persister struct {
 	kv       jetstream.KeyValue

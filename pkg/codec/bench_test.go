@@ -177,8 +177,8 @@ func BenchmarkMatrixDecodeInto(b *testing.B) {
 // ("reflect"), and Seal then Open of a 200-byte payload through Seal
 // ("after") and the pre-rewrite sealReference ("before"). The payloads have
 // the pendulum's size (n=3, m=1, p=2 over 2^127-1, 16 bytes an element): a
-// MulPayload with S 4x5 and T 5x1, and an ItemMsg carrying both parties'
-// sealed MaterialPayloads.
+// MulPayload with S 4x5 and T 5x1, an ItemMsg carrying both parties'
+// sealed MaterialPayloads, and a party's StateRecord.
 func BenchmarkPaths(b *testing.B) {
 	p := testParams(b, mpc.PresetM127, mpc.PerTick)
 	rng := rand.NewChaCha8([32]byte{1})
@@ -212,6 +212,11 @@ func BenchmarkPaths(b *testing.B) {
 		}
 	}
 
+	// A party's persisted state of the pendulum's loop (x and its previous
+	// value, 3x1 each).
+	state := StateRecord{Instance: 0x9e3779b97f4a7c15, Epoch: 2, Version: 1 << 20, Tick: 1<<20 + 3, HWM: 1 << 17, HWMIdx: 5,
+		X: PutMatrix(p.Field, randomMatrix(b, p.Field, rng, p.N, 1)), Prev: PutMatrix(p.Field, randomMatrix(b, p.Field, rng, p.N, 1)), HasPrev: true}
+
 	for _, v := range []struct {
 		name string
 		v    any
@@ -219,6 +224,7 @@ func BenchmarkPaths(b *testing.B) {
 	}{
 		{"MulPayload", mul, func() any { return new(MulPayload) }},
 		{"ItemMsg", item, func() any { return new(ItemMsg) }},
+		{"StateRecord", state, func() any { return new(StateRecord) }},
 	} {
 		for _, path := range []struct {
 			name      string

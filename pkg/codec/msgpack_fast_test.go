@@ -17,7 +17,7 @@ var fastTypes = []reflect.Type{
 	reflect.TypeFor[MeasurePayload](), reflect.TypeFor[MulPayload](), reflect.TypeFor[TruncPayload](),
 	reflect.TypeFor[OutputPayload](), reflect.TypeFor[TickPayload](), reflect.TypeFor[ItemMsg](),
 	reflect.TypeFor[MaterialPayload](), reflect.TypeFor[PlantYPayload](), reflect.TypeFor[PlantUPayload](),
-	reflect.TypeFor[MatrixWire](),
+	reflect.TypeFor[MatrixWire](), reflect.TypeFor[StateRecord](),
 }
 
 // TestFastTypesComplete checks that exactly the fastTypes have a fast path,
@@ -193,6 +193,13 @@ func (g gen) value(i int) any {
 	case reflect.TypeFor[MatrixWire]():
 		m := g.matrix()
 		return &m
+	case reflect.TypeFor[StateRecord]():
+		r := &StateRecord{Instance: g.uint64(), Epoch: g.uint64(), Version: g.uint64(), Tick: g.uint64(), HWM: g.uint64(),
+			X: g.matrix(), Prev: g.matrix(), HasPrev: g.IntN(2) == 0}
+		if g.IntN(2) == 0 {
+			r.HWMIdx = g.uint64()
+		}
+		return r
 	}
 	panic("no generator for " + fastTypes[i].String())
 }

@@ -291,3 +291,67 @@ func (p *PlantUPayload) unmarshalMsgpack(data []byte) error {
 	*p = v
 	return nil
 }
+
+// fields is the number of fields StateRecord encodes (hwm_idx is omitted
+// when zero).
+func (r StateRecord) fields() int {
+	if r.HWMIdx == 0 {
+		return 8
+	}
+	return 9
+}
+
+func (r StateRecord) encodedLen() int {
+	n := 1 + keyLen("instance") + uintLen(r.Instance) + keyLen("epoch") + uintLen(r.Epoch) +
+		keyLen("version") + uintLen(r.Version) + keyLen("tick") + uintLen(r.Tick) + keyLen("hwm") + uintLen(r.HWM) +
+		keyLen("x") + r.X.encodedLen() + keyLen("prev") + r.Prev.encodedLen() + keyLen("has_prev") + 1
+	if r.HWMIdx != 0 {
+		n += keyLen("hwm_idx") + uintLen(r.HWMIdx)
+	}
+	return n
+}
+
+func (r StateRecord) appendMsgpack(b []byte) []byte {
+	b = append(b, mpFixMap|byte(r.fields()))
+	b = appendUint(appendKey(b, "instance"), r.Instance)
+	b = appendUint(appendKey(b, "epoch"), r.Epoch)
+	b = appendUint(appendKey(b, "version"), r.Version)
+	b = appendUint(appendKey(b, "tick"), r.Tick)
+	b = appendUint(appendKey(b, "hwm"), r.HWM)
+	if r.HWMIdx != 0 {
+		b = appendUint(appendKey(b, "hwm_idx"), r.HWMIdx)
+	}
+	b = r.X.appendMsgpack(appendKey(b, "x"))
+	b = r.Prev.appendMsgpack(appendKey(b, "prev"))
+	return appendBool(appendKey(b, "has_prev"), r.HasPrev)
+}
+
+func (r *StateRecord) unmarshalMsgpack(data []byte) error {
+	d := newDecoder(data)
+	var v StateRecord
+	n := 8
+	if len(data) > 0 && data[0] == mpFixMap|9 {
+		n = 9
+	}
+	d.mapHeader("StateRecord", n)
+	v.Instance = d.uint("instance")
+	v.Epoch = d.uint("epoch")
+	v.Version = d.uint("version")
+	v.Tick = d.uint("tick")
+	v.HWM = d.uint("hwm")
+	if n == 9 {
+		if v.HWMIdx = d.uint("hwm_idx"); v.HWMIdx == 0 && d.err == nil {
+			d.fail(d.r.errf("hwm_idx", "zero written out: not in canonical form"))
+		}
+	}
+	v.X = d.matrix("x")
+	v.Prev = d.matrix("prev")
+	v.HasPrev = d.bool("has_prev")
+	if err := d.end(); err != nil {
+		return err
+	}
+	own(&v.X.Data)
+	own(&v.Prev.Data)
+	*r = v
+	return nil
+}

@@ -37,6 +37,8 @@ func samplePayloads(t testing.TB) []any {
 		&PlantUPayload{U: []float64{3.25}, FailSafe: true},
 		&ParamsWire{Modulus: "1000003", N: 1, M: 2, P: 3, K: 4, L: 5, Lambda: 6, Variant: 1},
 		&MatrixWire{},
+		&StateRecord{Instance: 1<<63 | 5, Epoch: 2, Version: 1803, Tick: 1 << 20, HWM: 77, X: mw(4, 1), Prev: mw(4, 1), HasPrev: true},
+		&StateRecord{Instance: 1, HWM: 77, HWMIdx: 7, X: mw(4, 1)},
 	}
 }
 

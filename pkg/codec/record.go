@@ -56,3 +56,25 @@ func OpenRecord(key *[32]byte, data []byte, v any) error {
 	}
 	return Unmarshal(body, v)
 }
+
+// StateRecord is a party's persisted state for one loop (internal/party),
+// sealed to the party with SealRecord. It is written every tick, so it has a
+// fast path (payload_fast.go).
+type StateRecord struct {
+	// Instance identifies the writing process: the fence is lost only when
+	// another instance has written.
+	Instance uint64 `msgpack:"instance"`
+	Epoch    uint64 `msgpack:"epoch"`
+	Version  uint64 `msgpack:"version"`
+	Tick     uint64 `msgpack:"tick"`
+	// HWM is the stream sequence of the last item taken, and HWMIdx its
+	// index in that message; without HWMIdx (a record of an earlier
+	// release, or index 0) the whole message counts as taken, so a restore
+	// may skip unused items of it, never reuse one. (Index 0 is omitted so
+	// that a single-item queue's record stays readable by earlier releases.)
+	HWM     uint64     `msgpack:"hwm"`
+	HWMIdx  uint64     `msgpack:"hwm_idx,omitempty"`
+	X       MatrixWire `msgpack:"x"`
+	Prev    MatrixWire `msgpack:"prev"`
+	HasPrev bool       `msgpack:"has_prev"`
+}
