@@ -155,6 +155,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer bsub.Unsubscribe()
 	dctx, cancel := context.WithCancel(ctx)
+	go s.housekeep(dctx)
 	dispatched := make(chan struct{})
 	go func() {
 		defer close(dispatched)
@@ -204,6 +205,27 @@ func (s *Service) dispatch(ctx context.Context, bsub *nats.Subscription) {
 			if holding && len(s.inbox) == 0 {
 				holding = false
 				s.hold(false)
+			}
+		}
+	}
+}
+
+// housekeepEvery is the period of every loop's housekeeping.
+const housekeepEvery = 200 * time.Millisecond
+
+// housekeep runs every loop's periodic work (worker.housekeep) on one
+// ticker for the service, until ctx ends: a ticker per loop would wake a
+// goroutine per loop five times a second.
+func (s *Service) housekeep(ctx context.Context) {
+	t := time.NewTicker(housekeepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, w := range s.workers {
+				w.housekeep()
 			}
 		}
 	}

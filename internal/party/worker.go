@@ -86,6 +86,10 @@ type worker struct {
 	persist *persister
 	// afterQueued: the worker is in the service's afterQueue (under its mu).
 	afterQueued bool
+	// sub is the loop's subscription, and dropped the messages it had
+	// dropped when last counted (housekeep).
+	sub     *nats.Subscription
+	dropped int
 	// staged is the next offline item, taken and prepared by afterTick.
 	staged    item
 	hasStaged bool
@@ -160,13 +164,9 @@ func (w *worker) run(ctx context.Context) error {
 		return err
 	}
 	defer sub.Unsubscribe()
-	dropped := 0
-	countDrops := func() {
-		if d, err := sub.Dropped(); err == nil && d > dropped {
-			w.s.opt.Metrics.Rejects.WithLabelValues("overload").Add(float64(d - dropped))
-			dropped = d
-		}
-	}
+	w.mu.Lock()
+	w.sub = sub
+	w.mu.Unlock()
 
 	stream, err := w.s.js.Stream(ctx, bus.OfflineStream(w.loop))
 	if err != nil {
@@ -209,8 +209,6 @@ func (w *worker) run(ctx context.Context) error {
 	}
 	defer cc.Stop()
 
-	ping := time.NewTicker(200 * time.Millisecond)
-	defer ping.Stop()
 	w.mu.Lock()
 	if w.prm.Variant == mpc.FixedMask {
 		w.sendFixedS(true)
@@ -235,14 +233,27 @@ func (w *worker) run(ctx context.Context) error {
 			if locked(func() { w.handle(ctx, m); w.queued.Add(-1) }) {
 				return ErrFenced
 			}
-		case <-ping.C:
-			countDrops()
-			locked(func() {
-				if w.prm.Variant == mpc.FixedMask && !w.fixedOK {
-					w.sendFixedS(true)
-				}
-			})
 		}
+	}
+}
+
+// housekeep is the worker's periodic work (Service.housekeep): it counts
+// the messages its subscription dropped, and in the fixed-mask variant sends
+// its set-up share again until the other party has it.
+func (w *worker) housekeep() {
+	if !w.live.Load() || w.exited.Load() {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.sub != nil {
+		if d, err := w.sub.Dropped(); err == nil && d > w.dropped {
+			w.s.opt.Metrics.Rejects.WithLabelValues("overload").Add(float64(d - w.dropped))
+			w.dropped = d
+		}
+	}
+	if w.prm.Variant == mpc.FixedMask && !w.fixedOK {
+		w.sendFixedS(true)
 	}
 }
 
