@@ -194,6 +194,7 @@ func TestChaos(t *testing.T) {
 		for lastTick(c) < ev.at {
 			select {
 			case err := <-done:
+				logTrouble(t, c.Records(), recoveries)
 				t.Fatalf("run ended before tick %d: %v", ev.at, err)
 			case <-time.After(2 * time.Millisecond):
 			}
@@ -289,6 +290,35 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("only %d ticks recorded", s.Ticks)
 	}
 	t.Logf("%d ticks, %d misses, audit %+v", s.Ticks, s.Misses, c.Audit())
+}
+
+// logTrouble logs, for a run that ended early, the ticks after the last
+// recovery that missed, were not applied, or whose secure u differs by more
+// than 1 V from the plaintext controller's (which keeps its own state, so
+// after misses small differences are expected): misses alone mean the loop
+// starved, a far-off u a wrong computation.
+func logTrouble(t *testing.T, recs []TickRecord, recoveries []uint64) {
+	t.Helper()
+	from := uint64(0)
+	if len(recoveries) > 0 {
+		from = recoveries[len(recoveries)-1]
+	}
+	shown := 0
+	for _, r := range recs {
+		if r.Tick < from || shown >= 60 {
+			continue
+		}
+		wrong := len(r.U) != len(r.UPlain)
+		for i := range r.U {
+			if !wrong && math.Abs(r.U[i]-r.UPlain[i]) > 1 {
+				wrong = true
+			}
+		}
+		if r.Miss || !r.Applied || wrong {
+			t.Logf("tick %d: applied %v, miss %v, u %v, plaintext u %v, y %v", r.Tick, r.Applied, r.Miss, r.U, r.UPlain, r.Y)
+			shown++
+		}
+	}
 }
 
 // testLog logs warnings and errors of the services to the test log.
