@@ -61,8 +61,9 @@ func (q *afterQueue) take() []*worker {
 }
 
 // run calls do for each batch's workers PersistDelay after the batch
-// began, until ctx ends; workers that have exited are skipped.
-func (q *afterQueue) run(ctx context.Context, do func(*worker)) {
+// began, until ctx ends; workers that have exited are skipped, and a worker
+// for which do reports false (busy) is queued again for the next batch.
+func (q *afterQueue) run(ctx context.Context, do func(*worker) bool) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -79,17 +80,23 @@ func (q *afterQueue) run(ctx context.Context, do func(*worker)) {
 		case <-timer.C:
 		}
 		for _, w := range q.take() {
-			if !w.exited.Load() {
-				do(w)
+			if !w.exited.Load() && !do(w) {
+				q.add(w)
 			}
 		}
 	}
 }
 
-// deferred runs w's deferred work (afterQueue.run); a write that finds the
-// loop fenced stops the worker, as the dispatcher stops one.
-func (w *worker) deferred(ctx context.Context) {
-	w.mu.Lock()
+// deferred runs w's deferred work (afterQueue.run) and reports whether it
+// could: a worker whose lock is held is not waited for, since its own
+// goroutine may be blocked in a tick's start (waiting up to ItemWait for an
+// item, or for a state write) and one busy loop must not hold up the other
+// loops' writes. A write that finds the loop fenced stops the worker, as
+// the dispatcher stops one.
+func (w *worker) deferred(ctx context.Context) bool {
+	if !w.mu.TryLock() {
+		return false
+	}
 	if !w.fenced {
 		w.afterTick(ctx)
 	}
@@ -98,4 +105,5 @@ func (w *worker) deferred(ctx context.Context) {
 	if fenced {
 		w.once.Do(func() { close(w.stop) })
 	}
+	return true
 }

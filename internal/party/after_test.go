@@ -23,11 +23,17 @@ func TestAfterQueueBatches(t *testing.T) {
 	done := make(chan struct{}, 8)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go q.run(ctx, func(w *worker) {
+	busy := map[*worker]int{} // times do reports a worker busy
+	go q.run(ctx, func(w *worker) bool {
 		mu.Lock()
 		calls = append(calls, call{w, time.Now()})
+		ok := busy[w] == 0
+		if !ok {
+			busy[w]--
+		}
 		mu.Unlock()
 		done <- struct{}{}
+		return ok
 	})
 	a, b, c, gone := &worker{loop: "a"}, &worker{loop: "b"}, &worker{loop: "c"}, &worker{loop: "gone"}
 	gone.exited.Store(true)
@@ -69,11 +75,24 @@ func TestAfterQueueBatches(t *testing.T) {
 	case <-time.After(2 * delay):
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	if len(calls) != 4 || calls[2].w != c || calls[3].w != a {
 		t.Fatalf("second batch: %d calls in all, want c then a", len(calls))
 	}
 	if d := calls[2].at.Sub(second); d < delay {
 		t.Errorf("second batch ran %v after its first tick, want at least %v", d, delay)
+	}
+	// A busy worker (its lock held) is not waited for: it is tried again
+	// in the next batch, a delay later.
+	busy[b] = 1
+	mu.Unlock()
+	q.add(b)
+	wait(2)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 6 || calls[4].w != b || calls[5].w != b {
+		t.Fatalf("busy worker: %d calls in all, want b twice", len(calls))
+	}
+	if d := calls[5].at.Sub(calls[4].at); d < delay {
+		t.Errorf("a busy worker was tried again after %v, want at least %v", d, delay)
 	}
 }

@@ -130,7 +130,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer stopAfter()
 	if s.opt.PersistDelay > 0 {
 		s.after = newAfterQueue(s.opt.PersistDelay)
-		go s.after.run(actx, func(w *worker) { w.deferred(actx) })
+		go s.after.run(actx, func(w *worker) bool { return w.deferred(actx) })
 	}
 	for _, loop := range s.opt.Loops {
 		if err := codec.ValidLoopID(loop); err != nil {
