@@ -241,16 +241,14 @@ func (w *worker) run(ctx context.Context) error {
 // the messages its subscription dropped, and in the fixed-mask variant sends
 // its set-up share again until the other party has it.
 func (w *worker) housekeep() {
-	if !w.live.Load() || w.exited.Load() {
+	if !w.live.Load() { // before the event loop, or after exit
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.sub != nil {
-		if d, err := w.sub.Dropped(); err == nil && d > w.dropped {
-			w.s.opt.Metrics.Rejects.WithLabelValues("overload").Add(float64(d - w.dropped))
-			w.dropped = d
-		}
+	if d, err := w.sub.Dropped(); err == nil && d > w.dropped { // sub is set before live
+		w.s.opt.Metrics.Rejects.WithLabelValues("overload").Add(float64(d - w.dropped))
+		w.dropped = d
 	}
 	if w.prm.Variant == mpc.FixedMask && !w.fixedOK {
 		w.sendFixedS(true)
