@@ -692,6 +692,9 @@ func checkNATS(t *testing.T, r *rendered) {
 	if !strings.Contains(conf, "jetstream") {
 		t.Errorf("nats.conf: JetStream is not enabled")
 	}
+	if !strings.Contains(conf, "\nno_sublist_cache: true\n") {
+		t.Errorf("nats.conf: the subject-match cache is enabled (no_sublist_cache: true missing)")
+	}
 	for i := int32(0); i < w.replicas; i++ {
 		route := fmt.Sprintf("nats://%s-%d.%s:6222", w.name, i, w.sts.Spec.ServiceName)
 		if !strings.Contains(conf, route) {

@@ -50,3 +50,34 @@ func TestGeneratedConfigParses(t *testing.T) {
 		}
 	}
 }
+
+// TestDeployConfigParses feeds the compose stack's deploy/nats.conf, with
+// the authorization block it includes, to the real nats-server parser and
+// checks the settings the services rely on arrive: JetStream, the generated
+// users, and no subject-match cache.
+func TestDeployConfigParses(t *testing.T) {
+	conf, err := os.ReadFile("../../deploy/nats.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := acl.GenerateUsers(filepath.Join(dir, "keys"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), conf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.JetStream {
+		t.Error("JetStream is not enabled")
+	}
+	if !o.NoSublistCache {
+		t.Error("the subject-match cache is enabled (no_sublist_cache)")
+	}
+	if len(o.Nkeys) != len(codec.AllRoles) {
+		t.Errorf("%d nkey users, want %d", len(o.Nkeys), len(codec.AllRoles))
+	}
+}

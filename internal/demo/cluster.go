@@ -109,12 +109,19 @@ type Cluster struct {
 
 // StartServer starts an embedded NATS server with JetStream in a temporary
 // store on a random loopback port.
+//
+// Like deploy/nats.conf, it runs without the server's subject-match cache
+// (NoSublistCache): the cache holds 1,024 subjects, a loop uses about ten
+// (and every JetStream acknowledgement a new one), so with a few hundred loops
+// nearly every message missed it and then took the subject tree's write lock
+// to insert its entry; without the cache a match takes the read lock only.
+// Each connection's own 512-entry cache in the server is unaffected.
 func StartServer() (*server.Server, string, error) {
 	dir, err := os.MkdirTemp("", "duet-js-")
 	if err != nil {
 		return nil, "", err
 	}
-	ns, err := StartServerWith(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir})
+	ns, err := StartServerWith(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSublistCache: true})
 	return ns, dir, err
 }
 
@@ -315,7 +322,7 @@ func (c *Cluster) startAll() error {
 }
 
 func (c *Cluster) serverOptions(port int) *server.Options {
-	o := &server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: c.store}
+	o := &server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: c.store, NoSublistCache: true} // see StartServer
 	if c.users != nil {
 		o.Nkeys = acl.NkeyUsers(acl.Publics(c.users))
 	}
