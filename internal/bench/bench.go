@@ -322,9 +322,9 @@ func runTickSection(ctx context.Context, url string, plan Plan, cs mpc.Controlle
 			return fmt.Errorf("bench: tick %s: %w", c.Name, err)
 		}
 		rep.Tick = append(rep.Tick, row)
-		pr("  %-19s p50 %7.1fµs p99 %7.1fµs  floor p50 %6.1fµs p99 %6.1fµs  ×%.2f / ×%.2f  misses %d  abandoned %d",
+		pr("  %-19s p50 %7.1fµs p99 %7.1fµs  floor p50 %6.1fµs p99 %6.1fµs  ×%.2f / ×%.2f  misses %d  abandoned %d  stolen %s cores",
 			row.Case, us(row.Lat.P50), us(row.Lat.P99), us(row.Floor.P50), us(row.Floor.P99),
-			ratio(row.Lat.P50, row.Floor.P50), ratio(row.Lat.P99, row.Floor.P99), row.Misses, row.Abandoned)
+			ratio(row.Lat.P50, row.Floor.P50), ratio(row.Lat.P99, row.Floor.P99), row.Misses, row.Abandoned, Cores(row.Steal))
 		if row.MaxDiff > row.Bound {
 			return fmt.Errorf("bench: tick %s: max |u - uplain| = %g exceeds the bound %g", c.Name, row.MaxDiff, row.Bound)
 		}
@@ -361,10 +361,10 @@ func runScaleSection(ctx context.Context, url string, plan Plan, cs mpc.Controll
 			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
-				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f | parties: %d abandoned%s, %d without item | cpu %.2f cores, %d GCs, %.1f KB allocated/tick, %.2f peer messages/tick for %.2f  ok %v (set-up %v)",
+				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f stolen %s | parties: %d abandoned%s, %d without item | cpu %.2f cores, stolen %s, %d GCs, %.1f KB allocated/tick, %.2f peer messages/tick for %.2f  ok %v (set-up %v)",
 					r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong, r.Stalls, r.StallMax.Round(100*time.Microsecond),
-					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond), r.FloorCPU, r.PartyMisses, parenthesized(r.AbandonedBy()), r.NoItem,
-					r.CPU, r.GCs, r.AllocPerTick/1024, r.PeerMsgsPerTick, r.PeerEnvsPerTick, r.OK, r.Setup.Round(100*time.Millisecond))
+					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond), r.FloorCPU, Cores(r.FloorSteal), r.PartyMisses, parenthesized(r.AbandonedBy()), r.NoItem,
+					r.CPU, Cores(r.Steal), r.GCs, r.AllocPerTick/1024, r.PeerMsgsPerTick, r.PeerEnvsPerTick, r.OK, r.Setup.Round(100*time.Millisecond))
 			}})
 		if err != nil {
 			return err
@@ -376,7 +376,7 @@ func runScaleSection(ctx context.Context, url string, plan Plan, cs mpc.Controll
 	rows, err := RunScaleFloor(ctx, url, cs, plan.ScaleFloorLoops, plan.ScaleDur)
 	for _, r := range rows {
 		rep.ScaleFloor = append(rep.ScaleFloor, r)
-		pr("  floor alone: %5d loops  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  cpu %.2f cores", r.Loops, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.CPU)
+		pr("  floor alone: %5d loops  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  cpu %.2f cores  stolen %s", r.Loops, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.CPU, Cores(r.Steal))
 	}
 	return err
 }

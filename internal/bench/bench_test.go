@@ -3,8 +3,10 @@ package bench
 import (
 	"context"
 	"encoding/csv"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -74,6 +76,9 @@ func TestRunWritesFiles(t *testing.T) {
 		if r.Lat.N+r.Misses != 10 || r.Floor.N != 10 || r.MaxDiff > r.Bound {
 			t.Errorf("%s: %d ticks + %d misses, %d floor ticks, max |u - uplain| %g (bound %g)", r.Case, r.Lat.N, r.Misses, r.Floor.N, r.MaxDiff, r.Bound)
 		}
+		if runtime.GOOS == "linux" && math.IsNaN(r.Steal) || r.Steal < 0 || r.Steal > float64(runtime.NumCPU()) {
+			t.Errorf("%s: stolen %v cores", r.Case, r.Steal)
+		}
 	}
 	if len(rep.Targets()) != 5 {
 		t.Errorf("%d targets, want 5", len(rep.Targets()))
@@ -84,7 +89,7 @@ func TestRunWritesFiles(t *testing.T) {
 func TestOtherCSVHeaders(t *testing.T) {
 	out := t.TempDir()
 	rep := &Report{Dealer: []DealerRow{{Case: "pendulum", Replicas: 1}}, Scale: []ScaleRow{{Loops: 50, P99: time.Millisecond, OK: true, Persist: true}, {Loops: 50, OK: true}}, ScaleLimit: 10 * time.Millisecond,
-		ScaleFloor: []ScaleFloorRow{{Loops: 500, Ticks: 100, Misses: 1, P99: 7 * time.Millisecond}}}
+		ScaleFloor: []ScaleFloorRow{{Loops: 500, Ticks: 100, Misses: 1, P99: 7 * time.Millisecond, Steal: math.NaN()}}}
 	if err := rep.write(out); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +99,7 @@ func TestOtherCSVHeaders(t *testing.T) {
 	if got := readCSV(t, filepath.Join(out, "dealer.csv")); !slices.Equal(got[0], DealerHeader) || len(got) != 2 {
 		t.Errorf("dealer.csv: %q", got)
 	}
-	if got := readCSV(t, filepath.Join(out, "scale_floor.csv")); !slices.Equal(got[0], ScaleFloorHeader) || len(got) != 2 || got[1][0] != "500" || got[1][2] != "1" {
+	if got := readCSV(t, filepath.Join(out, "scale_floor.csv")); !slices.Equal(got[0], ScaleFloorHeader) || len(got) != 2 || got[1][0] != "500" || got[1][2] != "1" || got[1][6] != "" {
 		t.Errorf("scale_floor.csv: %q", got)
 	}
 	var scale Target

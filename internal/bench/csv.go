@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/csv"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,11 +17,11 @@ var (
 	Protocol2Header   = Protocol1Header[1:]
 	Fig5FloorHeader   = []string{"series", "d", "p50_us", "p99_us", "mean_us", "floor_p50_us", "floor_p99_us", "floor_mean_us", "ratio_p50", "ratio_mean", "measure_bytes", "exchange_bytes", "output_bytes", "bytes_p0", "bytes_p1"}
 	TickHeader        = []string{"case", "p50_us", "p99_us", "floor_p50_us", "floor_p99_us"}
-	TickDetailHeader  = []string{"case", "n", "m", "p", "modulus", "variant", "persist", "ticks", "misses", "p50_us", "p99_us", "floor_p50_us", "floor_p99_us", "ratio_p50", "ratio_p99", "measure_bytes", "exchange_bytes", "output_bytes", "max_du", "du_bound", "abandoned", "queue_after"}
+	TickDetailHeader  = []string{"case", "n", "m", "p", "modulus", "variant", "persist", "ticks", "misses", "p50_us", "p99_us", "floor_p50_us", "floor_p99_us", "ratio_p50", "ratio_p99", "measure_bytes", "exchange_bytes", "output_bytes", "max_du", "du_bound", "abandoned", "queue_after", "steal_cores"}
 	DealerHeader      = []string{"case", "variant", "compress", "replicas", "items_per_msg", "items", "seconds", "items_per_s", "payload_bytes_per_tick", "stream_bytes_per_item"}
 	ScaleHeader       = []string{"loops", "p50_us", "p99_us", "misses", "ok"}
-	ScaleFloorHeader  = []string{"loops", "ticks", "misses", "p50_us", "p99_us", "cpu_cores"}
-	ScaleDetailHeader = []string{"loops", "persist", "ticks", "p50_us", "p99_us", "misses", "wrong", "ok", "floor_ticks", "floor_p50_us", "floor_p99_us", "floor_misses", "stalls", "stall_max_ms", "floor_stalls", "floor_stall_max_ms", "cpu_cores", "setup_s", "party_misses", "party_no_item", "floor_cpu_cores", "gc_cycles", "alloc_kb_per_tick", "peer_msgs_per_tick", "peer_envelopes_per_tick", "party_abandoned_by"}
+	ScaleFloorHeader  = []string{"loops", "ticks", "misses", "p50_us", "p99_us", "cpu_cores", "steal_cores"}
+	ScaleDetailHeader = []string{"loops", "persist", "ticks", "p50_us", "p99_us", "misses", "wrong", "ok", "floor_ticks", "floor_p50_us", "floor_p99_us", "floor_misses", "stalls", "stall_max_ms", "floor_stalls", "floor_stall_max_ms", "cpu_cores", "setup_s", "party_misses", "party_no_item", "floor_cpu_cores", "gc_cycles", "alloc_kb_per_tick", "peer_msgs_per_tick", "peer_envelopes_per_tick", "party_abandoned_by", "steal_cores", "floor_steal_cores"}
 )
 
 func writeCSV(dir, name string, header []string, rows [][]string) error {
@@ -39,8 +40,16 @@ func writeCSV(dir, name string, header []string, rows [][]string) error {
 }
 
 func ff(x float64, prec int) string { return strconv.FormatFloat(x, 'f', prec, 64) }
-func fi(x int) string               { return strconv.Itoa(x) }
-func fb(x bool) string              { return strconv.FormatBool(x) }
+
+// fnan is ff, or an empty cell for NaN (not measured).
+func fnan(x float64, prec int) string {
+	if math.IsNaN(x) {
+		return ""
+	}
+	return ff(x, prec)
+}
+func fi(x int) string  { return strconv.Itoa(x) }
+func fb(x bool) string { return strconv.FormatBool(x) }
 
 func statCols(s Stats) []string {
 	return []string{fi(s.N), ff(us(s.Min), 1), ff(us(s.Mean), 1), ff(us(s.Max), 1), ff(us(s.CILo), 1), ff(us(s.CIHi), 1)}
@@ -67,7 +76,7 @@ func (rep *Report) WriteCSVs(dir string) error {
 		td = append(td, []string{r.Case, fi(r.N), fi(r.M), fi(r.P), r.Modulus, r.Variant.String(), fb(r.Persist), fi(r.Lat.N + r.Misses), fi(r.Misses),
 			ff(us(r.Lat.P50), 1), ff(us(r.Lat.P99), 1), ff(us(r.Floor.P50), 1), ff(us(r.Floor.P99), 1),
 			ff(ratio(r.Lat.P50, r.Floor.P50), 2), ff(ratio(r.Lat.P99, r.Floor.P99), 2),
-			fi(r.Sizes.Measure), fi(r.Sizes.Exchange), fi(r.Sizes.Output), ff(r.MaxDiff, 6), ff(r.Bound, 6), fi(r.Abandoned), fi(r.QueueAfter)})
+			fi(r.Sizes.Measure), fi(r.Sizes.Exchange), fi(r.Sizes.Output), ff(r.MaxDiff, 6), ff(r.Bound, 6), fi(r.Abandoned), fi(r.QueueAfter), fnan(r.Steal, 2)})
 	}
 	var dl [][]string
 	for _, r := range rep.Dealer {
@@ -81,11 +90,11 @@ func (rep *Report) WriteCSVs(dir string) error {
 		}
 		sd = append(sd, []string{fi(r.Loops), fb(r.Persist), fi(r.Ticks), ff(us(r.P50), 1), ff(us(r.P99), 1), fi(r.Misses), fi(r.Wrong), fb(r.OK),
 			fi(r.FloorTicks), ff(us(r.FloorP50), 1), ff(us(r.FloorP99), 1), fi(r.FloorMisses),
-			fi(r.Stalls), ff(float64(r.StallMax)/1e6, 1), fi(r.FloorStalls), ff(float64(r.FloorStallMax)/1e6, 1), ff(r.CPU, 2), ff(r.Setup.Seconds(), 1), fi(r.PartyMisses), fi(r.NoItem), ff(r.FloorCPU, 2), fi(r.GCs), ff(r.AllocPerTick/1024, 2), ff(r.PeerMsgsPerTick, 2), ff(r.PeerEnvsPerTick, 2), r.AbandonedBy()})
+			fi(r.Stalls), ff(float64(r.StallMax)/1e6, 1), fi(r.FloorStalls), ff(float64(r.FloorStallMax)/1e6, 1), ff(r.CPU, 2), ff(r.Setup.Seconds(), 1), fi(r.PartyMisses), fi(r.NoItem), ff(r.FloorCPU, 2), fi(r.GCs), ff(r.AllocPerTick/1024, 2), ff(r.PeerMsgsPerTick, 2), ff(r.PeerEnvsPerTick, 2), r.AbandonedBy(), fnan(r.Steal, 2), fnan(r.FloorSteal, 2)})
 	}
 	var sf [][]string
 	for _, r := range rep.ScaleFloor {
-		sf = append(sf, []string{fi(r.Loops), fi(r.Ticks), fi(r.Misses), ff(us(r.P50), 1), ff(us(r.P99), 1), ff(r.CPU, 2)})
+		sf = append(sf, []string{fi(r.Loops), fi(r.Ticks), fi(r.Misses), ff(us(r.P50), 1), ff(us(r.P99), 1), ff(r.CPU, 2), fnan(r.Steal, 2)})
 	}
 	files := []struct {
 		name   string

@@ -83,8 +83,12 @@ type ScaleRow struct {
 	// FloorCPU is the same for the floor's run (warm-up included): what the
 	// bare messaging of these loops costs on this machine.
 	FloorCPU float64
-	Setup    time.Duration
-	Persist  bool // the parties persisted their state every tick
+	// Steal and FloorSteal are the CPU the hypervisor took from the machine
+	// during each (cores; NaN where it cannot be read): a shared VM's other
+	// tenants, not the code under test.
+	Steal, FloorSteal float64
+	Setup             time.Duration
+	Persist           bool // the parties persisted their state every tick
 	// The floor at the same number of loops (floorLoops), measured just
 	// before on the same server.
 	FloorTicks, FloorMisses int
@@ -230,9 +234,9 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 		return row, err
 	}
 	mon := startStallMonitor()
-	fcpu, fbegan := cpuTime(), time.Now()
+	fm := startCPUMeter()
 	flat, fsent, fmiss, err := floorLoops(ctx, opt.URL, sizes, n, opt.Period, opt.Warmup, opt.Duration, opt.Deadline)
-	row.FloorCPU = (cpuTime() - fcpu).Seconds() / time.Since(fbegan).Seconds()
+	row.FloorCPU, row.FloorSteal = fm.cores(0)
 	row.FloorStalls, row.FloorStallMax = mon.end()
 	if err != nil {
 		return row, err
@@ -313,7 +317,7 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 		c.gcs, c.alloc = ms.NumGC, ms.TotalAlloc
 		return
 	}
-	cpu0 := cpuTime()
+	cm := startCPUMeter()
 	mon = startStallMonitor()
 	start := time.Now()
 	measureFrom := start.Add(opt.Warmup)
@@ -337,7 +341,7 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	wall := time.Since(start)
 	row.Stalls, row.StallMax = mon.end()
 	time.Sleep(opt.Deadline + 100*time.Millisecond)
-	row.CPU = (cpuTime() - cpu0).Seconds() / wall.Seconds()
+	row.CPU, row.Steal = cm.cores(wall)
 	c0, c1 := <-atStart, read()
 	row.PartyMisses, row.NoItem = c1.misses-c0.misses, c1.noItem-c0.noItem
 	row.PartyAbandoned = map[string]int{}
@@ -377,6 +381,7 @@ type ScaleFloorRow struct {
 	Loops, Ticks, Misses int
 	P50, P99             time.Duration
 	CPU                  float64 // process CPU seconds per wall second (warm-up included)
+	Steal                float64 // the machine's CPU taken by the hypervisor, cores (NaN: unknown)
 }
 
 // RunScaleFloor measures the floor alone at each of loops, with the
@@ -396,14 +401,14 @@ func RunScaleFloor(ctx context.Context, url string, cs mpc.ControllerSpec, loops
 	}
 	var rows []ScaleFloorRow
 	for _, n := range loops {
-		cpu0, began := cpuTime(), time.Now()
+		m := startCPUMeter()
 		lat, sent, misses, err := floorLoops(ctx, url, sizes, n, 40*time.Millisecond, time.Second, duration, 30*time.Millisecond)
 		if err != nil {
 			return rows, fmt.Errorf("bench: floor alone with %d loops: %w", n, err)
 		}
-		cpu := (cpuTime() - cpu0).Seconds() / time.Since(began).Seconds()
+		cpu, steal := m.cores(0)
 		s := Summarize(lat)
-		rows = append(rows, ScaleFloorRow{Loops: n, Ticks: sent, Misses: misses, P50: s.P50, P99: s.P99, CPU: cpu})
+		rows = append(rows, ScaleFloorRow{Loops: n, Ticks: sent, Misses: misses, P50: s.P50, P99: s.P99, CPU: cpu, Steal: steal})
 	}
 	return rows, nil
 }

@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,6 +32,13 @@ func TestScaleQuick(t *testing.T) {
 		}
 		if r.CPU <= 0 || r.FloorCPU <= 0 {
 			t.Errorf("%+v: want the run's and the floor's CPU measured", r)
+		}
+		// Steal is read on Linux (NaN elsewhere); never negative, and never
+		// more than the machine's cores.
+		for _, s := range []float64{r.Steal, r.FloorSteal} {
+			if runtime.GOOS == "linux" && math.IsNaN(s) || s < 0 || s > float64(runtime.NumCPU()) {
+				t.Errorf("%+v: stolen %v cores", r, s)
+			}
 		}
 		// Every tick allocates at least its messages (the server's and the
 		// clients' copies), and far less than a megabyte.
@@ -88,6 +97,9 @@ func TestScaleFloorQuick(t *testing.T) {
 		if r.Ticks < r.Loops*8 || r.Ticks > r.Loops*12 || r.P50 <= 0 || r.P99 < r.P50 || r.CPU <= 0 {
 			t.Errorf("%+v: want about 10 ticks per loop, p50 <= p99", r)
 		}
+		if runtime.GOOS == "linux" && math.IsNaN(r.Steal) || r.Steal < 0 || r.Steal > float64(runtime.NumCPU()) {
+			t.Errorf("%+v: stolen %v cores", r, r.Steal)
+		}
 	}
 }
 
@@ -98,5 +110,40 @@ func TestAbandonedBy(t *testing.T) {
 	r := ScaleRow{PartyAbandoned: map[string]int{"late": 12, "item_mismatch": 1, "no_item": 3}}
 	if got, want := r.AbandonedBy(), "item_mismatch=1 late=12 no_item=3"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestParseSteal(t *testing.T) {
+	const stat = "cpu  52911 0 15591 202786 379 0 5638 3062 0 0\ncpu0 26000 0 7000 101000 200 0 2800 1500 0 0\nintr 1 2 3\n"
+	got, err := parseSteal([]byte(stat))
+	if err != nil || got != 3062 {
+		t.Fatalf("parseSteal = %d, %v; want 3062 (the aggregate line's eighth value)", got, err)
+	}
+	for name, bad := range map[string]string{
+		"no aggregate line": "cpu0 1 2 3 4 5 6 7 8\nintr 1\n",
+		"no steal field":    "cpu  1 2 3 4 5 6 7\n",
+		"not a number":      "cpu  1 2 3 4 5 6 7 x 0 0\n",
+		"negative":          "cpu  1 2 3 4 5 6 7 -8 0 0\n",
+		"empty":             "",
+	} {
+		if v, err := parseSteal([]byte(bad)); err == nil {
+			t.Errorf("%s: parseSteal(%q) = %d, want an error", name, bad, v)
+		}
+	}
+	// The meter: NaN only where steal cannot be read, and both readings are
+	// rates over the interval.
+	m := startCPUMeter()
+	busy := time.Now()
+	for time.Since(busy) < 20*time.Millisecond {
+	}
+	cpu, stolen := m.cores(0)
+	if cpu <= 0 || cpu > float64(runtime.NumCPU())+0.5 {
+		t.Errorf("process CPU %v cores over a busy loop", cpu)
+	}
+	if _, ok := machineSteal(); ok == math.IsNaN(stolen) {
+		t.Errorf("steal readable %v, stolen %v", ok, stolen)
+	}
+	if got := Cores(math.NaN()); got != "n/a" {
+		t.Errorf("Cores(NaN) = %q", got)
 	}
 }

@@ -74,6 +74,9 @@ type TickRow struct {
 	// version did not advance within a second); u is compared with the
 	// float64 controller only before the first one.
 	Abandoned int
+	// Steal is the CPU the hypervisor took from the machine while the
+	// case's ticks and floor ticks ran (cores; NaN where unreadable).
+	Steal float64
 }
 
 // RunTick measures one case.
@@ -149,6 +152,7 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 	defer floor.Close()
 	var flat []time.Duration
 	next := uint64(opt.Warmup) + 1
+	cm := startCPUMeter()
 	for done := 0; done < opt.Ticks; {
 		b := min(opt.Block, opt.Ticks-done)
 		if err := rec.run(ctx, sn, next, b, opt.Gap); err != nil {
@@ -162,6 +166,7 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		next += uint64(b)
 		done += b
 	}
+	_, row.Steal = cm.cores(0)
 	lat, misses, maxDiff := rec.results(uint64(opt.Warmup)+1, uint64(total))
 	row.Lat, row.Floor, row.Misses, row.MaxDiff = Summarize(lat), Summarize(flat), misses, maxDiff
 	row.Abandoned = rec.abandoned

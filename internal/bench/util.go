@@ -1,6 +1,11 @@
 package bench
 
 import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -12,6 +17,84 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuMeter measures, over an interval, the process's CPU time and the CPU
+// time the hypervisor took from this machine (steal): on a shared VM the
+// second takes cores from the bench whatever the code under test does, so
+// a row measured while the host was busy can be told from a slow one.
+type cpuMeter struct {
+	began   time.Time
+	cpu     time.Duration
+	steal   uint64 // USER_HZ ticks
+	stealOK bool
+}
+
+func startCPUMeter() cpuMeter {
+	m := cpuMeter{began: time.Now(), cpu: cpuTime()}
+	m.steal, m.stealOK = machineSteal()
+	return m
+}
+
+// cores returns the process's CPU and the machine's stolen CPU since the
+// start, each in cores (seconds per second of wall), over wall (0: the
+// time since the start). stolen is NaN where steal cannot be read.
+func (m cpuMeter) cores(wall time.Duration) (process, stolen float64) {
+	cpu := cpuTime()
+	steal, ok := machineSteal()
+	if wall <= 0 {
+		wall = time.Since(m.began)
+	}
+	process = (cpu - m.cpu).Seconds() / wall.Seconds()
+	stolen = math.NaN()
+	if ok && m.stealOK {
+		stolen = float64(steal-m.steal) / userHZ / wall.Seconds()
+	}
+	return process, stolen
+}
+
+// Cores formats a number of cores (CPU seconds per second), "n/a" for NaN.
+func Cores(x float64) string {
+	if math.IsNaN(x) {
+		return "n/a"
+	}
+	return strconv.FormatFloat(x, 'f', 2, 64)
+}
+
+// machineSteal is the machine's stolen CPU time so far in USER_HZ ticks
+// (Linux: /proc/stat); ok is false where it cannot be read.
+func machineSteal() (uint64, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	d, err := parseSteal(b)
+	return d, err == nil
+}
+
+// userHZ is the unit of /proc/stat's times: USER_HZ, 100 on every Linux
+// architecture Go supports (the kernel ABI fixes it, whatever CONFIG_HZ).
+const userHZ = 100
+
+// parseSteal reads the steal time of the aggregate "cpu" line of
+// /proc/stat: its eighth value (user nice system idle iowait irq softirq
+// steal ...), in USER_HZ ticks.
+func parseSteal(stat []byte) (uint64, error) {
+	for line := range bytes.Lines(stat) {
+		f := bytes.Fields(line)
+		if len(f) == 0 || string(f[0]) != "cpu" {
+			continue
+		}
+		if len(f) < 9 {
+			return 0, fmt.Errorf("bench: /proc/stat: cpu line has %d values, want at least 8 (no steal field)", len(f)-1)
+		}
+		v, err := strconv.ParseUint(string(f[8]), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: /proc/stat: steal %q: %w", f[8], err)
+		}
+		return v, nil
+	}
+	return 0, fmt.Errorf("bench: /proc/stat: no aggregate cpu line")
 }
 
 // stallMonitor samples how late a goroutine sleeping 1 ms wakes up: a
