@@ -3,6 +3,7 @@ package party
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/duet-mpc/duet/pkg/codec"
@@ -179,5 +180,49 @@ func TestStateRecordHWMCompat(t *testing.T) {
 		if got := bytes.Contains(b, []byte("hwm_idx")); got != c.field {
 			t.Errorf("%+v: hwm_idx in the encoding %v, want %v", c.rec, got, c.field)
 		}
+	}
+}
+
+// takeRaw hands out the queued stream messages' items one by one, in order,
+// across messages (an empty one included), releases each item's bytes from
+// the message it came in, and canInline sees an item left in the message
+// being used as well as one still queued.
+func TestTakeRawBatches(t *testing.T) {
+	w := &worker{items: make(chan []rawItem, 4), subjMeasure: "m"}
+	raw := func(seq uint64) rawItem { return rawItem{seq: seq, env: []byte{byte(seq)}} }
+	first := []rawItem{raw(1), raw(2), raw(3)}
+	w.items <- first
+	w.items <- nil
+	w.items <- []rawItem{raw(4)}
+	if !w.canInline("m") {
+		t.Fatal("items queued: a measurement must be handled inline")
+	}
+	var got []uint64
+	for {
+		r, ok := w.takeRaw()
+		if !ok {
+			break
+		}
+		if len(r.env) != 1 || r.env[0] != byte(r.seq) {
+			t.Fatalf("item %d carries %v", r.seq, r.env)
+		}
+		got = append(got, r.seq)
+		if r.seq == 1 {
+			if first[0].env != nil {
+				t.Error("a taken item's bytes are still referenced by its message")
+			}
+			if !w.canInline("m") {
+				t.Error("two items left in the message in use: a measurement must be handled inline")
+			}
+		}
+	}
+	if want := []uint64{1, 2, 3, 4}; !slices.Equal(got, want) {
+		t.Fatalf("took %v, want %v", got, want)
+	}
+	if w.canInline("m") {
+		t.Error("no item left: a measurement may wait for one, so it must not be handled inline")
+	}
+	if !w.canInline("other") {
+		t.Error("only a measurement can block")
 	}
 }

@@ -50,7 +50,11 @@ type worker struct {
 	exited atomic.Bool
 	stop   chan struct{}
 	once   sync.Once
-	items  chan rawItem
+	// items carries the offline queue's stream messages, each as the
+	// items it holds, from the consumer's callback (made before Consume
+	// starts, under mu); batch is the rest of the message being used.
+	items chan []rawItem
+	batch []rawItem
 
 	// Subjects, built once.
 	subjPeer, subjOut, subjMeasure string
@@ -122,13 +126,8 @@ func (w *worker) count(c *prometheus.Counter, vec *prometheus.CounterVec) {
 func newWorker(s *Service, loop string) *worker {
 	return &worker{
 		s: s, loop: loop, id: s.opt.ID, peer: codec.PartyRole(1 - s.opt.ID),
-		inbox: make(chan *nats.Msg, 1024),
-		stop:  make(chan struct{}),
-		// Room for two pulls: the consumer callback, which only queues the
-		// raw item, rarely blocks. A full buffer does block it, and with it
-		// further pulls: the flow control that bounds the items a loop holds
-		// (up to about three times the prefetch).
-		items:        make(chan rawItem, 2*s.opt.Prefetch+1),
+		inbox:        make(chan *nats.Msg, 1024),
+		stop:         make(chan struct{}),
 		subjPeer:     bus.ExchangeSubject(loop, 1-s.opt.ID),
 		subjMeasure:  bus.MeasureSubject(loop, s.opt.ID),
 		subjExchange: bus.ExchangeSubject(loop, s.opt.ID),
@@ -187,21 +186,26 @@ func (w *worker) run(ctx context.Context) error {
 	// A stream message holds up to w.perMsg items: the pull asks for as many
 	// messages as make up the prefetch.
 	pull := max(1, (w.s.opt.Prefetch+w.perMsg-1)/w.perMsg)
+	// Room for two pulls, a stream message per element: the callback,
+	// which only queues the message's raw items, rarely blocks. A full
+	// buffer does block it, and with it further pulls: the flow control that
+	// bounds the items a loop holds (up to about three times the prefetch).
+	// Blocked, it is woken once per message the worker takes, not once per
+	// item (per tick).
+	items := make(chan []rawItem, 2*pull+1)
+	w.mu.Lock()
+	w.items = items
+	w.mu.Unlock()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		meta, err := m.Metadata()
-		if err != nil {
-			select {
-			case w.items <- rawItem{err: err}:
-			case <-ctx.Done():
-			}
-			return
+		var batch []rawItem
+		if meta, err := m.Metadata(); err != nil {
+			batch = []rawItem{{err: err}}
+		} else {
+			batch = w.trimItems(m.Data(), meta.Sequence.Stream)
 		}
-		for _, it := range w.trimItems(m.Data(), meta.Sequence.Stream) {
-			select {
-			case w.items <- it:
-			case <-ctx.Done():
-				return
-			}
+		select {
+		case items <- batch:
+		case <-ctx.Done():
 		}
 	}, jetstream.PullMaxMessages(pull), jetstream.PullThresholdMessages(pullThreshold(pull)))
 	if err != nil {
@@ -320,7 +324,23 @@ func (w *worker) canInline(subject string) bool {
 	if w.hasStaged && w.staged.seq > w.hwm && w.staged.seq >= w.minSeq {
 		return true
 	}
-	return len(w.items) > 0
+	return len(w.batch) > 0 || len(w.items) > 0
+}
+
+// takeRaw takes the next buffered raw item, without waiting.
+func (w *worker) takeRaw() (rawItem, bool) {
+	for len(w.batch) == 0 {
+		select {
+		case b := <-w.items:
+			w.batch = b
+		default:
+			return rawItem{}, false
+		}
+	}
+	r := w.batch[0]
+	w.batch[0] = rawItem{} // the message's bytes are not kept for it
+	w.batch = w.batch[1:]
+	return r, true
 }
 
 // setup waits for the sensor's sealed set-up record and builds the party.
@@ -651,15 +671,13 @@ func (w *worker) stageItem() {
 	if w.hasStaged {
 		return
 	}
-	select {
-	case r := <-w.items:
+	if r, ok := w.takeRaw(); ok {
 		it := item{rawItem: r}
 		w.decode(&it)
 		if it.err == nil && w.prm.Variant == mpc.FixedMask && w.fixedOK {
 			it.err = w.p.Prepare(&it.mat)
 		}
 		w.staged, w.hasStaged = it, true
-	default:
 	}
 }
 
@@ -676,22 +694,19 @@ func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error)
 		var it item
 		if w.hasStaged {
 			it, w.staged, w.hasStaged = w.staged, item{}, false
+		} else if r, ok := w.takeRaw(); ok {
+			it = item{rawItem: r}
 		} else {
+			if timer == nil {
+				timer = time.NewTimer(w.s.opt.ItemWait)
+			}
 			select {
-			case r := <-w.items:
-				it = item{rawItem: r}
-			default:
-				if timer == nil {
-					timer = time.NewTimer(w.s.opt.ItemWait)
-				}
-				select {
-				case r := <-w.items:
-					it = item{rawItem: r}
-				case <-timer.C:
-					return 0, mpc.TickMaterial{}, errNoItem
-				case <-ctx.Done():
-					return 0, mpc.TickMaterial{}, ctx.Err()
-				}
+			case w.batch = <-w.items:
+				continue
+			case <-timer.C:
+				return 0, mpc.TickMaterial{}, errNoItem
+			case <-ctx.Done():
+				return 0, mpc.TickMaterial{}, ctx.Err()
 			}
 		}
 		if it.seq <= w.hwm || it.seq < w.minSeq {
