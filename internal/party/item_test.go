@@ -2,11 +2,13 @@ package party
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"slices"
 	"testing"
 
 	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
 func itemMsgs(t *testing.T, ms ...codec.ItemMsg) []byte {
@@ -224,5 +226,55 @@ func TestTakeRawBatches(t *testing.T) {
 	}
 	if !w.canInline("other") {
 		t.Error("only a measurement can block")
+	}
+}
+
+// A Protocol 1 message decoded ahead of its tick is kept as a copy: the
+// next message, decoded into the same matrices, does not change it.
+func TestEarlyMulKeepsItsOwnCopy(t *testing.T) {
+	f, err := mpc.ParseModulus(mpc.PresetM127)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prm := mpc.Params{Field: f, N: 2, M: 1, P: 1, Variant: mpc.PerTick}
+	w := &worker{prm: prm, cur: 5, st: begun, pendMul: map[uint64]peerMul{}}
+	r, c := prm.PhiShape()
+	payload := func() (codec.MulPayload, mpc.MulMsg) {
+		s, err := f.RandomMatrix(rand.Reader, r, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tm, err := f.RandomMatrix(rand.Reader, c, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return codec.MulPayload{Item: 1, S: codec.PutMatrix(f, s), T: codec.PutMatrix(f, tm)}, mpc.MulMsg{S: s, T: tm}
+	}
+	early, earlyWant := payload()
+	in, err := w.decodeMul(early)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.onMul(7, in) // tick 7 while tick 5 is open: kept for later
+	next, nextWant := payload()
+	in, err = w.decodeMul(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in.msg.T.Equal(nextWant.T) || !in.msg.S.Equal(nextWant.S) {
+		t.Fatal("the second message did not decode")
+	}
+	kept, ok := w.pendMul[7]
+	if !ok {
+		t.Fatal("the early message was not kept")
+	}
+	if !kept.msg.T.Equal(earlyWant.T) || !kept.msg.S.Equal(earlyWant.S) {
+		t.Error("the kept early message was overwritten by the next one")
+	}
+	// A malformed message is refused with its shape named, as before.
+	bad := next
+	bad.T.Rows++
+	if _, err := w.decodeMul(bad); !errors.Is(err, codec.ErrDimension) {
+		t.Errorf("a %dx%d T decoded: %v", bad.T.Rows, bad.T.Cols, err)
 	}
 }

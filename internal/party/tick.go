@@ -94,6 +94,12 @@ func (w *worker) onMeasure(ctx context.Context, t uint64) {
 func (w *worker) onMul(t uint64, mp peerMul) {
 	if t != w.cur || w.st != begun {
 		if t > w.cur && len(w.pendMul) < maxPending {
+			// decodeMul's matrices are the worker's, overwritten by the
+			// next message: an early message keeps its own copy.
+			mp.msg.T = mp.msg.T.Clone()
+			if mp.msg.S.Data != nil {
+				mp.msg.S = mp.msg.S.Clone()
+			}
 			w.pendMul[t] = mp
 		}
 		return

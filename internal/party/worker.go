@@ -101,8 +101,11 @@ type worker struct {
 	fenced    bool
 
 	prevPending mpc.Matrix
-	pendMul     map[uint64]peerMul
-	pendTrunc   map[uint64]peerTrunc
+	// mulT, mulS: the peer's last Protocol 1 message, decoded in place
+	// (decodeMul); pendMul holds copies.
+	mulT, mulS mpc.Matrix
+	pendMul    map[uint64]peerMul
+	pendTrunc  map[uint64]peerTrunc
 
 	// Buffers reused from message to message (all under mu): the payload
 	// and the envelope being sent (nats.Conn.Publish copies the data), and
@@ -548,17 +551,34 @@ type peerTrunc struct {
 	y    mpc.Matrix
 }
 
+// decodeMul decodes the peer's Protocol 1 message into the worker's own
+// matrices (mulT, mulS), which the next message overwrites: onMul uses them
+// at once or keeps a copy.
 func (w *worker) decodeMul(mp codec.MulPayload) (peerMul, error) {
 	in := peerMul{item: fromWire(mp.Item), version: mp.Version}
 	r, c := w.prm.PhiShape()
-	var err error
-	if in.msg.T, err = mp.T.Decode(w.prm.Field, c, 1); err != nil {
+	w.mulT = sized(w.mulT, c, 1)
+	if err := mp.T.DecodeInto(w.prm.Field, w.mulT); err != nil {
 		return in, err
 	}
+	in.msg.T = w.mulT
 	if w.prm.Variant == mpc.PerTick {
-		in.msg.S, err = mp.S.Decode(w.prm.Field, r, c)
+		w.mulS = sized(w.mulS, r, c)
+		if err := mp.S.DecodeInto(w.prm.Field, w.mulS); err != nil {
+			return in, err
+		}
+		in.msg.S = w.mulS
 	}
-	return in, err
+	return in, nil
+}
+
+// sized returns m if it is rows x cols, else a new matrix of that shape
+// (the first time, or after a set-up changed the shapes).
+func sized(m mpc.Matrix, rows, cols int) mpc.Matrix {
+	if m.Rows == rows && m.Cols == cols && len(m.Data) == rows*cols {
+		return m
+	}
+	return mpc.NewMatrix(rows, cols)
 }
 
 var errNoItem = errors.New("party: no offline item available")
