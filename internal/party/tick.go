@@ -70,11 +70,14 @@ func (w *worker) onMeasure(ctx context.Context, t uint64) {
 		return
 	}
 	w.cur, w.item, w.st = t, seq, begun
-	out := codec.MulPayload{Item: wireItem(seq), Version: w.version, T: codec.PutMatrix(w.prm.Field, msg.T)}
+	out := codec.MulPayload{Item: wireItem(seq), Version: w.version}
+	buf := w.wireBuf[:0]
+	out.T, buf = codec.AppendMatrix(w.prm.Field, buf, msg.T)
 	if w.prm.Variant == mpc.PerTick {
-		out.S = codec.PutMatrix(w.prm.Field, msg.S)
+		out.S, buf = codec.AppendMatrix(w.prm.Field, buf, msg.S)
 	}
 	w.send(codec.KindMul, t, out)
+	w.wireBuf = buf
 	for k := range w.pendMul {
 		if k < t {
 			delete(w.pendMul, k)
@@ -137,11 +140,14 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 	if w.p.UsedPrepared() {
 		w.count(&w.ctrPrepared, w.s.opt.Metrics.ItemsPrepared)
 	}
+	var wire codec.MatrixWire
 	if w.id == 0 {
 		// Trunc before the output share: see the subscription in run.
-		w.send(codec.KindTrunc, t, codec.TruncPayload{Item: wireItem(w.item), Y: codec.PutMatrix(f, tr.Y)})
+		wire, w.wireBuf = codec.AppendMatrix(f, w.wireBuf[:0], tr.Y)
+		w.send(codec.KindTrunc, t, codec.TruncPayload{Item: wireItem(w.item), Y: wire})
 	}
-	w.send(codec.KindOutput, t, codec.OutputPayload{Item: wireItem(w.item), U: codec.PutMatrix(f, u)})
+	wire, w.wireBuf = codec.AppendMatrix(f, w.wireBuf[:0], u)
+	w.send(codec.KindOutput, t, codec.OutputPayload{Item: wireItem(w.item), U: wire})
 	if w.s.opt.Audit != nil {
 		w.s.opt.Audit(w.loop, t, w.item)
 	}

@@ -112,6 +112,9 @@ type worker struct {
 	// the plaintext of the message and of the item being opened (each
 	// payload is decoded into copies before the buffer is used again).
 	bodyBuf, envBuf, openBuf, itemBuf []byte
+	// wireBuf holds the encoded matrices of the message being built
+	// (codec.AppendMatrix); send marshals them into bodyBuf at once.
+	wireBuf []byte
 	// expander regenerates P0's compressed items (party 0).
 	expander *mpc.Expander
 	// The per-tick counters of this loop, looked up on first use.

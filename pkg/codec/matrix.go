@@ -2,6 +2,7 @@ package codec
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -18,15 +19,27 @@ type MatrixWire struct {
 // PutMatrix encodes m. A matrix whose Data does not hold Rows*Cols entries is
 // a programming error and panics.
 func PutMatrix(f *mpc.Field, m mpc.Matrix) MatrixWire {
+	w, _ := AppendMatrix(f, nil, m)
+	return w
+}
+
+// AppendMatrix is PutMatrix with the entries appended to buf, for a sender
+// that reuses one buffer: the wire's Data aliases the returned buffer, so
+// the buffer may be reused only once the wire has been marshalled.
+func AppendMatrix(f *mpc.Field, buf []byte, m mpc.Matrix) (MatrixWire, []byte) {
 	if m.Rows < 0 || m.Cols < 0 || len(m.Data) != m.Rows*m.Cols || uint64(m.Rows) > 1<<32-1 || uint64(m.Cols) > 1<<32-1 {
 		panic(fmt.Sprintf("codec: PutMatrix: %dx%d matrix with %d entries", m.Rows, m.Cols, len(m.Data)))
 	}
 	bl := f.ByteLen()
-	w := MatrixWire{Rows: uint32(m.Rows), Cols: uint32(m.Cols), Data: make([]byte, len(m.Data)*bl)}
+	n := len(m.Data) * bl
+	buf = slices.Grow(buf, n)
+	start := len(buf)
+	buf = buf[:start+n]
+	data := buf[start : start+n : start+n]
 	for i, e := range m.Data {
-		f.PutElem(w.Data[i*bl:], e)
+		f.PutElem(data[i*bl:], e)
 	}
-	return w
+	return MatrixWire{Rows: uint32(m.Rows), Cols: uint32(m.Cols), Data: data}, buf
 }
 
 // Decode returns the rows x cols matrix w carries. It fails with ErrDimension

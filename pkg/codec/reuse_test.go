@@ -3,7 +3,10 @@ package codec
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"testing"
+
+	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
 // The buffer-reusing variants (SealAppend, OpenScratch, MarshalAppend,
@@ -201,5 +204,45 @@ func TestPeekItems(t *testing.T) {
 		if its, err := PeekItems(c.in, c.limit); !errors.Is(err, c.want) || its != nil {
 			t.Errorf("%s: %d items, err %v; want %v", name, len(its), err, c.want)
 		}
+	}
+}
+
+// AppendMatrix encodes what PutMatrix does, into a reused buffer: two
+// matrices in one buffer keep their own bytes (a wire's Data cannot be
+// appended into the next one's), and the buffer is reused once it has room.
+func TestAppendMatrixMatchesPutMatrix(t *testing.T) {
+	rng := rand.NewChaCha8([32]byte{7})
+	for _, q := range testModuli {
+		f := testField(t, q)
+		var buf []byte
+		for i, shape := range [][2]int{{3, 1}, {4, 3}, {1, 1}, {0, 2}, {2, 2}} {
+			a := randomMatrix(t, f, rng, shape[0], shape[1])
+			b := randomMatrix(t, f, rng, shape[1], shape[0])
+			var wa, wb MatrixWire
+			wa, buf = AppendMatrix(f, buf[:0], a)
+			wb, buf = AppendMatrix(f, buf, b)
+			pa, pb := PutMatrix(f, a), PutMatrix(f, b)
+			if wa.Rows != pa.Rows || wa.Cols != pa.Cols || !bytes.Equal(wa.Data, pa.Data) ||
+				wb.Rows != pb.Rows || wb.Cols != pb.Cols || !bytes.Equal(wb.Data, pb.Data) {
+				t.Fatalf("%s, step %d: AppendMatrix differs from PutMatrix", q, i)
+			}
+			if cap(wa.Data) != len(wa.Data) {
+				t.Errorf("%s, step %d: a wire's Data has room to grow into the next one's", q, i)
+			}
+			if len(buf) != len(pa.Data)+len(pb.Data) {
+				t.Errorf("%s, step %d: buffer holds %d bytes, want %d", q, i, len(buf), len(pa.Data)+len(pb.Data))
+			}
+			got, err := wb.Decode(f, b.Rows, b.Cols)
+			if err != nil || !got.Equal(b) {
+				t.Fatalf("%s, step %d: round trip: %v", q, i, err)
+			}
+		}
+	}
+	// Once the buffer is large enough, encoding allocates nothing.
+	f := testField(t, mpc.PresetM127)
+	m := randomMatrix(t, f, rng, 6, 6)
+	buf := make([]byte, 0, 1024)
+	if n := testing.AllocsPerRun(100, func() { _, buf = AppendMatrix(f, buf[:0], m) }); n != 0 {
+		t.Errorf("AppendMatrix into a large enough buffer: %v allocations", n)
 	}
 }
