@@ -133,8 +133,8 @@ func TestParseSteal(t *testing.T) {
 	// The meter: NaN only where steal cannot be read, and both readings are
 	// rates over the interval.
 	m := startCPUMeter()
-	busy := time.Now()
-	for time.Since(busy) < 20*time.Millisecond {
+	busy, c0 := time.Now(), cpuTime()
+	for cpuTime()-c0 < 20*time.Millisecond && time.Since(busy) < 5*time.Second {
 	}
 	cpu, stolen := m.cores(0)
 	if cpu <= 0 || cpu > float64(runtime.NumCPU())+0.5 {
