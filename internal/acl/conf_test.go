@@ -15,18 +15,7 @@ import (
 // from a main configuration the way deploy/nats.conf does, to the real
 // nats-server parser and checks every role's user and permissions arrive.
 func TestGeneratedConfigParses(t *testing.T) {
-	dir := t.TempDir()
-	if err := acl.GenerateUsers(filepath.Join(dir, "keys"), false); err != nil {
-		t.Fatal(err)
-	}
-	main := "listen: 127.0.0.1:4222\ninclude \"keys/" + acl.AuthConfigFile + "\"\n"
-	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(main), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	o, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	o, dir := parseWithUsers(t, []byte("listen: 127.0.0.1:4222\ninclude \"keys/"+acl.AuthConfigFile+"\"\n"))
 	if len(o.Nkeys) != len(codec.AllRoles) {
 		t.Fatalf("%d nkey users, want %d", len(o.Nkeys), len(codec.AllRoles))
 	}
@@ -60,17 +49,7 @@ func TestDeployConfigParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	if err := acl.GenerateUsers(filepath.Join(dir, "keys"), false); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), conf, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	o, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	o, _ := parseWithUsers(t, conf)
 	if !o.JetStream {
 		t.Error("JetStream is not enabled")
 	}
@@ -80,4 +59,23 @@ func TestDeployConfigParses(t *testing.T) {
 	if len(o.Nkeys) != len(codec.AllRoles) {
 		t.Errorf("%d nkey users, want %d", len(o.Nkeys), len(codec.AllRoles))
 	}
+}
+
+// parseWithUsers writes main as nats.conf beside freshly generated users
+// (keys/, which main includes) and parses it with the real nats-server
+// parser; it returns the options and the directory.
+func parseWithUsers(t *testing.T, main []byte) (*server.Options, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := acl.GenerateUsers(filepath.Join(dir, "keys"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), main, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, dir
 }

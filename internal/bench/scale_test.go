@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -33,13 +34,8 @@ func TestScaleQuick(t *testing.T) {
 		if r.CPU <= 0 || r.FloorCPU <= 0 {
 			t.Errorf("%+v: want the run's and the floor's CPU measured", r)
 		}
-		// Steal is read on Linux (NaN elsewhere); never negative, and never
-		// more than the machine's cores.
-		for _, s := range []float64{r.Steal, r.FloorSteal} {
-			if runtime.GOOS == "linux" && math.IsNaN(s) || s < 0 || s > float64(runtime.NumCPU()) {
-				t.Errorf("%+v: stolen %v cores", r, s)
-			}
-		}
+		checkSteal(t, fmt.Sprintf("%+v", r), r.Steal)
+		checkSteal(t, fmt.Sprintf("%+v (floor)", r), r.FloorSteal)
 		// Every tick allocates at least its messages (the server's and the
 		// clients' copies), and far less than a megabyte.
 		if r.AllocPerTick < 1000 || r.AllocPerTick > 1<<20 || r.GCs < 0 {
@@ -97,9 +93,7 @@ func TestScaleFloorQuick(t *testing.T) {
 		if r.Ticks < r.Loops*8 || r.Ticks > r.Loops*12 || r.P50 <= 0 || r.P99 < r.P50 || r.CPU <= 0 {
 			t.Errorf("%+v: want about 10 ticks per loop, p50 <= p99", r)
 		}
-		if runtime.GOOS == "linux" && math.IsNaN(r.Steal) || r.Steal < 0 || r.Steal > float64(runtime.NumCPU()) {
-			t.Errorf("%+v: stolen %v cores", r, r.Steal)
-		}
+		checkSteal(t, fmt.Sprintf("%+v", r), r.Steal)
 	}
 }
 
@@ -145,5 +139,14 @@ func TestParseSteal(t *testing.T) {
 	}
 	if got := Cores(math.NaN()); got != "n/a" {
 		t.Errorf("Cores(NaN) = %q", got)
+	}
+}
+
+// checkSteal checks a row's stolen CPU: read on Linux (NaN elsewhere), never
+// negative, and never more than the machine's cores.
+func checkSteal(t *testing.T, what string, s float64) {
+	t.Helper()
+	if runtime.GOOS == "linux" && math.IsNaN(s) || s < 0 || s > float64(runtime.NumCPU()) {
+		t.Errorf("%s: stolen %v cores", what, s)
 	}
 }
