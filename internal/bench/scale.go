@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -370,6 +371,9 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 		if err := writeTickSeries(filepath.Join(opt.ProfileDir, name+".ticks.csv"), ls, measureFrom); err != nil {
 			return row, err
 		}
+		if err := writeGCSeries(filepath.Join(opt.ProfileDir, name+".gc.csv"), measureFrom, stopAt.Add(opt.Deadline)); err != nil {
+			return row, err
+		}
 	}
 	row.OK = row.Misses == 0 && row.Wrong == 0 && row.P99 < opt.P99Limit && row.Ticks > 0
 	return row, nil
@@ -658,6 +662,24 @@ func writeTickSeries(path string, ls []*lightLoop, from time.Time) error {
 		return err
 	}
 	return f.Close()
+}
+
+// writeGCSeries writes the process's garbage collections that ended between
+// from and to as end_ms,pause_us (end_ms from from, as sent_ms in the tick
+// series; pause_us the collection's stop-the-world pauses), so that a burst
+// of slow ticks can be matched with a collection.
+func writeGCSeries(path string, from, to time.Time) error {
+	var st debug.GCStats
+	debug.ReadGCStats(&st)
+	var b strings.Builder
+	b.WriteString("end_ms,pause_us\n")
+	// Most recent first; the runtime keeps the last 256.
+	for i := len(st.PauseEnd) - 1; i >= 0; i-- {
+		if end := st.PauseEnd[i]; !end.Before(from) && !end.After(to) {
+			fmt.Fprintf(&b, "%.3f,%.1f\n", float64(end.Sub(from))/1e6, us(st.Pause[i]))
+		}
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // AbandonedBy formats PartyAbandoned as "reason=n" pairs, sorted by reason

@@ -150,3 +150,36 @@ func checkSteal(t *testing.T, what string, s float64) {
 		t.Errorf("%s: stolen %v cores", what, s)
 	}
 }
+
+// TestWriteGCSeries: a collection inside the window is written, relative to
+// its start; one before the window is not.
+func TestWriteGCSeries(t *testing.T) {
+	runtime.GC()
+	time.Sleep(5 * time.Millisecond)
+	from := time.Now()
+	time.Sleep(5 * time.Millisecond)
+	runtime.GC()
+	runtime.GC()
+	to := time.Now()
+	path := filepath.Join(t.TempDir(), "gc.csv")
+	if err := writeGCSeries(path, from, to); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if lines[0] != "end_ms,pause_us" || len(lines) != 3 {
+		t.Fatalf("gc series %q: want the header and the window's two collections", b)
+	}
+	window := float64(to.Sub(from)) / 1e6
+	for _, l := range lines[1:] {
+		f := strings.Split(l, ",")
+		end, err1 := strconv.ParseFloat(f[0], 64)
+		pause, err2 := strconv.ParseFloat(f[1], 64)
+		if len(f) != 2 || err1 != nil || err2 != nil || end < 5 || end > window || pause <= 0 {
+			t.Errorf("gc series line %q (window %.1f ms)", l, window)
+		}
+	}
+}
