@@ -1,8 +1,12 @@
 package codec
 
 import (
+	crand "crypto/rand"
+	"io"
 	"math/rand/v2"
 	"testing"
+
+	"golang.org/x/crypto/nacl/box"
 
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -50,6 +54,56 @@ func BenchmarkOpen200(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkSeal200V1 and BenchmarkOpen200V1 are wire version 1's cipher,
+// NaCl box's XSalsa20-Poly1305 under the same precomputed key, on the same
+// plaintext with a crypto/rand nonce: the baseline of SealAppend200 and
+// OpenScratch200 (which also encode and parse the envelope) in the same run.
+func BenchmarkSeal200V1(b *testing.B) {
+	k, plain := benchV1(b)
+	var nonce [nonceSize]byte
+	var out []byte
+	b.SetBytes(200)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := io.ReadFull(crand.Reader, nonce[:]); err != nil {
+			b.Fatal(err)
+		}
+		out = box.SealAfterPrecomputation(out[:0], plain, &nonce, k)
+	}
+}
+
+func BenchmarkOpen200V1(b *testing.B) {
+	k, plain := benchV1(b)
+	var nonce [nonceSize]byte
+	sealed := box.SealAfterPrecomputation(nil, plain, &nonce, k)
+	var out []byte
+	b.SetBytes(200)
+	b.ReportAllocs()
+	for b.Loop() {
+		var ok bool
+		if out, ok = box.OpenAfterPrecomputation(out[:0], sealed, &nonce, k); !ok {
+			b.Fatal("open failed")
+		}
+	}
+}
+
+// benchV1 is the two benchmarks' key (P0's and P1's) and a plaintext of the
+// size Seal encrypts for a 200-byte payload.
+func benchV1(b *testing.B) (*[32]byte, []byte) {
+	pub, err := decodePublicKey(testIdentity(b, RoleParty1).PublicKey(), "P1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	k, err := boxKey(&pub, &testIdentity(b, RoleParty0).priv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := benchHeader
+	h.Version = Version
+	plain := appendHeader([]byte{mpFixArray | sealedFields}, h)
+	return k, append(appendBinHeader(plain, 200), make([]byte, 200)...)
 }
 
 // BenchmarkSealAppend200 and BenchmarkOpenScratch200 are the party's

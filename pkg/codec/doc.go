@@ -6,7 +6,8 @@
 //
 // The broker (NATS) is untrusted transport (protocol.md §1): TLS ends there,
 // so every payload is end-to-end encrypted and authenticated from its sender
-// role to its recipient role with NaCl box (X25519, XSalsa20-Poly1305). The
+// role to its recipient role: XChaCha20-Poly1305 under the key the two
+// roles' X25519 keys share (derived as NaCl box derives it). The
 // broker sees only the envelope header (version, kind, loop, tick, sender,
 // recipient), which it needs for routing, and may drop, delay, reorder or
 // replay envelopes: Open detects tampering, ReplayGuard detects replays,

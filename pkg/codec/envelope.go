@@ -1,23 +1,62 @@
 package codec
 
 import (
+	"crypto/cipher"
 	"fmt"
 
-	"golang.org/x/crypto/nacl/box"
+	"golang.org/x/crypto/chacha20poly1305"
+	"golang.org/x/crypto/curve25519"
+	"golang.org/x/crypto/salsa20/salsa"
 )
 
-// Envelope layout (wire version 1), a MessagePack array of 8:
+// Envelope layout (wire version 2), a MessagePack array of 8:
 //
 //	[version, kind, loop, tick, from, to, nonce (bin 24), box (bin)]
 //
-// box is NaCl box (X25519, XSalsa20-Poly1305) under the sender's and the
-// recipient's keys of the sealed plaintext, a MessagePack array of 7:
+// box is the sealed plaintext, a MessagePack array of 7,
 //
 //	[version, kind, loop, tick, from, to, payload (bin)]
 //
+// encrypted with XChaCha20-Poly1305 (ciphertext, then the 16-byte tag; no
+// associated data) under the key the sender and the recipient share:
+// HSalsa20 of their X25519 shared secret, with a zero nonce (boxKey: the
+// key NaCl's box.Precompute derives). Wire version 1 sealed the same
+// plaintext under the same key with NaCl box's XSalsa20-Poly1305; version
+// 2 changed only the cipher, which costs less than half as much per
+// message. An envelope of another version is refused (ErrVersion).
+//
 // The outer header lets the broker and the receiver route and drop messages
-// without decrypting; the sealed copy binds it to the payload, since a box
-// has no associated data. Open compares the two field by field.
+// without decrypting; the sealed copy binds it to the payload. Open
+// compares the two field by field.
+
+// boxKey derives the key two parties share from one's public and the
+// other's private X25519 key: HSalsa20 of the shared secret with a zero
+// nonce, as NaCl's box.Precompute. A low-order public key (an all-zero
+// shared secret) is refused.
+func boxKey(pub, priv *[32]byte) (*[32]byte, error) {
+	shared, err := curve25519.X25519(priv[:], pub[:])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrKey, err)
+	}
+	k := new([32]byte)
+	var zero [16]byte
+	salsa.HSalsa20(k, &zero, (*[32]byte)(shared), &salsa.Sigma)
+	clear(shared)
+	return k, nil
+}
+
+// boxAEAD is the cipher of envelopes between the holders of pub and priv.
+func boxAEAD(pub, priv *[32]byte) (cipher.AEAD, error) {
+	k, err := boxKey(pub, priv)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(k[:])
+	return chacha20poly1305.NewX(k[:])
+}
+
+// boxOverhead is the tag's length.
+const boxOverhead = chacha20poly1305.Overhead
 
 const (
 	envelopeFields = 8
@@ -148,8 +187,8 @@ func parseEnvelope(data []byte) (envelope, error) {
 	if e.box, err = r.bin("box", MaxEnvelope); err != nil {
 		return e, err
 	}
-	if len(e.box) < box.Overhead {
-		return e, fmt.Errorf("%w: box has %d bytes, less than the %d-byte tag", ErrMalformed, len(e.box), box.Overhead)
+	if len(e.box) < boxOverhead {
+		return e, fmt.Errorf("%w: box has %d bytes, less than the %d-byte tag", ErrMalformed, len(e.box), boxOverhead)
 	}
 	if err := r.end("envelope"); err != nil {
 		return e, err

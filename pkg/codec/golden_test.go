@@ -3,6 +3,7 @@ package codec
 import (
 	"bytes"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -24,21 +25,15 @@ func golden(t *testing.T, name string, got []byte) {
 		}
 		return
 	}
-	text, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := hex.DecodeString(strings.TrimSpace(string(text)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
+	if want := readGolden(t, name); !bytes.Equal(got, want) {
 		t.Errorf("%s changed (wire format break?); run with -update if intended\n got %x\nwant %x", name, got, want)
 	}
 }
 
-// TestGolden pins wire version 1: a payload and its envelope from fixed keys
-// and a fixed nonce. The envelope must also keep opening.
+// TestGolden pins wire version 2: a payload and its envelope from fixed keys
+// and a fixed nonce. The envelope must also keep opening, and version 1's
+// (the same message sealed with XSalsa20-Poly1305) is refused as another
+// version.
 func TestGolden(t *testing.T) {
 	f := testField(t, mpc.PresetM127)
 	y := mpc.Matrix{Rows: 2, Cols: 1, Data: []mpc.Elem{f.FromInt64(1), f.FromInt64(-1)}}
@@ -55,13 +50,9 @@ func TestGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "envelope-v1.hex", env)
+	golden(t, "envelope-v2.hex", env)
 
-	text, err := os.ReadFile(filepath.Join("testdata", "envelope-v1.hex"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored, _ := hex.DecodeString(strings.TrimSpace(string(text)))
+	stored := readGolden(t, "envelope-v2.hex")
 	gotH, gotP, err := testSealer(t, RoleParty0).Open(stored)
 	if err != nil || gotH != h || !bytes.Equal(gotP, payload) {
 		t.Fatalf("Open(golden) = %v, %x, %v", gotH, gotP, err)
@@ -73,4 +64,20 @@ func TestGolden(t *testing.T) {
 	if got, err := mp.Y.Decode(f, 2, 1); err != nil || !got.Equal(y) {
 		t.Fatalf("golden y = %v, %v", got, err)
 	}
+	if _, _, err := testSealer(t, RoleParty0).Open(readGolden(t, "envelope-v1.hex")); !errors.Is(err, ErrVersion) {
+		t.Errorf("Open(version-1 golden) = %v, want %v", err, ErrVersion)
+	}
+}
+
+func readGolden(t *testing.T, name string) []byte {
+	t.Helper()
+	text, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := hex.DecodeString(strings.TrimSpace(string(text)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -3,7 +3,7 @@ package codec
 import "fmt"
 
 // Version is the wire format version carried by every envelope.
-const Version = 1
+const Version = 2
 
 // MaxEnvelope bounds every encoded message in bytes: larger input is rejected
 // before any decoding, and nothing larger is produced.

@@ -1,27 +1,27 @@
 package codec
 
 import (
+	"crypto/cipher"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
-
-	"golang.org/x/crypto/nacl/box"
 )
 
 // Sealer seals messages to, and opens messages from, a fixed set of peer
-// roles. The X25519 shared key with each peer is computed once in NewSealer
-// (box.Precompute), so sealing and opening cost one XSalsa20-Poly1305 pass
-// and no scalar multiplication. Every message gets a fresh random 24-byte
-// nonce from crypto/rand; with 192-bit nonces, random choice is safe for any
-// realistic number of messages under one key.
+// roles. The key shared with each peer (boxKey: X25519, then HSalsa20, as
+// NaCl's box.Precompute) is computed once in NewSealer, so sealing and
+// opening cost one XChaCha20-Poly1305 pass and no scalar multiplication.
+// Every message gets a fresh random 24-byte nonce from crypto/rand; with
+// 192-bit nonces, random choice is safe for any realistic number of
+// messages under one key.
 //
 // A Sealer is immutable and safe for concurrent use.
 type Sealer struct {
 	self Role
-	keys [RolePlant + 1]*[32]byte // shared key with each peer, nil if none
-	rand io.Reader                // nonce source; crypto/rand.Reader outside tests
+	aead [RolePlant + 1]cipher.AEAD // keyed with the key shared with each peer, nil if none
+	rand io.Reader                  // nonce source; crypto/rand.Reader outside tests
 }
 
 // NewSealer returns a sealer for role self holding identity id. peers maps
@@ -48,9 +48,9 @@ func NewSealer(self Role, id *Identity, peers map[Role]string) (*Sealer, error) 
 		if err != nil {
 			return nil, err
 		}
-		k := new([32]byte)
-		box.Precompute(k, &pub, &id.priv)
-		s.keys[role] = k
+		if s.aead[role], err = boxAEAD(&pub, &id.priv); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -83,8 +83,8 @@ func (s *Sealer) SealAppend(dst []byte, h Header, payload []byte) ([]byte, error
 	if err := h.check(); err != nil {
 		return nil, err
 	}
-	key := s.keys[h.To]
-	if key == nil {
+	aead := s.aead[h.To]
+	if aead == nil {
 		return nil, fmt.Errorf("%w: no public key for recipient %s", ErrKey, h.To)
 	}
 	if len(payload) > MaxEnvelope {
@@ -92,12 +92,13 @@ func (s *Sealer) SealAppend(dst []byte, h Header, payload []byte) ([]byte, error
 	}
 
 	// One buffer holds the envelope and, after it, the sealed plaintext
-	// being staged: secretbox cannot encrypt in place, and the two regions do
-	// not overlap.
+	// being staged (the plaintext and the box's encoding are offset by the
+	// header's length, and an AEAD may only encrypt in place exactly); the
+	// two regions do not overlap.
 	var hbuf [maxHeaderLen]byte
 	hdr := appendHeader(hbuf[:0], h)
 	plainLen := 1 + len(hdr) + binHeaderLen(len(payload)) + len(payload)
-	boxLen := plainLen + box.Overhead
+	boxLen := plainLen + boxOverhead
 	prefixLen := 1 + len(hdr) + binHeaderLen(nonceSize) + nonceSize + binHeaderLen(boxLen)
 	envLen := prefixLen + boxLen
 	if envLen > MaxEnvelope {
@@ -120,7 +121,7 @@ func (s *Sealer) SealAppend(dst []byte, h Header, payload []byte) ([]byte, error
 	plain = appendBinHeader(plain, len(payload))
 	plain = append(plain, payload...)
 
-	box.SealAfterPrecomputation(out, plain, nonce, key)
+	aead.Seal(out, nonce[:], plain, nil)
 	clear(plain)
 	return buf[:base+envLen], nil
 }
@@ -167,12 +168,12 @@ func (s *Sealer) openTo(dst, data []byte) (Header, []byte, []byte, error) {
 	if h.To != s.self {
 		return Header{}, nil, nil, fmt.Errorf("%w: %s message for %s opened by %s", ErrRecipient, h.Kind, h.To, s.self)
 	}
-	key := s.keys[h.From]
-	if key == nil {
+	aead := s.aead[h.From]
+	if aead == nil {
 		return Header{}, nil, nil, fmt.Errorf("%w: no public key for %s", ErrUnknownSender, h.From)
 	}
-	plain, ok := box.OpenAfterPrecomputation(dst, e.box, &e.nonce, key)
-	if !ok {
+	plain, err := aead.Open(dst, e.nonce[:], e.box, nil)
+	if err != nil {
 		return Header{}, nil, nil, fmt.Errorf("%w: %s message from %s, loop %s, tick %d", ErrAuth, h.Kind, h.From, h.Loop, h.Tick)
 	}
 	payload, err := openSealed(plain[len(dst):], h)

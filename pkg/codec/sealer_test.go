@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nkeys"
 	"github.com/vmihailenco/msgpack/v5"
+	"golang.org/x/crypto/chacha20poly1305"
 	"golang.org/x/crypto/nacl/box"
 )
 
@@ -93,9 +93,12 @@ func toU64(v any) uint64 {
 	return 1<<64 - 1
 }
 
-// TestBoxIsNaClBox checks that the box is a standard NaCl box: nkeys (the
-// xkv1 format is "xkv1" || nonce || box) opens it.
-func TestBoxIsNaClBox(t *testing.T) {
+// TestBoxIsXChaCha20Poly1305 pins the construction against independent
+// implementations: the box is XChaCha20-Poly1305 (x/crypto) under the key
+// NaCl's box.Precompute derives for the two parties, with the envelope's
+// nonce and no associated data; the same bytes sealed the version-1 way
+// (NaCl box, XSalsa20-Poly1305) under that key do not open.
+func TestBoxIsXChaCha20Poly1305(t *testing.T) {
 	env, err := testSealer(t, RoleDealer).Seal(Header{Kind: KindMaterial, Loop: "x", Tick: 9, From: RoleDealer, To: RoleParty0}, []byte("material"))
 	if err != nil {
 		t.Fatal(err)
@@ -104,18 +107,33 @@ func TestBoxIsNaClBox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed, _ := testIdentity(t, RoleParty0).Seed()
-	kp, err := nkeys.FromCurveSeed(seed)
+	dealerPub, err := decodePublicKey(testIdentity(t, RoleDealer).PublicKey(), "dealer")
 	if err != nil {
 		t.Fatal(err)
 	}
-	xkv1 := append(append([]byte(nkeys.XKeyVersionV1), e.nonce[:]...), e.box...)
-	plain, err := kp.Open(xkv1, testIdentity(t, RoleDealer).PublicKey())
+	var k [32]byte
+	box.Precompute(&k, &dealerPub, &testIdentity(t, RoleParty0).priv)
+	aead, err := chacha20poly1305.NewX(k[:])
 	if err != nil {
-		t.Fatalf("nkeys cannot open the box: %v", err)
+		t.Fatal(err)
+	}
+	plain, err := aead.Open(nil, e.nonce[:], e.box, nil)
+	if err != nil {
+		t.Fatalf("XChaCha20-Poly1305 under the box key cannot open the box: %v", err)
 	}
 	if !bytes.HasSuffix(plain, []byte("material")) {
 		t.Errorf("plaintext %q", plain)
+	}
+	if _, ok := box.OpenAfterPrecomputation(nil, e.box, &e.nonce, &k); ok {
+		t.Error("the box also opens as XSalsa20-Poly1305")
+	}
+	// A version-1 box of the same plaintext is refused by Open.
+	v1 := box.SealAfterPrecomputation(nil, plain, &e.nonce, &k)
+	raw := appendHeader([]byte{mpFixArray | envelopeFields}, with(e.h, func(h *Header) { h.Version = 1 }))
+	raw = append(appendBinHeader(raw, nonceSize), e.nonce[:]...)
+	raw = append(appendBinHeader(raw, len(v1)), v1...)
+	if _, _, err := testSealer(t, RoleParty0).Open(raw); !errors.Is(err, ErrVersion) {
+		t.Errorf("Open(version-1 envelope) = %v, want %v", err, ErrVersion)
 	}
 }
 
@@ -220,7 +238,7 @@ func TestSealRejects(t *testing.T) {
 	// The largest payload that fits gives an envelope of exactly MaxEnvelope.
 	h := with(ok, func(h *Header) { h.Loop = strings.Repeat("x", 64); h.Tick = 1 << 63 })
 	over := 1 + len(appendHeader(nil, Header{Version: 1, Kind: h.Kind, Loop: h.Loop, Tick: h.Tick, From: h.From, To: h.To}))
-	overhead := 2*over + 2 + nonceSize + 5 + 5 + box.Overhead
+	overhead := 2*over + 2 + nonceSize + 5 + 5 + boxOverhead
 	env, err := s.Seal(h, make([]byte, MaxEnvelope-overhead))
 	if err != nil || len(env) != MaxEnvelope {
 		t.Errorf("largest payload: %d bytes, %v", len(env), err)
@@ -281,8 +299,8 @@ func reseal(t *testing.T, outer, inner Header, payload []byte) []byte {
 	var nonce [24]byte
 	out := appendHeader([]byte{mpFixArray | envelopeFields}, outer)
 	out = append(appendBinHeader(out, nonceSize), nonce[:]...)
-	out = appendBinHeader(out, len(plain)+box.Overhead)
-	return box.SealAfterPrecomputation(out, plain, &nonce, from.keys[inner.To])
+	out = appendBinHeader(out, len(plain)+boxOverhead)
+	return from.aead[inner.To].Seal(out, nonce[:], plain, nil)
 }
 
 // withOuter re-encodes env with an edited outer header; the box is
@@ -347,21 +365,22 @@ func TestOpenRejects(t *testing.T) {
 		{"outer kind changed", p1, withOuter(t, env, func(h *Header) { h.Kind = KindSetup }), ErrHeader},
 		{"outer loop changed", p1, withOuter(t, env, func(h *Header) { h.Loop = "loop-8" }), ErrHeader},
 		{"sealed route differs", p1, reseal(t, h, with(h, func(h *Header) { h.To = RoleParty0 }), payload), ErrAuth},
-		{"sealed version differs", p1, reseal(t, h, with(h, func(h *Header) { h.Version = 2 }), payload), ErrHeader},
+		{"sealed version differs", p1, reseal(t, h, with(h, func(h *Header) { h.Version = 1 }), payload), ErrHeader},
 		{"sealed tick differs", p1, reseal(t, h, with(h, func(h *Header) { h.Tick = 1001 }), payload), ErrHeader},
 		{"sealed loop differs", p1, reseal(t, h, with(h, func(h *Header) { h.Loop = "loop-8" }), payload), ErrHeader},
 		{"sealed kind differs", p1, reseal(t, h, with(h, func(h *Header) { h.Kind = KindSetup }), payload), ErrHeader},
-		{"sealed layout wrong", p1, sealRaw(t, h, []byte{0x92, 1, 1}), ErrMalformed},
+		{"sealed layout wrong", p1, sealRaw(t, h, []byte{0x92, Version, 1}), ErrMalformed},
 		{"sealed trailing byte", p1, sealRaw(t, h, append(append(appendHeader([]byte{0x97}, h), mpBin8, 0), 0)), ErrMalformed},
-		{"version 2", p1, withOuter(t, env, func(h *Header) { h.Version = 2 }), ErrVersion},
+		{"version 1 (XSalsa20-Poly1305)", p1, withOuter(t, env, func(h *Header) { h.Version = 1 }), ErrVersion},
+		{"version 3", p1, withOuter(t, env, func(h *Header) { h.Version = 3 }), ErrVersion},
 		{"version 0", p1, withOuter(t, env, func(h *Header) { h.Version = 0 }), ErrVersion},
-		{"version 2, other layout", p1, raw([]byte{0x93}, u(2), u(1), u(1)), ErrVersion},
+		{"version 3, other layout", p1, raw([]byte{0x93}, u(3), u(1), u(1)), ErrVersion},
 		{"kind 0", p1, withOuter(t, env, func(h *Header) { h.Kind = 0 }), ErrKind},
 		{"kind 11", p1, withOuter(t, env, func(h *Header) { h.Kind = 11 }), ErrKind},
-		{"kind 300", p1, raw([]byte{0x98}, u(1), u(300), str("l"), u(1), u(1), u(3), nonceBin, boxBin), ErrKind},
+		{"kind 300", p1, raw([]byte{0x98}, u(Version), u(300), str("l"), u(1), u(1), u(3), nonceBin, boxBin), ErrKind},
 		{"role 0", p1, withOuter(t, env, func(h *Header) { h.From = 0 }), ErrRole},
 		{"role 7", p1, withOuter(t, env, func(h *Header) { h.To = 7 }), ErrRole},
-		{"role 256", p1, raw([]byte{0x98}, u(1), u(1), str("l"), u(1), u(256), u(3), nonceBin, boxBin), ErrRole},
+		{"role 256", p1, raw([]byte{0x98}, u(Version), u(1), str("l"), u(1), u(256), u(3), nonceBin, boxBin), ErrRole},
 		{"forbidden route", p1, withOuter(t, env, func(h *Header) { h.Kind = KindTrunc }), ErrRole},
 		{"oversize", p1, make([]byte, MaxEnvelope+1), ErrTooLarge},
 		{"oversize valid prefix", p1, append(bytes.Clone(env), make([]byte, MaxEnvelope)...), ErrTooLarge},
@@ -371,13 +390,13 @@ func TestOpenRejects(t *testing.T) {
 		{"trailing byte", p1, append(bytes.Clone(env), 0), ErrMalformed},
 		{"7 fields", p1, raw([]byte{0x97}, env[1:boxAt-2]), ErrMalformed},
 		{"9 fields", p1, raw([]byte{0x99}, env[1:], u(0)), ErrMalformed},
-		{"long tick form", p1, raw([]byte{0x98}, u(1), u(1), str("loop-7"), []byte{mpUint16, 0, 200}, u(1), u(3), nonceBin, boxBin), ErrMalformed},
-		{"str8 loop", p1, raw([]byte{0x98}, u(1), u(1), []byte{mpStr8, 6}, []byte("loop-7"), u(1000), u(1), u(3), nonceBin, boxBin), ErrMalformed},
-		{"bin16 nonce", p1, raw([]byte{0x98}, u(1), u(1), str("loop-7"), u(1000), u(1), u(3), []byte{mpBin16, 0, 24}, e.nonce[:], boxBin), ErrMalformed},
-		{"short nonce", p1, raw([]byte{0x98}, u(1), u(1), str("loop-7"), u(1000), u(1), u(3), []byte{mpBin8, 23}, e.nonce[:23], boxBin), ErrMalformed},
-		{"long nonce", p1, raw([]byte{0x98}, u(1), u(1), str("loop-7"), u(1000), u(1), u(3), []byte{mpBin8, 25}, e.nonce[:], []byte{0}, boxBin), ErrMalformed},
-		{"box shorter than tag", p1, raw([]byte{0x98}, u(1), u(1), str("loop-7"), u(1000), u(1), u(3), nonceBin, []byte{mpBin8, 15}, e.box[:15]), ErrMalformed},
-		{"loop as bin", p1, raw([]byte{0x98}, u(1), u(1), []byte{mpBin8, 6}, []byte("loop-7"), u(1000), u(1), u(3), nonceBin, boxBin), ErrMalformed},
+		{"long tick form", p1, raw([]byte{0x98}, u(Version), u(1), str("loop-7"), []byte{mpUint16, 0, 200}, u(1), u(3), nonceBin, boxBin), ErrMalformed},
+		{"str8 loop", p1, raw([]byte{0x98}, u(Version), u(1), []byte{mpStr8, 6}, []byte("loop-7"), u(1000), u(1), u(3), nonceBin, boxBin), ErrMalformed},
+		{"bin16 nonce", p1, raw([]byte{0x98}, u(Version), u(1), str("loop-7"), u(1000), u(1), u(3), []byte{mpBin16, 0, 24}, e.nonce[:], boxBin), ErrMalformed},
+		{"short nonce", p1, raw([]byte{0x98}, u(Version), u(1), str("loop-7"), u(1000), u(1), u(3), []byte{mpBin8, 23}, e.nonce[:23], boxBin), ErrMalformed},
+		{"long nonce", p1, raw([]byte{0x98}, u(Version), u(1), str("loop-7"), u(1000), u(1), u(3), []byte{mpBin8, 25}, e.nonce[:], []byte{0}, boxBin), ErrMalformed},
+		{"box shorter than tag", p1, raw([]byte{0x98}, u(Version), u(1), str("loop-7"), u(1000), u(1), u(3), nonceBin, []byte{mpBin8, 15}, e.box[:15]), ErrMalformed},
+		{"loop as bin", p1, raw([]byte{0x98}, u(Version), u(1), []byte{mpBin8, 6}, []byte("loop-7"), u(1000), u(1), u(3), nonceBin, boxBin), ErrMalformed},
 		{"bad loop id", p1, withOuter(t, env, func(h *Header) { h.Loop = "a.b" }), ErrLoopID},
 		{"wildcard loop id", p1, withOuter(t, env, func(h *Header) { h.Loop = ">" }), ErrLoopID},
 		{"empty loop id", p1, withOuter(t, env, func(h *Header) { h.Loop = "" }), ErrLoopID},
@@ -407,8 +426,8 @@ func sealRaw(t *testing.T, h Header, plain []byte) []byte {
 	var nonce [24]byte
 	out := appendHeader([]byte{mpFixArray | envelopeFields}, h)
 	out = append(appendBinHeader(out, nonceSize), nonce[:]...)
-	out = appendBinHeader(out, len(plain)+box.Overhead)
-	return box.SealAfterPrecomputation(out, plain, &nonce, testSealer(t, h.From).keys[h.To])
+	out = appendBinHeader(out, len(plain)+boxOverhead)
+	return testSealer(t, h.From).aead[h.To].Seal(out, nonce[:], plain, nil)
 }
 
 // TestOpenTruncated checks every strict prefix of a valid envelope.
