@@ -18,7 +18,7 @@ import (
 // Crash recovery without controller reset: after every state update the
 // party writes its state share, state version, last tick and the offline
 // queue's high-water mark to its own JetStream KV bucket, sealed to itself
-// (XSalsa20-Poly1305 under a key derived from its identity seed), so neither
+// (XChaCha20-Poly1305 under a key derived from its identity seed), so neither
 // the broker nor anyone else learns the share. Writes are compare-and-set on
 // the key's revision: a second instance of the same party that restores the
 // record takes it over, and the first one's next write fails, which stops it

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"golang.org/x/crypto/nacl/box"
+	"golang.org/x/crypto/nacl/secretbox"
 
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -303,6 +304,36 @@ func BenchmarkPaths(b *testing.B) {
 				b.ReportMetric(float64(len(data)), "payload-bytes")
 			})
 		}
+	}
+
+	// The state record sealed as SealRecord does (v2, XChaCha20-Poly1305)
+	// and as earlier releases did (v1: secretbox), written every tick.
+	var rk [32]byte
+	for _, path := range []struct {
+		name string
+		seal func() ([]byte, error)
+	}{
+		{"v1", func() ([]byte, error) {
+			body, err := Marshal(state)
+			if err != nil {
+				return nil, err
+			}
+			var nonce [24]byte
+			if _, err := io.ReadFull(crand.Reader, nonce[:]); err != nil {
+				return nil, err
+			}
+			return secretbox.Seal(nonce[:], body, &nonce, &rk), nil
+		}},
+		{"v2", func() ([]byte, error) { return SealRecord(&rk, state) }},
+	} {
+		b.Run("SealRecord/"+path.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := path.seal(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 
 	s, o := benchSealers(b)

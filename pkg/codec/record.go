@@ -5,13 +5,18 @@ import (
 	"crypto/sha256"
 	"fmt"
 
+	"golang.org/x/crypto/chacha20poly1305"
 	"golang.org/x/crypto/nacl/secretbox"
 )
 
 // Records a service keeps for itself (the sensor's resume record, a
-// party's persisted state) are sealed to the service alone: XSalsa20-Poly1305
-// under a key derived from its identity seed, so the broker that stores them
-// learns nothing.
+// party's persisted state) are sealed to the service alone: nonce (24
+// random bytes) || XChaCha20-Poly1305 box, under a key derived from its
+// identity seed, so the broker that stores them learns nothing. Records
+// written by earlier releases (the same layout with NaCl secretbox's
+// XSalsa20-Poly1305, under the same key) still open, so an upgrade keeps
+// the stored state; the two ciphers are told apart by which one
+// authenticates.
 
 // RecordKey derives the key sealing a service's own records; label keeps
 // the keys of different record kinds apart.
@@ -34,25 +39,36 @@ func SealRecord(key *[32]byte, v any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var nonce [24]byte
-	if _, err := rand.Read(nonce[:]); err != nil {
+	aead, err := chacha20poly1305.NewX(key[:])
+	if err != nil {
 		return nil, err
 	}
-	return secretbox.Seal(nonce[:], body, &nonce, key), nil
+	out := make([]byte, chacha20poly1305.NonceSizeX, chacha20poly1305.NonceSizeX+len(body)+aead.Overhead())
+	if _, err := rand.Read(out); err != nil {
+		return nil, err
+	}
+	return aead.Seal(out, out, body, nil), nil
 }
 
 // OpenRecord opens data sealed by SealRecord under key and decodes it into
 // v: ErrMalformed if it is too short to be a record, ErrAuth if it does not
 // open with key.
 func OpenRecord(key *[32]byte, data []byte, v any) error {
-	if len(data) < 24+secretbox.Overhead {
+	if len(data) < 24+max(secretbox.Overhead, chacha20poly1305.Overhead) {
 		return fmt.Errorf("%w: sealed record too short", ErrMalformed)
 	}
-	var nonce [24]byte
-	copy(nonce[:], data)
-	body, ok := secretbox.Open(nil, data[24:], &nonce, key)
-	if !ok {
-		return fmt.Errorf("%w: sealed record does not open with this key", ErrAuth)
+	aead, err := chacha20poly1305.NewX(key[:])
+	if err != nil {
+		return err
+	}
+	body, err := aead.Open(nil, data[:24], data[24:], nil)
+	if err != nil { // an earlier release's record?
+		var nonce [24]byte
+		copy(nonce[:], data)
+		var ok bool
+		if body, ok = secretbox.Open(nil, data[24:], &nonce, key); !ok {
+			return fmt.Errorf("%w: sealed record does not open with this key", ErrAuth)
+		}
 	}
 	return Unmarshal(body, v)
 }

@@ -4,6 +4,9 @@ import (
 	"crypto/sha256"
 	"errors"
 	"testing"
+
+	"golang.org/x/crypto/chacha20poly1305"
+	"golang.org/x/crypto/nacl/secretbox"
 )
 
 func TestRecordKeyAndSealedRecords(t *testing.T) {
@@ -49,5 +52,32 @@ func TestRecordKeyAndSealedRecords(t *testing.T) {
 	}
 	if err := OpenRecord(&k, data[:20], &got); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("short: %v, want ErrMalformed", err)
+	}
+
+	// The record is XChaCha20-Poly1305 (x/crypto) after its nonce.
+	data, _ = SealRecord(&k, rec{A: 8, B: "y"})
+	aead, _ := chacha20poly1305.NewX(k[:])
+	body, err := aead.Open(nil, data[:24], data[24:], nil)
+	if err != nil {
+		t.Fatalf("not XChaCha20-Poly1305: %v", err)
+	}
+	if err := Unmarshal(body, &got); err != nil || got != (rec{A: 8, B: "y"}) {
+		t.Fatalf("XChaCha20-Poly1305 body: %+v, %v", got, err)
+	}
+	// A record of an earlier release (secretbox, same key) still opens,
+	// and fails as any other with a wrong key or a flipped bit.
+	var nonce [24]byte
+	nonce[3] = 9
+	old := secretbox.Seal(append([]byte(nil), nonce[:]...), body, &nonce, &k)
+	got = rec{}
+	if err := OpenRecord(&k, old, &got); err != nil || got != (rec{A: 8, B: "y"}) {
+		t.Fatalf("earlier release's record: %+v, %v", got, err)
+	}
+	if err := OpenRecord(&other, old, &got); !errors.Is(err, ErrAuth) {
+		t.Fatalf("earlier release's record, wrong key: %v, want ErrAuth", err)
+	}
+	old[30] ^= 1
+	if err := OpenRecord(&k, old, &got); !errors.Is(err, ErrAuth) {
+		t.Fatalf("earlier release's record, tampered: %v, want ErrAuth", err)
 	}
 }
