@@ -32,6 +32,23 @@ type record struct {
 	// ItemsPerMsg is the set-up's items per stream message (omitted for one,
 	// as earlier releases wrote the record).
 	ItemsPerMsg int `msgpack:"items_per_msg,omitempty"`
+	// Wire is the wire version the set-up's envelopes were sealed with
+	// (codec.Version; absent in records of releases that spoke version 1).
+	Wire uint8 `msgpack:"wire,omitempty"`
+}
+
+// resumable reports whether a stored record's set-up can be resumed by a
+// sensor whose controller and options digest to digest, and if not, why.
+// A set-up sealed with another wire version cannot be: the parties would
+// refuse its stored set-up envelopes (codec.ErrVersion) and never start.
+func resumable(rec record, digest [32]byte) (bool, string) {
+	switch {
+	case rec.Wire != codec.Version:
+		return false, fmt.Sprintf("the stored set-up was sealed with wire version %d (0: version 1), this build speaks %d", rec.Wire, codec.Version)
+	case rec.Digest != digest:
+		return false, "controller or options changed"
+	}
+	return true, ""
 }
 
 // StateKey derives the sensor's record key from its identity.
@@ -67,8 +84,8 @@ func (s *Sensor) resume(ctx context.Context) (bool, error) {
 		}
 		return false, nil
 	}
-	if rec.Digest != s.digest() {
-		s.opt.Log.Info("controller or options changed; starting a new set-up", "loop", s.opt.Loop)
+	if ok, why := resumable(rec, s.digest()); !ok {
+		s.opt.Log.Info(why+"; starting a new set-up", "loop", s.opt.Loop)
 		return false, nil
 	}
 	s.epoch, s.next = rec.Epoch, rec.NextTick+resumeMargin
@@ -92,7 +109,7 @@ func (s *Sensor) saveRecord(ctx context.Context, next uint64) error {
 	if next == 0 {
 		next = 1
 	}
-	data, err := codec.SealRecord(s.opt.StateKey, record{Epoch: s.epoch, Digest: s.digest(), NextTick: next, ItemsPerMsg: s.itemsPerMsg()})
+	data, err := codec.SealRecord(s.opt.StateKey, record{Epoch: s.epoch, Digest: s.digest(), NextTick: next, ItemsPerMsg: s.itemsPerMsg(), Wire: codec.Version})
 	if err != nil {
 		return err
 	}

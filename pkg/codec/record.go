@@ -14,9 +14,11 @@ import (
 // random bytes) || XChaCha20-Poly1305 box, under a key derived from its
 // identity seed, so the broker that stores them learns nothing. Records
 // written by earlier releases (the same layout with NaCl secretbox's
-// XSalsa20-Poly1305, under the same key) still open, so an upgrade keeps
-// the stored state; the two ciphers are told apart by which one
-// authenticates.
+// XSalsa20-Poly1305, under the same key) still open, so that after an
+// upgrade a service can read why its record is stale (the sensor finds the
+// set-up's older wire version, a party finds its state is from the older
+// set-up) rather than see a record that does not authenticate; the two
+// ciphers are told apart by which one authenticates.
 
 // RecordKey derives the key sealing a service's own records; label keeps
 // the keys of different record kinds apart.

@@ -1,0 +1,45 @@
+package sensor
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+// TestResumable: a record of this wire version and digest resumes; one of
+// another wire version (or of a release that did not record it) or another
+// digest starts a new set-up, saying why.
+func TestResumable(t *testing.T) {
+	d := [32]byte{1}
+	for _, c := range []struct {
+		name string
+		rec  record
+		ok   bool
+		why  string
+	}{
+		{"same", record{Digest: d, Wire: codec.Version}, true, ""},
+		{"wire version 1 (not recorded)", record{Digest: d}, false, "wire version 0 (0: version 1), this build speaks"},
+		{"another wire version", record{Digest: d, Wire: codec.Version + 1}, false, "wire version"},
+		{"other controller", record{Digest: [32]byte{2}, Wire: codec.Version}, false, "controller or options changed"},
+	} {
+		ok, why := resumable(c.rec, d)
+		if ok != c.ok || !strings.Contains(why, c.why) || (!ok && why == "") {
+			t.Errorf("%s: resumable = %v, %q; want %v, %q", c.name, ok, why, c.ok, c.why)
+		}
+	}
+}
+
+// TestRecordCarriesWire: the record a sensor writes round-trips the wire
+// version it was sealed with.
+func TestRecordCarriesWire(t *testing.T) {
+	var k [32]byte
+	data, err := codec.SealRecord(&k, record{Epoch: 3, Digest: [32]byte{1}, NextTick: 9, Wire: codec.Version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got record
+	if err := codec.OpenRecord(&k, data, &got); err != nil || got.Wire != codec.Version || got.Epoch != 3 {
+		t.Fatalf("record %+v, %v", got, err)
+	}
+}
