@@ -490,7 +490,9 @@ func (w *worker) handle(ctx context.Context, m *nats.Msg) {
 	case h.Kind == codec.KindMul && h.From == w.peer:
 		var mp codec.MulPayload
 		var in peerMul
-		if err := w.accept(h, body, &mp, func() (err error) { in, err = w.decodeMul(mp); return }); err != nil {
+		// mp's matrices alias w.openBuf: decodeMul decodes them at once.
+		if err := w.guard.AdmitView(h, body, &mp, func() (err error) { in, err = w.decodeMul(mp); return }); err != nil {
+			w.reject(err)
 			return
 		}
 		w.onMul(h.Tick, in)
@@ -762,8 +764,9 @@ func (w *worker) material(r rawItem) (mpc.TickMaterial, error) {
 	if h.Kind != codec.KindMaterial || h.From != codec.RoleDealer || h.Loop != w.loop {
 		return mpc.TickMaterial{}, fmt.Errorf("%w: material envelope is %s from %s", codec.ErrHeader, h.Kind, h.From)
 	}
+	// mp's matrices alias w.itemBuf, until Material has decoded them.
 	var mp codec.MaterialPayload
-	if err := codec.Unmarshal(body, &mp); err != nil {
+	if err := codec.UnmarshalView(body, &mp); err != nil {
 		return mpc.TickMaterial{}, err
 	}
 	if mp.Nonce != r.nonce {

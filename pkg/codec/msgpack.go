@@ -96,6 +96,34 @@ func Unmarshal(data []byte, v any) error {
 	return unmarshalReflect(data, v)
 }
 
+// viewDecoder is implemented by the payloads UnmarshalView decodes without
+// copying.
+type viewDecoder interface{ unmarshalView(data []byte) error }
+
+// UnmarshalView is Unmarshal, except that the matrices of a MulPayload or a
+// MaterialPayload (the payloads a party decodes, and then decodes into field
+// elements, every tick) alias data instead of being copies: v is valid only
+// while data is not overwritten. Any other type is decoded by Unmarshal.
+func UnmarshalView(data []byte, v any) error {
+	if len(data) > MaxEnvelope {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxEnvelope)
+	}
+	switch v.(type) {
+	case *MulPayload, *MaterialPayload:
+		if nilFast(v) {
+			break
+		}
+		if err := v.(viewDecoder).unmarshalView(data); err != nil {
+			return fmt.Errorf("%w (decoding %T)", err, v)
+		}
+		if val, ok := v.(validator); ok {
+			return val.validate()
+		}
+		return nil
+	}
+	return Unmarshal(data, v)
+}
+
 // unmarshalReflect is Unmarshal through the library: scan, decode, re-encode
 // and compare.
 func unmarshalReflect(data []byte, v any) error {

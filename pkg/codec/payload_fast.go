@@ -80,6 +80,15 @@ func (p MulPayload) appendMsgpack(b []byte) []byte {
 }
 
 func (p *MulPayload) unmarshalMsgpack(data []byte) error {
+	if err := p.unmarshalView(data); err != nil {
+		return err
+	}
+	own(&p.S.Data, &p.T.Data)
+	return nil
+}
+
+// unmarshalView is unmarshalMsgpack with S and T aliasing data.
+func (p *MulPayload) unmarshalView(data []byte) error {
 	d := newDecoder(data)
 	var v MulPayload
 	d.mapHeader("MulPayload", 4)
@@ -90,7 +99,6 @@ func (p *MulPayload) unmarshalMsgpack(data []byte) error {
 	if err := d.end(); err != nil {
 		return err
 	}
-	own(&v.S.Data, &v.T.Data)
 	*p = v
 	return nil
 }
@@ -180,6 +188,15 @@ func (p MaterialPayload) appendMsgpack(b []byte) []byte {
 }
 
 func (p *MaterialPayload) unmarshalMsgpack(data []byte) error {
+	if err := p.unmarshalView(data); err != nil {
+		return err
+	}
+	own(&p.U.Data, &p.V.Data, &p.W.Data, &p.M.Data, &p.L.Data)
+	return nil
+}
+
+// unmarshalView is unmarshalMsgpack with the matrices aliasing data.
+func (p *MaterialPayload) unmarshalView(data []byte) error {
 	d := newDecoder(data)
 	var v MaterialPayload
 	d.mapHeader("MaterialPayload", 6)
@@ -192,7 +209,6 @@ func (p *MaterialPayload) unmarshalMsgpack(data []byte) error {
 	if err := d.end(); err != nil {
 		return err
 	}
-	own(&v.U.Data, &v.V.Data, &v.W.Data, &v.M.Data, &v.L.Data)
 	*p = v
 	return nil
 }

@@ -113,10 +113,21 @@ func checkReplayHeader(h Header) error {
 // then records h's tick, so a well-sealed but malformed message cannot move
 // the expected tick. It returns the first failure.
 func (g *ReplayGuard) Admit(h Header, body []byte, v any, validate func() error) error {
+	return g.admit(h, body, v, validate, Unmarshal)
+}
+
+// AdmitView is Admit decoding with UnmarshalView: v's matrices may alias
+// body, so validate must be done with them (decoded them into field
+// elements) before body is overwritten.
+func (g *ReplayGuard) AdmitView(h Header, body []byte, v any, validate func() error) error {
+	return g.admit(h, body, v, validate, UnmarshalView)
+}
+
+func (g *ReplayGuard) admit(h Header, body []byte, v any, validate func() error, unmarshal func([]byte, any) error) error {
 	if err := g.Check(h); err != nil {
 		return err
 	}
-	if err := Unmarshal(body, v); err != nil {
+	if err := unmarshal(body, v); err != nil {
 		return err
 	}
 	if validate != nil {
