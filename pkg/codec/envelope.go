@@ -67,11 +67,15 @@ const (
 	maxHeaderLen = 2 + 2 + 2 + MaxLoopID + 9 + 2 + 2
 )
 
-// envelope is a parsed outer envelope; box aliases the input.
+// envelope is a parsed outer envelope; box and nonceIn alias the input.
 type envelope struct {
 	h     Header
 	nonce [nonceSize]byte
 	box   []byte
+	// nonceIn is the nonce where it lies in the input: passing it, not a
+	// slice of nonce, to the cipher (an interface) keeps a parsed envelope
+	// off the heap.
+	nonceIn []byte
 }
 
 func appendHeader(b []byte, h Header) []byte {
@@ -184,6 +188,7 @@ func parseEnvelope(data []byte) (envelope, error) {
 		return e, fmt.Errorf("%w: nonce has %d bytes, want %d", ErrMalformed, len(nonce), nonceSize)
 	}
 	copy(e.nonce[:], nonce)
+	e.nonceIn = nonce
 	if e.box, err = r.bin("box", MaxEnvelope); err != nil {
 		return e, err
 	}

@@ -172,7 +172,7 @@ func (s *Sealer) openTo(dst, data []byte) (Header, []byte, []byte, error) {
 	if aead == nil {
 		return Header{}, nil, nil, fmt.Errorf("%w: no public key for %s", ErrUnknownSender, h.From)
 	}
-	plain, err := aead.Open(dst, e.nonce[:], e.box, nil)
+	plain, err := aead.Open(dst, e.nonceIn, e.box, nil)
 	if err != nil {
 		return Header{}, nil, nil, fmt.Errorf("%w: %s message from %s, loop %s, tick %d", ErrAuth, h.Kind, h.From, h.Loop, h.Tick)
 	}
