@@ -25,9 +25,9 @@ func TestUnmarshalView(t *testing.T) {
 		Triple: mpc.TripleShare{U: randomMatrix(t, f, rng, r, c), V: randomMatrix(t, f, rng, c, 1), W: randomMatrix(t, f, rng, r, 1)},
 		Mask:   mpc.MaskShare{M: randomMatrix(t, f, rng, p.N, 1), L: randomMatrix(t, f, rng, p.N, 1)}})
 	for _, c := range []struct {
-		name string
-		in   any
-		new  func() any
+		name  string
+		in    any
+		fresh func() any
 	}{
 		{"MulPayload", mul, func() any { return new(MulPayload) }},
 		{"MaterialPayload", mat, func() any { return new(MaterialPayload) }},
@@ -36,11 +36,11 @@ func TestUnmarshalView(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := c.new()
+		want := c.fresh()
 		if err := Unmarshal(data, want); err != nil {
 			t.Fatal(err)
 		}
-		got := c.new()
+		got := c.fresh()
 		if err := UnmarshalView(data, got); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -60,8 +60,8 @@ func TestUnmarshalView(t *testing.T) {
 		}
 		// Malformed input: the same error class, and v untouched.
 		bad := append(bytes.Clone(data), 0)
-		got2 := c.new()
-		if err := UnmarshalView(bad, got2); !errors.Is(err, ErrMalformed) || !reflect.DeepEqual(got2, c.new()) {
+		got2 := c.fresh()
+		if err := UnmarshalView(bad, got2); !errors.Is(err, ErrMalformed) || !reflect.DeepEqual(got2, c.fresh()) {
 			t.Errorf("%s: trailing byte: %v, %+v", c.name, err, got2)
 		}
 		if err := UnmarshalView(make([]byte, MaxEnvelope+1), got2); !errors.Is(err, ErrTooLarge) {
