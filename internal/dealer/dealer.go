@@ -167,7 +167,12 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 	tick := time.NewTicker(d.opt.Poll)
 	defer tick.Stop()
 	for {
-		depth, err := pendingMsgs(ctx, stream)
+		// A depth check lost with a server restart is given up after
+		// pollTimeout, not the JetStream default of 5 s: meanwhile the
+		// parties drain the queue, and a short one may run dry.
+		pctx, cancel := context.WithTimeout(ctx, d.pollTimeout())
+		depth, err := pendingMsgs(pctx, stream)
+		cancel()
 		if err == nil {
 			depth *= q.perMsg // items: every message the parties have not taken is full
 			d.opt.Metrics.QueueDepth.WithLabelValues(loop).Set(float64(depth))
@@ -190,6 +195,9 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 		}
 	}
 }
+
+// pollTimeout bounds one depth check: four polls, at least 200 ms.
+func (d *Dealer) pollTimeout() time.Duration { return max(4*d.opt.Poll, 200*time.Millisecond) }
 
 // queue is what a dealer needs to fill one loop's queue.
 type queue struct {
