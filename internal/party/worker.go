@@ -490,9 +490,7 @@ func (w *worker) handle(ctx context.Context, m *nats.Msg) {
 	case h.Kind == codec.KindMul && h.From == w.peer:
 		var mp codec.MulPayload
 		var in peerMul
-		// mp's matrices alias w.openBuf: decodeMul decodes them at once.
-		if err := w.guard.AdmitView(h, body, &mp, func() (err error) { in, err = w.decodeMul(mp); return }); err != nil {
-			w.reject(err)
+		if err := w.accept(h, body, &mp, func() (err error) { in, err = w.decodeMul(mp); return }); err != nil {
 			return
 		}
 		w.onMul(h.Tick, in)
@@ -514,9 +512,11 @@ func (w *worker) handle(ctx context.Context, m *nats.Msg) {
 
 // accept applies replay protection, decodes the payload and validates it;
 // only a message that passes everything advances the replay guard, so a
-// well-sealed but malformed message cannot move the expected tick.
+// well-sealed but malformed message cannot move the expected tick. v's
+// matrices may alias body (w.openBuf; codec.UnmarshalView): validate
+// decodes them, and v is not kept.
 func (w *worker) accept(h codec.Header, body []byte, v any, validate func() error) error {
-	if err := w.guard.Admit(h, body, v, validate); err != nil {
+	if err := w.guard.AdmitView(h, body, v, validate); err != nil {
 		w.reject(err)
 		return err
 	}

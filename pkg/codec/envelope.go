@@ -5,8 +5,7 @@ import (
 	"fmt"
 
 	"golang.org/x/crypto/chacha20poly1305"
-	"golang.org/x/crypto/curve25519"
-	"golang.org/x/crypto/salsa20/salsa"
+	"golang.org/x/crypto/nacl/box"
 )
 
 // Envelope layout (wire version 2), a MessagePack array of 8:
@@ -19,8 +18,8 @@ import (
 //
 // encrypted with XChaCha20-Poly1305 (ciphertext, then the 16-byte tag; no
 // associated data) under the key the sender and the recipient share:
-// HSalsa20 of their X25519 shared secret, with a zero nonce (boxKey: the
-// key NaCl's box.Precompute derives). Wire version 1 sealed the same
+// HSalsa20 of their X25519 shared secret, with a zero nonce (the key NaCl's
+// box.Precompute derives). Wire version 1 sealed the same
 // plaintext under the same key with NaCl box's XSalsa20-Poly1305; version
 // 2 changed only the cipher, which costs less than half as much per
 // message. An envelope of another version is refused (ErrVersion).
@@ -29,28 +28,12 @@ import (
 // without decrypting; the sealed copy binds it to the payload. Open
 // compares the two field by field.
 
-// boxKey derives the key two parties share from one's public and the
-// other's private X25519 key: HSalsa20 of the shared secret with a zero
-// nonce, as NaCl's box.Precompute. A low-order public key (an all-zero
-// shared secret) is refused.
-func boxKey(pub, priv *[32]byte) (*[32]byte, error) {
-	shared, err := curve25519.X25519(priv[:], pub[:])
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrKey, err)
-	}
-	k := new([32]byte)
-	var zero [16]byte
-	salsa.HSalsa20(k, &zero, (*[32]byte)(shared), &salsa.Sigma)
-	clear(shared)
-	return k, nil
-}
-
-// boxAEAD is the cipher of envelopes between the holders of pub and priv.
+// boxAEAD is the cipher of envelopes between the holders of pub and priv:
+// XChaCha20-Poly1305 under box.Precompute's key. (decodePublicKey has
+// refused low-order public keys.)
 func boxAEAD(pub, priv *[32]byte) (cipher.AEAD, error) {
-	k, err := boxKey(pub, priv)
-	if err != nil {
-		return nil, err
-	}
+	var k [32]byte
+	box.Precompute(&k, pub, priv)
 	defer clear(k[:])
 	return chacha20poly1305.NewX(k[:])
 }

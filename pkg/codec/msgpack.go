@@ -108,18 +108,8 @@ func UnmarshalView(data []byte, v any) error {
 	if len(data) > MaxEnvelope {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxEnvelope)
 	}
-	switch v.(type) {
-	case *MulPayload, *MaterialPayload:
-		if nilFast(v) {
-			break
-		}
-		if err := v.(viewDecoder).unmarshalView(data); err != nil {
-			return fmt.Errorf("%w (decoding %T)", err, v)
-		}
-		if val, ok := v.(validator); ok {
-			return val.validate()
-		}
-		return nil
+	if d, ok := v.(viewDecoder); ok && !nilFast(v) {
+		return decoded(v, d.unmarshalView(data))
 	}
 	return Unmarshal(data, v)
 }

@@ -53,13 +53,19 @@ func unmarshalFast(data []byte, v any) (ok bool, err error) {
 	if !ok || nilFast(v) {
 		return false, nil
 	}
-	if err := d.unmarshalMsgpack(data); err != nil {
-		return true, fmt.Errorf("%w (decoding %T)", err, v)
+	return true, decoded(v, d.unmarshalMsgpack(data))
+}
+
+// decoded finishes a fast-path decode of v: the decoder's error, named with
+// v's type, or v's own checks.
+func decoded(v any, err error) error {
+	if err != nil {
+		return fmt.Errorf("%w (decoding %T)", err, v)
 	}
 	if val, ok := v.(validator); ok {
-		return true, val.validate()
+		return val.validate()
 	}
-	return true, nil
+	return nil
 }
 
 // Encoding. Each appendX has a matching xLen giving its exact length.

@@ -10,8 +10,8 @@ import (
 )
 
 // Sealer seals messages to, and opens messages from, a fixed set of peer
-// roles. The key shared with each peer (boxKey: X25519, then HSalsa20, as
-// NaCl's box.Precompute) is computed once in NewSealer, so sealing and
+// roles. The key shared with each peer (X25519, then HSalsa20:
+// box.Precompute) is computed once in NewSealer, so sealing and
 // opening cost one XChaCha20-Poly1305 pass and no scalar multiplication.
 // Every message gets a fresh random 24-byte nonce from crypto/rand; with
 // 192-bit nonces, random choice is safe for any realistic number of
