@@ -278,3 +278,96 @@ func TestEarlyMulKeepsItsOwnCopy(t *testing.T) {
 		t.Errorf("a %dx%d T decoded: %v", bad.T.Rows, bad.T.Cols, err)
 	}
 }
+
+// TestMaterialRecycling: items are decoded into recycled materials, never
+// into the one the party holds since its latest Begin; the material of a
+// Begin the party refuses and that of an item that fails to decode return to
+// the spares, which stay bounded; a recycled material decodes to what a new
+// one does.
+func TestMaterialRecycling(t *testing.T) {
+	f, err := mpc.ParseModulus(mpc.PresetM127)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prm := mpc.Params{Field: f, N: 3, M: 1, P: 2, K: 18, L: 9, Lambda: 40, Variant: mpc.PerTick}
+	r, c := prm.PhiShape()
+	p, err := mpc.NewParty(prm, 0, mpc.NewMatrix(r, c), mpc.NewMatrix(prm.N, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := [32]byte{5}
+	w := &worker{id: 0, prm: prm, p: p, expander: mpc.NewExpander(prm, seed)}
+	y := mpc.NewMatrix(prm.P, 1)
+	decoded := func(n byte) mpc.TickMaterial {
+		t.Helper()
+		it := item{rawItem: rawItem{seq: uint64(n), nonce: [16]byte{n}}}
+		w.decode(&it)
+		if it.err != nil {
+			t.Fatal(it.err)
+		}
+		want, err := mpc.ExpandP0(prm, seed, [16]byte{n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !it.mat.Triple.U.Equal(want.Triple.U) || !it.mat.Triple.V.Equal(want.Triple.V) || !it.mat.Triple.W.Equal(want.Triple.W) ||
+			!it.mat.Mask.M.Equal(want.Mask.M) || !it.mat.Mask.L.Equal(want.Mask.L) {
+			t.Fatalf("item %d: the decoded material differs from a new one's", n)
+		}
+		return it.mat
+	}
+	same := func(a, b mpc.TickMaterial) bool { return &a.Triple.U.Data[0] == &b.Triple.U.Data[0] }
+	begin := func(m mpc.TickMaterial) {
+		t.Helper()
+		if _, err := w.begin(y, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	m1 := decoded(1)
+	begin(m1)
+	m2 := decoded(2) // the staged item, while the party holds m1
+	if same(m2, m1) {
+		t.Fatal("an item was decoded into the material the party holds")
+	}
+	begin(m2) // m1 is free now
+	m3 := decoded(3)
+	if !same(m3, m1) {
+		t.Error("the material freed by the next Begin was not reused")
+	}
+	if same(m3, m2) {
+		t.Fatal("an item was decoded into the material the party holds")
+	}
+	// A Begin the party refuses: the party keeps m2, m3 is free.
+	if _, err := w.begin(mpc.NewMatrix(prm.P+1, 1), m3); err == nil {
+		t.Fatal("Begin took a measurement of the wrong shape")
+	}
+	if !same(w.begun, m2) {
+		t.Fatal("a refused Begin replaced the party's material")
+	}
+	if m4 := decoded(4); !same(m4, m3) || same(m4, m2) {
+		t.Error("the material of a refused Begin was not reused")
+	} else {
+		w.recycle(m4)
+	}
+	// An item that fails to decode (P1 material missing for party 1) frees
+	// its material.
+	w.id = 1
+	bad := item{rawItem: rawItem{seq: 5}}
+	w.decode(&bad)
+	if bad.err == nil || bad.mat.Triple.V.Data != nil || len(w.spare) != 1 {
+		t.Fatalf("a failed decode: err %v, material kept %v, %d spares", bad.err, bad.mat.Triple.V.Data != nil, len(w.spare))
+	}
+	w.id = 0
+	// The spares stay bounded.
+	for n := range 10 {
+		w.recycle(decoded(byte(10 + n)))
+	}
+	for range 10 {
+		var m mpc.TickMaterial
+		m.Recycle(prm)
+		w.recycle(m)
+	}
+	if len(w.spare) > maxSpare {
+		t.Errorf("%d spare materials, at most %d expected", len(w.spare), maxSpare)
+	}
+}

@@ -64,7 +64,7 @@ func (w *worker) onMeasure(ctx context.Context, t uint64) {
 		w.miss(missNoItem, err.Error())
 		return
 	}
-	msg, err := w.p.Begin(w.yBuf, mat)
+	msg, err := w.begin(w.yBuf, mat)
 	if err != nil {
 		w.reject(err)
 		return

@@ -97,8 +97,13 @@ type worker struct {
 	// staged is the next offline item, taken and prepared by afterTick.
 	staged    item
 	hasStaged bool
-	restored  bool
-	fenced    bool
+	// Items are decoded into recycled materials (mpc.TickMaterial.Recycle):
+	// begun is the one the party holds since its latest Begin (it is the
+	// party's until the next), spare the ones free to decode into.
+	begun    mpc.TickMaterial
+	spare    []mpc.TickMaterial
+	restored bool
+	fenced   bool
 
 	prevPending mpc.Matrix
 	// mulT, mulS: the peer's last Protocol 1 message, decoded in place
@@ -672,9 +677,48 @@ func (w *worker) decode(it *item) {
 	}
 	it.decoded = true
 	if it.err == nil {
-		it.mat, it.err = w.material(it.rawItem)
+		it.mat = w.spareMaterial()
+		if it.err = w.material(it.rawItem, &it.mat); it.err != nil {
+			w.recycle(it.mat)
+			it.mat = mpc.TickMaterial{}
+		}
 	}
 	it.env = nil
+}
+
+// maxSpare bounds the spare materials a worker keeps: a tick needs the
+// party's (begun), the staged item's and one being decoded.
+const maxSpare = 2
+
+// spareMaterial returns a material to decode an item into.
+func (w *worker) spareMaterial() mpc.TickMaterial {
+	if n := len(w.spare); n > 0 {
+		m := w.spare[n-1]
+		w.spare = w.spare[:n-1]
+		return m
+	}
+	return mpc.TickMaterial{}
+}
+
+// recycle returns a material no one uses any more to the spares.
+func (w *worker) recycle(m mpc.TickMaterial) {
+	if m.Triple.V.Data != nil && len(w.spare) < maxSpare {
+		w.spare = append(w.spare, m)
+	}
+}
+
+// begin runs the party's Begin with the tick's material, which becomes the
+// party's, and recycles the one it held before. A material Begin refuses is
+// recycled at once (the party does not keep it).
+func (w *worker) begin(y mpc.Matrix, mat mpc.TickMaterial) (mpc.MulMsg, error) {
+	msg, err := w.p.Begin(y, mat)
+	if err != nil {
+		w.recycle(mat)
+		return msg, err
+	}
+	w.recycle(w.begun)
+	w.begun = mat
+	return msg, nil
 }
 
 // pullThreshold is the pending count below which a loop's consumer asks
@@ -735,12 +779,14 @@ func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error)
 			}
 		}
 		if it.seq <= w.hwm || it.seq < w.minSeq {
+			w.recycle(it.mat) // a staged item's: no one else has it
 			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
 			continue
 		}
 		w.hwm = it.seq
 		w.decode(&it)
 		if it.err != nil {
+			w.recycle(it.mat) // one Prepare refused
 			w.reject(it.err)
 			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
 			continue
@@ -750,27 +796,28 @@ func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error)
 	}
 }
 
-func (w *worker) material(r rawItem) (mpc.TickMaterial, error) {
+// material opens and decodes this party's material of an item into m.
+func (w *worker) material(r rawItem, m *mpc.TickMaterial) error {
 	if len(r.env) == 0 {
 		if w.id != 0 {
-			return mpc.TickMaterial{}, fmt.Errorf("%w: item without party1 material", codec.ErrMalformed)
+			return fmt.Errorf("%w: item without party1 material", codec.ErrMalformed)
 		}
-		return w.expander.Expand(r.nonce)
+		return w.expander.ExpandInto(r.nonce, m)
 	}
 	h, body, err := w.s.sealer.OpenScratch(&w.itemBuf, r.env)
 	if err != nil {
-		return mpc.TickMaterial{}, err
+		return err
 	}
 	if h.Kind != codec.KindMaterial || h.From != codec.RoleDealer || h.Loop != w.loop {
-		return mpc.TickMaterial{}, fmt.Errorf("%w: material envelope is %s from %s", codec.ErrHeader, h.Kind, h.From)
+		return fmt.Errorf("%w: material envelope is %s from %s", codec.ErrHeader, h.Kind, h.From)
 	}
-	// mp's matrices alias w.itemBuf, until Material has decoded them.
+	// mp's matrices alias w.itemBuf, until MaterialInto has decoded them.
 	var mp codec.MaterialPayload
 	if err := codec.UnmarshalView(body, &mp); err != nil {
-		return mpc.TickMaterial{}, err
+		return err
 	}
 	if mp.Nonce != r.nonce {
-		return mpc.TickMaterial{}, fmt.Errorf("%w: sealed nonce differs from the item's", codec.ErrHeader)
+		return fmt.Errorf("%w: sealed nonce differs from the item's", codec.ErrHeader)
 	}
-	return mp.Material(w.prm)
+	return mp.MaterialInto(w.prm, m)
 }

@@ -36,35 +36,47 @@ func PutMaterial(f *mpc.Field, nonce [16]byte, m mpc.TickMaterial) MaterialPaylo
 // L are n x 1.
 func (w MaterialPayload) Material(p mpc.Params) (mpc.TickMaterial, error) {
 	var m mpc.TickMaterial
-	if p.Field == nil {
-		return m, fmt.Errorf("%w: parameters without a field", ErrMalformed)
-	}
-	f := p.Field
-	r, c := p.PhiShape()
-	var err error
-	if p.Variant == mpc.PerTick {
-		if m.Triple.U, err = w.U.decode(f, r, c, "material U"); err != nil {
-			return mpc.TickMaterial{}, err
-		}
-	} else if w.U.Rows != 0 || w.U.Cols != 0 || len(w.U.Data) != 0 {
-		return mpc.TickMaterial{}, fmt.Errorf("%w: material U is %dx%d, want 0x0 in the fixed-mask variant", ErrDimension, w.U.Rows, w.U.Cols)
-	}
-	for _, d := range []struct {
-		name       string
-		w          MatrixWire
-		dst        *mpc.Matrix
-		rows, cols int
-	}{
-		{"V", w.V, &m.Triple.V, c, 1},
-		{"W", w.W, &m.Triple.W, r, 1},
-		{"M", w.M, &m.Mask.M, p.N, 1},
-		{"L", w.L, &m.Mask.L, p.N, 1},
-	} {
-		if *d.dst, err = d.w.decode(f, d.rows, d.cols, "material "+d.name); err != nil {
-			return mpc.TickMaterial{}, err
-		}
+	if err := w.MaterialInto(p, &m); err != nil {
+		return mpc.TickMaterial{}, err
 	}
 	return m, nil
+}
+
+// MaterialInto is Material into m, recycled first (mpc.TickMaterial.Recycle:
+// its matrices are reused where they have the right shape, so a party that
+// recycles its materials decodes items without allocating). On error m's
+// entries are unspecified.
+func (w MaterialPayload) MaterialInto(p mpc.Params, m *mpc.TickMaterial) error {
+	if p.Field == nil {
+		return fmt.Errorf("%w: parameters without a field", ErrMalformed)
+	}
+	if p.N < 0 || p.M < 0 || p.P < 0 {
+		return fmt.Errorf("%w: parameters with dimensions n=%d m=%d p=%d", ErrDimension, p.N, p.M, p.P)
+	}
+	m.Recycle(p)
+	f := p.Field
+	if p.Variant == mpc.PerTick {
+		if err := w.U.decodeInto(f, m.Triple.U, "material U"); err != nil {
+			return err
+		}
+	} else if w.U.Rows != 0 || w.U.Cols != 0 || len(w.U.Data) != 0 {
+		return fmt.Errorf("%w: material U is %dx%d, want 0x0 in the fixed-mask variant", ErrDimension, w.U.Rows, w.U.Cols)
+	}
+	for _, d := range []struct {
+		name string
+		w    MatrixWire
+		dst  mpc.Matrix
+	}{
+		{"V", w.V, m.Triple.V},
+		{"W", w.W, m.Triple.W},
+		{"M", w.M, m.Mask.M},
+		{"L", w.L, m.Mask.L},
+	} {
+		if err := d.w.decodeInto(f, d.dst, "material "+d.name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ItemMsg is one dealer item. P0 and P1 are sealed

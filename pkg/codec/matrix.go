@@ -68,10 +68,15 @@ func (w MatrixWire) DecodeInto(f *mpc.Field, dst mpc.Matrix) error {
 	if len(dst.Data) != dst.Rows*dst.Cols {
 		return fmt.Errorf("%w: destination %dx%d has %d entries", ErrDimension, dst.Rows, dst.Cols, len(dst.Data))
 	}
-	if err := w.check(f, dst.Rows, dst.Cols, "matrix"); err != nil {
+	return w.decodeInto(f, dst, "matrix")
+}
+
+// decodeInto is DecodeInto with the matrix's name for error messages.
+func (w MatrixWire) decodeInto(f *mpc.Field, dst mpc.Matrix, name string) error {
+	if err := w.check(f, dst.Rows, dst.Cols, name); err != nil {
 		return err
 	}
-	return w.decodeData(f, dst, "matrix")
+	return w.decodeData(f, dst, name)
 }
 
 func (w MatrixWire) check(f *mpc.Field, rows, cols int, name string) error {

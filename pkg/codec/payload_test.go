@@ -148,6 +148,27 @@ func TestMaterialRoundTrip(t *testing.T) {
 						!got.Mask.M.Equal(m.Mask.M) || !got.Mask.L.Equal(m.Mask.L) {
 						t.Errorf("%s %v: material differs", q, v)
 					}
+					// MaterialInto a material holding another item's entries
+					// gives the same, in that material's storage; into the
+					// zero material, the same too.
+					it2, err := d.Next(rand.NewChaCha8([32]byte{9}))
+					if err != nil {
+						t.Fatal(err)
+					}
+					var zero mpc.TickMaterial
+					for i, rec := range []mpc.TickMaterial{it2.P1, zero} {
+						before := rec
+						if err := w.MaterialInto(p, &rec); err != nil {
+							t.Fatalf("%s %v: MaterialInto: %v", q, v, err)
+						}
+						if !rec.Triple.U.Equal(m.Triple.U) || !rec.Triple.V.Equal(m.Triple.V) || !rec.Triple.W.Equal(m.Triple.W) ||
+							!rec.Mask.M.Equal(m.Mask.M) || !rec.Mask.L.Equal(m.Mask.L) {
+							t.Errorf("%s %v: MaterialInto differs (case %d)", q, v, i)
+						}
+						if i == 0 && (&rec.Triple.V.Data[0] != &before.Triple.V.Data[0] || &rec.Mask.M.Data[0] != &before.Mask.M.Data[0]) {
+							t.Errorf("%s %v: MaterialInto did not reuse the storage", q, v)
+						}
+					}
 					// The same bytes under other parameters must fail on shape.
 					other := p
 					other.N++
@@ -165,6 +186,11 @@ func TestMaterialRoundTrip(t *testing.T) {
 	}
 	if _, err := (MaterialPayload{}).Material(mpc.Params{}); !errors.Is(err, ErrMalformed) {
 		t.Errorf("Material without a field: %v", err)
+	}
+	bad := testParams(t, testModuli[0], mpc.PerTick)
+	bad.N = -4
+	if _, err := (MaterialPayload{}).Material(bad); !errors.Is(err, ErrDimension) {
+		t.Errorf("Material with n = -4: %v, want ErrDimension", err)
 	}
 }
 

@@ -140,14 +140,45 @@ type TickMaterial struct {
 	Mask   MaskShare
 
 	// Set by Prepare (fixed mask): S [[V]]_i + [[W]]_i, under set-up
-	// generation preGen.
-	pre    Matrix
-	preGen uint64
+	// generation preGen. Recycle clears prepared and keeps pre's storage.
+	pre      Matrix
+	preGen   uint64
+	prepared bool
 }
 
 // Prepared reports whether Prepare precomputed part of this material's
 // product.
-func (m TickMaterial) Prepared() bool { return m.pre.Data != nil }
+func (m TickMaterial) Prepared() bool { return m.prepared }
+
+// Recycle readies m to receive another item's material under prm, so that a
+// party decodes its items without allocating: each matrix gets its shape for
+// prm (U is the zero Matrix in the fixed-mask variant), keeping its storage
+// where it already has that shape, and what Prepare computed is dropped.
+// Entries are left as they were: the caller overwrites every one
+// (codec.MaterialPayload.MaterialInto, Expander.ExpandInto). The zero
+// TickMaterial gets new matrices. Material passed to Party.Begin is the
+// party's until its next Begin and must not be recycled before.
+func (m *TickMaterial) Recycle(prm Params) {
+	r, c := prm.PhiShape()
+	if prm.Variant == PerTick {
+		m.Triple.U = reshaped(m.Triple.U, r, c)
+	} else {
+		m.Triple.U = Matrix{}
+	}
+	m.Triple.V = reshaped(m.Triple.V, c, 1)
+	m.Triple.W = reshaped(m.Triple.W, r, 1)
+	m.Mask.M = reshaped(m.Mask.M, prm.N, 1)
+	m.Mask.L = reshaped(m.Mask.L, prm.N, 1)
+	m.preGen, m.prepared = 0, false
+}
+
+// reshaped is x if it is rows x cols with its entries, else a new matrix.
+func reshaped(x Matrix, rows, cols int) Matrix {
+	if x.Rows == rows && x.Cols == cols && len(x.Data) == rows*cols {
+		return x
+	}
+	return NewMatrix(rows, cols)
+}
 
 // NewParty returns party id (0 or 1) holding shares of Φ̄ and x̄_0. In the
 // fixed-mask variant the caller must complete FixedSetup before the first tick.
@@ -229,8 +260,8 @@ func (p *Party) FixedSetupFinish(own, peer Matrix) error {
 // tick instead of two, with a bit-identical result (Field.MulClosePrepared).
 // It does nothing in the per-tick variant or before the fixed-mask set-up;
 // material it did not prepare (or prepared before a later set-up) takes the
-// unprepared path. It allocates the r x 1 result and only reads the party's
-// set-up, so it must not run concurrently with FixedSetupFinish.
+// unprepared path. It allocates the r x 1 result (or reuses a recycled
+// material's) and only reads the party's set-up, so it must not run concurrently with FixedSetupFinish.
 func (p *Party) Prepare(mat *TickMaterial) error {
 	if p.prm.Variant != FixedMask || p.fixedS.Data == nil {
 		return nil
@@ -239,9 +270,9 @@ func (p *Party) Prepare(mat *TickMaterial) error {
 		return err
 	}
 	r, _ := p.prm.PhiShape()
-	pre := NewMatrix(r, 1)
+	pre := reshaped(mat.pre, r, 1) // a recycled material's, else new
 	p.f.MulPrepare(pre, p.fixedS, mat.Triple)
-	mat.pre, mat.preGen = pre, p.fixedGen
+	mat.pre, mat.preGen, mat.prepared = pre, p.fixedGen, true
 	return nil
 }
 
@@ -324,7 +355,7 @@ func (p *Party) Multiply(peer MulMsg) (u Matrix, tr *TruncMsg, err error) {
 		f.Reconst(p.s, p.sOut, peer.S)
 		s, uShare = p.s, p.mat.Triple.U
 	}
-	p.usedPrepared = p.prm.Variant == FixedMask && p.mat.pre.Data != nil && p.mat.preGen == p.fixedGen
+	p.usedPrepared = p.prm.Variant == FixedMask && p.mat.prepared && p.mat.preGen == p.fixedGen
 	if p.usedPrepared {
 		f.MulClosePrepared(p.z, p.fixedUS, p.t, p.mat.pre)
 	} else {

@@ -393,3 +393,90 @@ func TestPrepareIsExact(t *testing.T) {
 		t.Fatalf("per-tick Prepare: err %v, prepared %v", err, m0.Prepared())
 	}
 }
+
+// TestRecycleMaterial: a recycled material keeps its storage, drops what
+// Prepare computed (a tick on a recycled, refilled and unprepared material
+// gives the result of fresh material, not of the stale preparation), and
+// Prepare on it reuses its storage too; a change of shape or variant gives
+// the right shapes.
+func TestRecycleMaterial(t *testing.T) {
+	f := mustField(t, PresetM127)
+	a0, a1, d, sess := twoParties(t, f, FixedMask, true)
+	b0, b1, _, _ := twoParties(t, f, FixedMask, true) // identical shares
+	prm := a0.Params()
+	ry := seeded(9)
+	ua, ub := NewMatrix(prm.M, 1), NewMatrix(prm.M, 1)
+	r0, r1 := tickMaterial(t, d, sess, ry) // the materials recycled every tick
+	for tick := range 20 {
+		if err := a0.Prepare(&r0); err != nil {
+			t.Fatal(err)
+		}
+		if err := a1.Prepare(&r1); err != nil {
+			t.Fatal(err)
+		}
+		pre, v := &r0.pre.Data[0], &r0.Triple.V.Data[0]
+		r0.Recycle(prm)
+		r1.Recycle(prm)
+		if r0.Prepared() || r1.Prepared() {
+			t.Fatal("a recycled material is still prepared")
+		}
+		if &r0.Triple.V.Data[0] != v {
+			t.Fatal("Recycle did not keep the storage")
+		}
+		m0, m1 := tickMaterial(t, d, sess, ry)
+		refill(r0, m0)
+		refill(r1, m1)
+		if tick%2 == 1 { // every other tick prepared again, in the old storage
+			if err := a0.Prepare(&r0); err != nil {
+				t.Fatal(err)
+			}
+			if err := a1.Prepare(&r1); err != nil {
+				t.Fatal(err)
+			}
+			if &r0.pre.Data[0] != pre {
+				t.Fatal("Prepare on a recycled material did not reuse its storage")
+			}
+		}
+		y0, y1 := mustShare(t, f, ry, mustRandomMatrix(t, f, ry, prm.P, 1))
+		if err := RunTick(a0, a1, y0, y1, r0, r1, ua); err != nil {
+			t.Fatalf("tick %d: %v", tick, err)
+		}
+		if a0.UsedPrepared() != (tick%2 == 1) {
+			t.Fatalf("tick %d: UsedPrepared %v", tick, a0.UsedPrepared())
+		}
+		if err := RunTick(b0, b1, y0, y1, m0, m1, ub); err != nil {
+			t.Fatalf("tick %d: %v", tick, err)
+		}
+		if !ua.Equal(ub) || !a0.State().Equal(b0.State()) || !a1.State().Equal(b1.State()) {
+			t.Fatalf("tick %d: a recycled material's tick differs from fresh material's", tick)
+		}
+	}
+	// Shapes follow the parameters: per-tick has U, fixed-mask none.
+	pt := pendulumParams(f, PerTick)
+	var m TickMaterial
+	m.Recycle(pt)
+	r, c := pt.PhiShape()
+	if m.Triple.U.Rows != r || m.Triple.U.Cols != c || len(m.Triple.V.Data) != c || len(m.Triple.W.Data) != r ||
+		len(m.Mask.M.Data) != pt.N || len(m.Mask.L.Data) != pt.N {
+		t.Fatalf("per-tick shapes: U %dx%d V %d W %d M %d L %d", m.Triple.U.Rows, m.Triple.U.Cols,
+			len(m.Triple.V.Data), len(m.Triple.W.Data), len(m.Mask.M.Data), len(m.Mask.L.Data))
+	}
+	big := pt
+	big.N = pt.N + 2
+	m.Recycle(big)
+	if br, _ := big.PhiShape(); len(m.Triple.W.Data) != br || len(m.Mask.M.Data) != big.N {
+		t.Fatalf("after a change of shape: W %d M %d", len(m.Triple.W.Data), len(m.Mask.M.Data))
+	}
+	m.Recycle(prm)
+	if m.Triple.U.Data != nil {
+		t.Fatal("fixed-mask material has U after Recycle")
+	}
+}
+
+// refill copies m's entries into the recycled r.
+func refill(r, m TickMaterial) {
+	for _, p := range [][2]Matrix{{r.Triple.U, m.Triple.U}, {r.Triple.V, m.Triple.V}, {r.Triple.W, m.Triple.W},
+		{r.Mask.M, m.Mask.M}, {r.Mask.L, m.Mask.L}} {
+		copy(p[0].Data, p[1].Data)
+	}
+}

@@ -171,28 +171,30 @@ func NewExpander(prm Params, p0Seed [32]byte) *Expander {
 // Expand regenerates P0's material of the item with this nonce: the same
 // as ExpandP0.
 func (e *Expander) Expand(nonce [16]byte) (TickMaterial, error) {
-	e.r0.s = cipher.NewCTR(e.blk, nonce[:])
-	return expandP0(e.prm, &e.r0)
+	var m TickMaterial
+	err := e.ExpandInto(nonce, &m)
+	return m, err
 }
 
-func expandP0(prm Params, r0 io.Reader) (TickMaterial, error) {
+// ExpandInto is Expand into m (TickMaterial.Recycle: m's matrices are
+// reused where they have the right shape). On error m's entries are
+// unspecified.
+func (e *Expander) ExpandInto(nonce [16]byte, m *TickMaterial) error {
+	e.r0.s = cipher.NewCTR(e.blk, nonce[:])
+	return expandP0(e.prm, &e.r0, m)
+}
+
+// expandP0 draws P0's shares from r0 in genMaterial's order: U (per-tick
+// only; in the fixed-mask variant it is empty and draws nothing), V, W, M, L.
+func expandP0(prm Params, r0 io.Reader, m *TickMaterial) error {
+	m.Recycle(prm)
 	f := prm.Field
-	rows, cols := prm.PhiShape()
-	var m TickMaterial
-	var err error
-	if prm.Variant == PerTick {
-		if m.Triple.U, err = f.RandomMatrix(r0, rows, cols); err != nil {
-			return m, err
+	for _, x := range []Matrix{m.Triple.U, m.Triple.V, m.Triple.W, m.Mask.M, m.Mask.L} {
+		if err := f.FillRandom(r0, x.Data); err != nil {
+			return err
 		}
 	}
-	if m.Triple.V, m.Triple.W, err = f.randVW(r0, rows, cols, 1); err != nil {
-		return m, err
-	}
-	if m.Mask.M, err = f.RandomMatrix(r0, prm.N, 1); err != nil {
-		return m, err
-	}
-	m.Mask.L, err = f.RandomMatrix(r0, prm.N, 1)
-	return m, err
+	return nil
 }
 
 // MaterialElems is the number of field elements in one party's material.

@@ -91,12 +91,22 @@ func TestExpandP0(t *testing.T) {
 			}
 			// One Expander over a sequence of nonces (its key schedule and
 			// buffer reused) gives what ExpandP0 gives for each.
+			// ExpandInto one recycled material gives the same, in the same
+			// storage.
 			ex := NewExpander(prm, seed)
-			for _, n := range [][16]byte{nonce, {9}, nonce, {4, 5, 7}} {
+			var into TickMaterial
+			for i, n := range [][16]byte{nonce, {9}, nonce, {4, 5, 7}} {
 				got, err := ex.Expand(n)
 				want, _ := ExpandP0(prm, seed, n)
 				if err != nil || !materialEqual(got, want) {
 					t.Fatalf("Expander.Expand(%x) differs from ExpandP0 (%v)", n, err)
+				}
+				before := into
+				if err := ex.ExpandInto(n, &into); err != nil || !materialEqual(into, want) {
+					t.Fatalf("Expander.ExpandInto(%x) differs from ExpandP0 (%v)", n, err)
+				}
+				if i > 0 && (&into.Triple.V.Data[0] != &before.Triple.V.Data[0] || &into.Mask.L.Data[0] != &before.Mask.L.Data[0]) {
+					t.Fatalf("ExpandInto(%x) did not reuse the material's storage", n)
 				}
 			}
 
