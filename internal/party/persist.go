@@ -49,6 +49,15 @@ type persister struct {
 	js      jetstream.JetStream
 	subject string
 	pending jetstream.PubAckFuture
+
+	// Reused from write to write: the message, its header value and the
+	// sealed record once the write that used them is acknowledged (until
+	// then the publisher holds the message and may send it again), and the
+	// state's encoding (marshalled into the record at once).
+	msg       *nats.Msg
+	lastSeq   []string
+	buf, wire []byte
+	reuse     bool // the last write was acknowledged: msg and buf are free
 }
 
 // saveTimeout bounds a state write; the tick loop never waits longer.
@@ -156,12 +165,22 @@ func restoredHWM(rec stateRecord) uint64 {
 }
 
 func (w *worker) record() stateRecord {
-	f := w.prm.Field
-	rec := stateRecord{Instance: w.persist.instance, Epoch: w.epoch, Version: w.version, Tick: w.cur, HWM: w.hwm >> 8, HWMIdx: w.hwm & 0xff, X: codec.PutMatrix(f, w.p.State())}
-	if w.hasPrev {
-		rec.Prev, rec.HasPrev = codec.PutMatrix(f, w.prev), true
-	}
+	rec, _ := w.recordAppend(nil)
 	return rec
+}
+
+// recordAppend is record with the matrices' entries appended to buf
+// (codec.AppendMatrix): the record aliases the returned buffer until it is
+// marshalled.
+func (w *worker) recordAppend(buf []byte) (stateRecord, []byte) {
+	f := w.prm.Field
+	rec := stateRecord{Instance: w.persist.instance, Epoch: w.epoch, Version: w.version, Tick: w.cur, HWM: w.hwm >> 8, HWMIdx: w.hwm & 0xff}
+	rec.X, buf = codec.AppendMatrix(f, buf, w.p.StateView())
+	if w.hasPrev {
+		rec.Prev, buf = codec.AppendMatrix(f, buf, w.prev)
+		rec.HasPrev = true
+	}
+	return rec, buf
 }
 
 // save persists after a state update. The write is published
@@ -182,14 +201,20 @@ func (w *worker) save(ctx context.Context) error {
 		}
 	}
 	p.dirty = true
-	data, err := p.seal(w.record())
+	if !p.reuse || p.msg == nil { // the publisher may still hold the last message
+		p.msg, p.buf, p.lastSeq = nats.NewMsg(p.subject), nil, []string{""}
+		p.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = p.lastSeq
+	}
+	p.reuse = false
+	rec, wire := w.recordAppend(p.wire[:0])
+	p.wire = wire
+	data, err := codec.SealRecordAppend(p.buf[:0], &p.key, rec)
 	if err != nil {
 		return err
 	}
-	msg := nats.NewMsg(p.subject)
-	msg.Data = data
-	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.rev, 10))
-	fut, err := p.js.PublishMsgAsync(msg)
+	p.buf, p.msg.Data = data, data
+	p.lastSeq[0] = strconv.FormatUint(p.rev, 10)
+	fut, err := p.js.PublishMsgAsync(p.msg)
 	if err != nil {
 		w.s.opt.Log.Warn("persisting state", "party", w.id, "loop", w.loop, "err", err)
 		return nil
@@ -199,10 +224,11 @@ func (w *worker) save(ctx context.Context) error {
 }
 
 // acked records the acknowledgement of the write in flight: the stored
-// record is now the latest state, at the acknowledged revision.
+// record is now the latest state, at the acknowledged revision, and the
+// write's message and buffer may be reused.
 func (p *persister) acked(ack *jetstream.PubAck) {
 	p.pending = nil
-	p.rev, p.dirty = ack.Sequence, false
+	p.rev, p.dirty, p.reuse = ack.Sequence, false, true
 }
 
 // resolve waits (bounded) for the write in flight.

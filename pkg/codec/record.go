@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
+	"slices"
 
 	"golang.org/x/crypto/chacha20poly1305"
 	"golang.org/x/crypto/nacl/secretbox"
@@ -36,20 +37,28 @@ func (id *Identity) RecordKey(label string) ([32]byte, error) {
 }
 
 // SealRecord encodes v and seals it under key with a random nonce.
-func SealRecord(key *[32]byte, v any) ([]byte, error) {
-	body, err := Marshal(v)
-	if err != nil {
-		return nil, err
-	}
+func SealRecord(key *[32]byte, v any) ([]byte, error) { return SealRecordAppend(nil, key, v) }
+
+// SealRecordAppend is SealRecord appending the sealed record to dst, for a
+// writer that reuses one buffer: v is encoded after the nonce and sealed in
+// place, so a buffer of the right capacity is not reallocated.
+func SealRecordAppend(dst []byte, key *[32]byte, v any) ([]byte, error) {
 	aead, err := chacha20poly1305.NewX(key[:])
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, chacha20poly1305.NonceSizeX, chacha20poly1305.NonceSizeX+len(body)+aead.Overhead())
-	if _, err := rand.Read(out); err != nil {
+	start := len(dst)
+	dst = slices.Grow(dst, chacha20poly1305.NonceSizeX)[:start+chacha20poly1305.NonceSizeX]
+	if _, err := rand.Read(dst[start:]); err != nil {
 		return nil, err
 	}
-	return aead.Seal(out, out, body, nil), nil
+	if dst, err = MarshalAppend(dst, v); err != nil {
+		return nil, err
+	}
+	dst = slices.Grow(dst, aead.Overhead())
+	head := start + chacha20poly1305.NonceSizeX
+	// The box replaces the encoding where it lies (exact overlap is allowed).
+	return aead.Seal(dst[:head], dst[start:head], dst[head:], nil), nil
 }
 
 // OpenRecord opens data sealed by SealRecord under key and decodes it into

@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"testing"
@@ -52,6 +53,28 @@ func TestRecordKeyAndSealedRecords(t *testing.T) {
 	}
 	if err := OpenRecord(&k, data[:20], &got); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("short: %v, want ErrMalformed", err)
+	}
+
+	// SealRecordAppend: the record after dst's bytes, which it keeps; a
+	// buffer with room is reused, not reallocated; each record its own
+	// nonce.
+	prefix := []byte("keep")
+	buf, err := SealRecordAppend(append(make([]byte, 0, 256), prefix...), &k, rec{A: 9, B: "z"})
+	if err != nil || string(buf[:4]) != "keep" {
+		t.Fatalf("SealRecordAppend lost the prefix (%v)", err)
+	}
+	if err := OpenRecord(&k, buf[4:], &got); err != nil || got != (rec{A: 9, B: "z"}) {
+		t.Fatalf("SealRecordAppend round trip: %+v, %v", got, err)
+	}
+	again, err := SealRecordAppend(buf[:0], &k, rec{A: 10, B: "w"})
+	if err != nil || &again[0] != &buf[0] {
+		t.Fatalf("SealRecordAppend into a buffer with room reallocated it (%v)", err)
+	}
+	if err := OpenRecord(&k, again, &got); err != nil || got != (rec{A: 10, B: "w"}) {
+		t.Fatalf("SealRecordAppend into a reused buffer: %+v, %v", got, err)
+	}
+	if data, _ := SealRecord(&k, rec{A: 10, B: "w"}); bytes.Equal(data[:24], again[:24]) {
+		t.Fatal("two records with the same nonce")
 	}
 
 	// The record is XChaCha20-Poly1305 (x/crypto) after its nonce.

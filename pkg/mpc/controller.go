@@ -215,6 +215,11 @@ func (p *Party) Params() Params { return p.prm }
 // State returns a copy of the party's share of x̄_t (for persistence).
 func (p *Party) State() Matrix { return p.x.Clone() }
 
+// StateView is State without the copy: the party's own matrix, which the
+// caller must not modify and which changes with the next Finish or
+// SetState.
+func (p *Party) StateView() Matrix { return p.x }
+
 // SetState replaces the party's share of x̄_t (restoring a persisted share).
 func (p *Party) SetState(x Matrix) error {
 	if !x.SameShape(p.x) || len(x.Data) != len(p.x.Data) {

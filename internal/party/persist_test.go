@@ -1,0 +1,105 @@
+package party
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/internal/natstest"
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// TestStateWritesReuseBuffers: on a real JetStream KV bucket, a state write
+// after an acknowledged one reuses its message and sealed record, and every
+// stored record is the state at its write; after a write the server refuses
+// (a stale revision: the publisher's future ends without an acknowledgement)
+// the next write takes a new message, and the record stored is still the
+// latest state.
+func TestStateWritesReuseBuffers(t *testing.T) {
+	nc := natstest.Conn(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := mpc.ParseModulus(mpc.PresetM127)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prm := mpc.Params{Field: f, N: 3, M: 1, P: 2, K: 18, L: 9, Lambda: 40, Variant: mpc.PerTick}
+	r, c := prm.PhiShape()
+	p, err := mpc.NewParty(prm, 0, mpc.NewMatrix(r, c), mpc.NewMatrix(prm.N, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := [32]byte{7}
+	s := &Service{js: js, opt: Options{ID: 0, StateKey: &key, StateStorage: jetstream.MemoryStorage,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party")}}
+	w := &worker{s: s, id: 0, loop: "persist-1", prm: prm, p: p}
+	ctx := context.Background()
+	if err := w.openPersister(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.claim(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	pst := w.persist
+	write := func(v int64) {
+		t.Helper()
+		x := mpc.NewMatrix(prm.N, 1)
+		x.Data[1] = f.FromInt64(v)
+		if err := p.SetState(x); err != nil {
+			t.Fatal(err)
+		}
+		w.version = uint64(v)
+		if err := w.save(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if pst.pending == nil {
+			t.Fatal("no write in flight after save")
+		}
+		if !w.flushState(ctx) {
+			t.Fatalf("state %d not persisted", v)
+		}
+		e, err := pst.kv.Get(ctx, w.loop)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := pst.open(e.Value())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := rec.X.Decode(f, prm.N, 1)
+		if err != nil || rec.Version != uint64(v) || !got.Equal(x) {
+			t.Fatalf("stored record: version %d, state equal %v (%v); want version %d", rec.Version, got.Equal(x), err, v)
+		}
+	}
+	write(1)
+	msg, buf := pst.msg, &pst.buf[0]
+	for v := int64(2); v < 6; v++ {
+		write(v)
+		if pst.msg != msg || &pst.buf[0] != buf {
+			t.Fatalf("write %d after an acknowledged one did not reuse its message and record", v)
+		}
+	}
+	// A write at a stale revision is refused; the fence check finds this
+	// instance's own record and takes its revision, and the state is written
+	// again synchronously. The next write takes a new message.
+	pst.rev--
+	write(6)
+	if pst.reuse {
+		t.Fatal("a refused write's message is marked free")
+	}
+	write(7)
+	if pst.msg == msg {
+		t.Fatal("the write after a refused one reused the message the publisher held")
+	}
+	msg = pst.msg
+	write(8)
+	if pst.msg != msg {
+		t.Fatal("the write after an acknowledged one did not reuse its message")
+	}
+}
