@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/csv"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"
@@ -128,5 +129,34 @@ func TestTargetsFloorBound(t *testing.T) {
 		if !n32.Measured || n32.Met != c.met || strings.Contains(n32.Got, "above the target") != c.bound {
 			t.Errorf("p50 %v, floor %v: %+v", c.lat, c.floor, n32)
 		}
+	}
+}
+
+// TestWriteScalePlot: scale.png is a PNG of the plot's size for a search
+// whose persisted half stopped after one step (each step is a point) and
+// whose other half went on; a directory that cannot be written is an error.
+func TestWriteScalePlot(t *testing.T) {
+	rep := &Report{ScaleLimit: 10 * time.Millisecond,
+		Scale: []ScaleRow{{Loops: 50, Persist: true, P50: time.Millisecond, P99: 3 * time.Millisecond, FloorP99: time.Millisecond},
+			{Loops: 50, P99: time.Millisecond}, {Loops: 100, P99: 2 * time.Millisecond}},
+		ScaleFloor: []ScaleFloorRow{{Loops: 100, P99: time.Millisecond}, {Loops: 500, P99: 8 * time.Millisecond}}}
+	dir := t.TempDir()
+	if err := rep.WriteScalePlot(dir, us(rep.ScaleLimit)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(dir, "scale.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cfg, err := png.DecodeConfig(f)
+	if err != nil {
+		t.Fatalf("scale.png: %v", err)
+	}
+	if cfg.Width < 500 || cfg.Height < 250 {
+		t.Errorf("scale.png is %dx%d", cfg.Width, cfg.Height)
+	}
+	if err := rep.WriteScalePlot(filepath.Join(dir, "missing", "dir"), 10000); err == nil {
+		t.Error("a plot into a missing directory did not fail")
 	}
 }

@@ -79,24 +79,27 @@ func (rep *Report) WriteFig5Plot(dir string) error {
 }
 
 // WriteScalePlot writes scale.png: p50 and p99 tick latency against the
-// number of concurrent loops (main search), with the 10 ms limit, the
-// floor's p99 at the same loops, and the p99 of the floor alone (no
-// parties) at larger loop counts.
+// number of concurrent loops with the state persisted (the main search) and
+// p99 without persistence, with the 10 ms limit, the floor's p99 at the
+// persisted steps' loops, and the p99 of the floor alone (no parties) at
+// larger loop counts. Every step is a point, so a search that stopped after
+// its first step still shows it.
 func (rep *Report) WriteScalePlot(dir string, limitUS float64) error {
 	p := plot.New()
 	p.Title.Text = "Concurrent 25 Hz loops on one P0/P1 pair"
 	p.X.Label.Text = "loops"
 	p.Y.Label.Text = "tick latency (µs)"
 	p.Add(plotter.NewGrid())
-	var p50, p99, lim, fp99, alone plotter.XYs
+	var p50, p99, p99np, lim, fp99, alone plotter.XYs
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, r := range rep.Scale {
-		if !r.Persist { // the main search only
-			continue
+		if r.Persist {
+			fp99 = append(fp99, plotter.XY{X: float64(r.Loops), Y: us(r.FloorP99)})
+			p50 = append(p50, plotter.XY{X: float64(r.Loops), Y: us(r.P50)})
+			p99 = append(p99, plotter.XY{X: float64(r.Loops), Y: us(r.P99)})
+		} else {
+			p99np = append(p99np, plotter.XY{X: float64(r.Loops), Y: us(r.P99)})
 		}
-		fp99 = append(fp99, plotter.XY{X: float64(r.Loops), Y: us(r.FloorP99)})
-		p50 = append(p50, plotter.XY{X: float64(r.Loops), Y: us(r.P50)})
-		p99 = append(p99, plotter.XY{X: float64(r.Loops), Y: us(r.P99)})
 		lo, hi = math.Min(lo, float64(r.Loops)), math.Max(hi, float64(r.Loops))
 	}
 	for _, r := range rep.ScaleFloor {
@@ -109,20 +112,24 @@ func (rep *Report) WriteScalePlot(dir string, limitUS float64) error {
 	for i, s := range []struct {
 		name string
 		xy   plotter.XYs
-	}{{"p50", p50}, {"p99", p99}, {"p99 limit", lim}, {"floor p99", fp99}, {"floor alone p99", alone}} {
+	}{{"p50", p50}, {"p99", p99}, {"p99 limit", lim}, {"floor p99", fp99}, {"floor alone p99", alone}, {"p99, not persisted", p99np}} {
 		if len(s.xy) == 0 {
 			continue
 		}
-		l, err := plotter.NewLine(s.xy)
+		// Lines with points: a search that stopped after one step still shows it.
+		l, pts, err := plotter.NewLinePoints(s.xy)
 		if err != nil {
 			return err
 		}
-		l.Color = scaleColors[i]
-		if i >= 2 {
+		l.Color, pts.Color = scaleColors[i], scaleColors[i]
+		if i >= 2 && i <= 4 {
 			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		}
-		p.Add(l)
-		p.Legend.Add(s.name, l)
+		if i == 2 {
+			pts.Radius = 0
+		}
+		p.Add(l, pts)
+		p.Legend.Add(s.name, l, pts)
 	}
 	// Bottom right: the lines rise to the right and start at the left.
 	p.Legend.Top = false
@@ -130,11 +137,13 @@ func (rep *Report) WriteScalePlot(dir string, limitUS float64) error {
 	return p.Save(7*vg.Inch, 4*vg.Inch, filepath.Join(dir, "scale.png"))
 }
 
-// scaleColors: p50, p99, the limit, the floor at the same loops, the floor alone.
+// scaleColors: p50, p99, the limit, the floor at the same loops, the floor
+// alone, p99 without persistence.
 var scaleColors = []color.RGBA{
 	seriesColors[0], seriesColors[1], seriesColors[2],
 	{R: 214, G: 39, B: 40, A: 255},
 	{R: 127, G: 127, B: 127, A: 255},
+	{R: 148, G: 103, B: 189, A: 255},
 }
 
 // ticks125 marks 1, 2 and 5 times the powers of ten on a log axis.
