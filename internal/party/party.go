@@ -77,6 +77,26 @@ type Service struct {
 	// out is the batch of messages to the other party (batch.go).
 	outMu sync.Mutex
 	out   peerOut
+
+	// acks routes the state writes' acknowledgements (acks.go), made by
+	// the first loop that persists.
+	acksMu sync.Mutex
+	acks   *stateAcks
+}
+
+// stateAcks returns the service's acknowledgement router, subscribing it on
+// first use.
+func (s *Service) stateAcks() (*stateAcks, error) {
+	s.acksMu.Lock()
+	defer s.acksMu.Unlock()
+	if s.acks == nil {
+		a, err := newStateAcks(s.nc, s.opt.Metrics.Reject)
+		if err != nil {
+			return nil, err
+		}
+		s.acks = a
+	}
+	return s.acks, nil
 }
 
 // inboxSize bounds the messages waiting for the dispatcher.
@@ -164,6 +184,12 @@ func (s *Service) Run(ctx context.Context) error {
 	wg.Wait()
 	cancel()
 	<-dispatched
+	s.acksMu.Lock()
+	if s.acks != nil { // the loops are done with it
+		_ = s.acks.sub.Unsubscribe()
+		s.acks = nil
+	}
+	s.acksMu.Unlock()
 	close(errc)
 	return <-errc
 }

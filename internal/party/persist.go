@@ -45,19 +45,23 @@ type persister struct {
 	dirty    bool // the latest state is not persisted yet
 
 	// The write in flight (pipelined): it overlaps the idle time until the
-	// next tick, which waits for it before starting.
-	js      jetstream.JetStream
-	subject string
-	pending jetstream.PubAckFuture
+	// next tick, which waits for it before starting. Its acknowledgement
+	// comes through the service's stateAcks on ackCh; res holds it once
+	// taken (poll) until resolve consumes it.
+	nc       *nats.Conn
+	acks     *stateAcks
+	ackCh    chan ackResult
+	inflight bool
+	token    uint64
+	res      ackResult
+	hasRes   bool
 
-	// Reused from write to write: the message, its header value and the
-	// sealed record once the write that used them is acknowledged (until
-	// then the publisher holds the message and may send it again), and the
-	// state's encoding (marshalled into the record at once).
+	// Reused from write to write (nats.Conn.PublishMsg copies what it
+	// sends): the message, its header value, the sealed record and the
+	// state's encoding.
 	msg       *nats.Msg
 	lastSeq   []string
 	buf, wire []byte
-	reuse     bool // the last write was acknowledged: msg and buf are free
 }
 
 // saveTimeout bounds a state write; the tick loop never waits longer.
@@ -81,12 +85,19 @@ func (w *worker) openPersister(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("state bucket: %w", err)
 	}
+	acks, err := w.s.stateAcks()
+	if err != nil {
+		return err
+	}
 	var inst [8]byte
 	if _, err := rand.Read(inst[:]); err != nil {
 		return err
 	}
+	msg := nats.NewMsg("$KV." + StateBucket(w.id) + "." + w.loop)
+	lastSeq := []string{""}
+	msg.Header[jetstream.ExpectedLastSubjSeqHeader] = lastSeq
 	w.persist = &persister{kv: kv, key: *w.s.opt.StateKey, instance: binary.LittleEndian.Uint64(inst[:]) | 1,
-		js: w.s.js, subject: "$KV." + StateBucket(w.id) + "." + w.loop}
+		nc: w.s.nc, acks: acks, ackCh: make(chan ackResult, 1), msg: msg, lastSeq: lastSeq}
 	return nil
 }
 
@@ -195,17 +206,16 @@ func (w *worker) save(ctx context.Context) error {
 		return nil
 	}
 	p := w.persist
-	if p.pending != nil { // the previous write is still in flight
+	if p.inflight { // the previous write is still in flight
 		if err := w.resolve(ctx); err != nil {
 			return err
 		}
 	}
 	p.dirty = true
-	if !p.reuse || p.msg == nil { // the publisher may still hold the last message
-		p.msg, p.buf, p.lastSeq = nats.NewMsg(p.subject), nil, []string{""}
-		p.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = p.lastSeq
+	select { // a result that came after its write was given up
+	case <-p.ackCh:
+	default:
 	}
-	p.reuse = false
 	rec, wire := w.recordAppend(p.wire[:0])
 	p.wire = wire
 	data, err := codec.SealRecordAppend(p.buf[:0], &p.key, rec)
@@ -214,44 +224,67 @@ func (w *worker) save(ctx context.Context) error {
 	}
 	p.buf, p.msg.Data = data, data
 	p.lastSeq[0] = strconv.FormatUint(p.rev, 10)
-	fut, err := p.js.PublishMsgAsync(p.msg)
-	if err != nil {
+	token, reply := p.acks.register(p.ackCh)
+	p.msg.Reply = reply
+	if err := p.nc.PublishMsg(p.msg); err != nil {
+		p.acks.forget(token)
 		w.s.opt.Log.Warn("persisting state", "party", w.id, "loop", w.loop, "err", err)
 		return nil
 	}
-	p.pending = fut
+	p.token, p.inflight, p.hasRes = token, true, false
 	return nil
 }
 
+// poll takes the in-flight write's result if it has arrived, without
+// waiting, and reports whether there is one.
+func (p *persister) poll() bool {
+	if !p.hasRes {
+		select {
+		case r := <-p.ackCh:
+			p.res, p.hasRes = r, r.token == p.token
+		default:
+		}
+	}
+	return p.hasRes
+}
+
 // acked records the acknowledgement of the write in flight: the stored
-// record is now the latest state, at the acknowledged revision, and the
-// write's message and buffer may be reused.
-func (p *persister) acked(ack *jetstream.PubAck) {
-	p.pending = nil
-	p.rev, p.dirty, p.reuse = ack.Sequence, false, true
+// record is now the latest state, at the acknowledged revision.
+func (p *persister) acked(seq uint64) {
+	p.inflight, p.hasRes = false, false
+	p.rev, p.dirty = seq, false
 }
 
 // resolve waits (bounded) for the write in flight.
 func (w *worker) resolve(ctx context.Context) error {
 	p := w.persist
-	fut := p.pending
-	p.pending = nil
-	t := time.NewTimer(saveTimeout)
-	defer t.Stop()
-	select {
-	case ack := <-fut.Ok():
-		p.acked(ack)
-		return nil
-	case err := <-fut.Err():
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-			return w.checkFence(ctx)
+	if !p.poll() {
+		t := time.NewTimer(saveTimeout)
+		defer t.Stop()
+		select {
+		case r := <-p.ackCh:
+			p.res, p.hasRes = r, r.token == p.token
+		case <-t.C:
+		case <-ctx.Done():
 		}
-		w.s.opt.Log.Warn("persisting state", "party", w.id, "loop", w.loop, "err", err)
-	case <-t.C:
-		w.s.opt.Log.Warn("persisting state: no acknowledgement", "party", w.id, "loop", w.loop)
-	case <-ctx.Done():
+		if !p.hasRes {
+			p.acks.forget(p.token)
+			p.inflight = false
+			if ctx.Err() == nil {
+				w.s.opt.Log.Warn("persisting state: no acknowledgement", "party", w.id, "loop", w.loop)
+			}
+			return nil // dirty: retried synchronously before the next tick
+		}
+	}
+	r := p.res
+	p.inflight, p.hasRes = false, false
+	switch {
+	case r.err == nil:
+		p.acked(r.seq)
+	case r.errCode == int(jetstream.JSErrCodeStreamWrongLastSequence) || r.errCode == int(jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+		return w.checkFence(ctx)
+	default:
+		w.s.opt.Log.Warn("persisting state", "party", w.id, "loop", w.loop, "err", r.err)
 	}
 	return nil // dirty: retried synchronously before the next tick
 }
@@ -309,7 +342,7 @@ func (w *worker) flushState(ctx context.Context) bool {
 		return true
 	}
 	var err error
-	if w.persist.pending != nil {
+	if w.persist.inflight {
 		err = w.resolve(ctx)
 	}
 	if err == nil && w.persist.dirty {

@@ -130,7 +130,15 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 		return
 	}
 	f := w.prm.Field
-	prev := w.p.State()
+	// The state before this update, kept for a rollback (finish): in the
+	// buffer the update before last kept, if it is free.
+	prev := w.prevSpare
+	w.prevSpare = mpc.Matrix{}
+	if x := w.p.StateView(); len(prev.Data) == len(x.Data) {
+		copy(prev.Data, x.Data)
+	} else {
+		prev = w.p.State()
+	}
 	u, tr, err := w.p.Multiply(mp.msg)
 	if err != nil {
 		w.reject(err)
@@ -185,6 +193,9 @@ func (w *worker) finish(tr *mpc.TruncMsg, prev mpc.Matrix) {
 		w.miss(missError, "finish failed")
 		return
 	}
+	if w.hasPrev {
+		w.prevSpare = w.prev // no one else holds it (SetState copies)
+	}
 	w.prev, w.hasPrev = prev, true
 	w.version++
 	w.versionPub.Store(w.version)
@@ -209,7 +220,7 @@ func (w *worker) afterTick(ctx context.Context) {
 	if w.st != idle {
 		return
 	}
-	if p := w.persist; p != nil && p.dirty && p.pending == nil {
+	if p := w.persist; p != nil && p.dirty && !p.inflight {
 		if err := w.save(ctx); err != nil {
 			w.fenced = true
 			w.s.opt.Log.Error("stopping loop", "party", w.id, "loop", w.loop, "err", err)

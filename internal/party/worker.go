@@ -106,6 +106,8 @@ type worker struct {
 	fenced   bool
 
 	prevPending mpc.Matrix
+	// prevSpare is a state buffer free for the next tick's prev.
+	prevSpare mpc.Matrix
 	// mulT, mulS: the peer's last Protocol 1 message, decoded in place
 	// (decodeMul); pendMul holds copies.
 	mulT, mulS mpc.Matrix
@@ -320,13 +322,11 @@ func (w *worker) canInline(subject string) bool {
 		return true
 	}
 	if p := w.persist; p != nil {
-		if p.pending != nil {
-			select {
-			case ack := <-p.pending.Ok():
-				p.acked(ack)
-			default:
+		if p.inflight {
+			if !p.poll() || p.res.err != nil { // an error waits for resolve
 				return false
 			}
+			p.acked(p.res.seq)
 		}
 		if p.dirty {
 			return false

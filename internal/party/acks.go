@@ -1,0 +1,166 @@
+package party
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+// stateAcks routes the acknowledgements of a party service's state writes
+// (JetStream publishes to its KV bucket, one per loop and tick) to the loops
+// waiting for them: one subscription per service on a wildcard under the
+// connection's inbox prefix, and one token per write in the reply subject.
+// It replaces JetStream's asynchronous publisher on this path, which costs a
+// future with its channels per write and decodes every acknowledgement's
+// JSON by reflection. A loop has at most one write in flight, so each loop
+// has a channel of capacity one for its result.
+type stateAcks struct {
+	prefix string // reply subjects are prefix + token
+	sub    *nats.Subscription
+	// malformed counts an acknowledgement that does not decode.
+	malformed func(error)
+
+	mu   sync.Mutex
+	next uint64
+	wait map[uint64]chan<- ackResult
+}
+
+// ackResult is the outcome of one state write.
+type ackResult struct {
+	token uint64
+	seq   uint64 // the stored record's revision
+	// errCode is JetStream's err_code when the write was refused (e.g. a
+	// stale revision), err why it was not stored.
+	errCode int
+	err     error
+}
+
+func newStateAcks(nc *nats.Conn, malformed func(error)) (*stateAcks, error) {
+	a := &stateAcks{prefix: nc.NewInbox() + ".", malformed: malformed, wait: map[uint64]chan<- ackResult{}}
+	sub, err := nc.Subscribe(a.prefix+"*", a.deliver)
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to state write acknowledgements: %w", err)
+	}
+	a.sub = sub
+	return a, nil
+}
+
+// register numbers a new write and returns its reply subject: its result
+// will be sent on ch, which must have room for it.
+func (a *stateAcks) register(ch chan<- ackResult) (token uint64, reply string) {
+	a.mu.Lock()
+	a.next++
+	token = a.next
+	a.wait[token] = ch
+	a.mu.Unlock()
+	return token, a.prefix + strconv.FormatUint(token, 10)
+}
+
+// forget drops a write whose result is no longer awaited (it timed out or
+// was not published): a late acknowledgement of it is dropped. Once forget
+// returns, no result of that write is sent any more.
+func (a *stateAcks) forget(token uint64) {
+	a.mu.Lock()
+	delete(a.wait, token)
+	a.mu.Unlock()
+}
+
+func (a *stateAcks) deliver(m *nats.Msg) {
+	if len(m.Subject) <= len(a.prefix) {
+		return
+	}
+	token, err := strconv.ParseUint(m.Subject[len(a.prefix):], 10, 64)
+	if err != nil {
+		return // not one of ours: nothing waits for it
+	}
+	res := parsePubAck(m)
+	res.token = token
+	a.mu.Lock()
+	ch, ok := a.wait[token]
+	if ok {
+		delete(a.wait, token)
+		select { // the channel has room: one write per loop in flight
+		case ch <- res:
+		default:
+		}
+	}
+	a.mu.Unlock()
+	if errors.Is(res.err, codec.ErrMalformed) && a.malformed != nil {
+		a.malformed(res.err)
+	}
+}
+
+// parsePubAck reads JetStream's acknowledgement of a publish: the stream
+// sequence, or why the message was not stored. The common form,
+// {"stream":"...","seq":N}, is read directly; anything else is decoded as
+// JSON.
+func parsePubAck(m *nats.Msg) ackResult {
+	if len(m.Data) == 0 {
+		if st := m.Header.Get("Status"); st != "" { // 503: no responders
+			return ackResult{err: fmt.Errorf("state write not stored: status %s %s", st, m.Header.Get("Description"))}
+		}
+		return ackResult{err: fmt.Errorf("%w: empty state write acknowledgement", codec.ErrMalformed)}
+	}
+	if seq, ok := pubAckSeq(m.Data); ok {
+		return ackResult{seq: seq}
+	}
+	var r struct {
+		Stream string `json:"stream"`
+		Seq    uint64 `json:"seq"`
+		Error  *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return ackResult{err: fmt.Errorf("%w: state write acknowledgement: %v", codec.ErrMalformed, err)}
+	}
+	switch {
+	case r.Error != nil:
+		code := r.Error.ErrCode
+		if code == 0 {
+			code = -1 // refused, without JetStream's code
+		}
+		return ackResult{errCode: code, err: fmt.Errorf("state write refused: %s (code %d, err_code %d)", r.Error.Description, r.Error.Code, r.Error.ErrCode)}
+	case r.Stream == "" || r.Seq == 0:
+		return ackResult{err: fmt.Errorf("%w: state write acknowledgement without a stream sequence", codec.ErrMalformed)}
+	}
+	return ackResult{seq: r.Seq}
+}
+
+// pubAckSeq reads N from an acknowledgement of exactly the form
+// {"stream":"<name>","seq":N}; ok is false for any other.
+func pubAckSeq(b []byte) (seq uint64, ok bool) {
+	const head, key = `{"stream":"`, `","seq":`
+	if !bytes.HasPrefix(b, []byte(head)) {
+		return 0, false
+	}
+	b = b[len(head):]
+	i := bytes.IndexByte(b, '"')
+	if i <= 0 || !bytes.HasPrefix(b[i:], []byte(key)) {
+		return 0, false
+	}
+	b = b[i+len(key):]
+	if len(b) < 2 || b[len(b)-1] != '}' {
+		return 0, false
+	}
+	digits := b[:len(b)-1]
+	if len(digits) > 19 { // 19 digits always fit in 64 bits
+		return 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		seq = seq*10 + uint64(c-'0')
+	}
+	return seq, seq > 0
+}

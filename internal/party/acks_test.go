@@ -1,0 +1,162 @@
+package party
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/duet-mpc/duet/internal/natstest"
+	"github.com/duet-mpc/duet/pkg/codec"
+)
+
+// TestStateAcks runs the acknowledgement router against a real JetStream
+// KV bucket: a stored write's result carries its token and revision, and
+// the server's acknowledgement has the form the direct reader takes; a
+// refused write carries JetStream's error code; a forgotten write's late
+// acknowledgement is dropped; a malformed one is an ErrMalformed result and
+// counted; no responders is an error; a reply to no token is ignored.
+func TestStateAcks(t *testing.T) {
+	nc := natstest.Conn(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "acks", Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	var bad []error
+	a, err := newStateAcks(nc, func(err error) { bad = append(bad, err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan ackResult, 1)
+	wait := func(what string) ackResult {
+		t.Helper()
+		select {
+		case r := <-ch:
+			return r
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no result", what)
+		}
+		return ackResult{}
+	}
+	write := func(expect string, reply string) {
+		t.Helper()
+		m := nats.NewMsg("$KV.acks.k")
+		m.Data, m.Reply = []byte("v"), reply
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, expect)
+		if err := nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	tok, reply := a.register(ch)
+	write("0", reply)
+	if r := wait("stored"); r.token != tok || r.err != nil || r.seq != 1 {
+		t.Fatalf("stored write: %+v, want token %d, revision 1", r, tok)
+	}
+	// The server's acknowledgement, as it is on the wire, takes the direct path.
+	m := nats.NewMsg("$KV.acks.k")
+	m.Data = []byte("w")
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "1")
+	raw, err := nc.RequestMsg(m, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq, ok := pubAckSeq(raw.Data); !ok || seq != 2 {
+		t.Fatalf("the direct reader did not take %q (%d, %v)", raw.Data, seq, ok)
+	}
+	if r := parsePubAck(raw); r.err != nil || r.seq != 2 {
+		t.Fatalf("parsePubAck(%q) = %+v", raw.Data, r)
+	}
+
+	tok, reply = a.register(ch)
+	write("1", reply) // stale: the key is at revision 2
+	r := wait("refused")
+	if r.token != tok || r.err == nil || r.errCode != int(jetstream.JSErrCodeStreamWrongLastSequence) {
+		t.Fatalf("refused write: %+v, want err_code %d", r, jetstream.JSErrCodeStreamWrongLastSequence)
+	}
+
+	tok, reply = a.register(ch)
+	a.forget(tok)
+	write("2", reply)
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-ch:
+		t.Fatalf("a forgotten write's result was delivered: %+v", r)
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	tok, reply = a.register(ch)
+	if err := nc.Publish(reply, []byte(`{"stream":"KV_acks","seq":`)); err != nil {
+		t.Fatal(err)
+	}
+	if r := wait("malformed"); r.token != tok || !errors.Is(r.err, codec.ErrMalformed) || len(bad) != 1 {
+		t.Fatalf("malformed acknowledgement: %+v, %d counted", r, len(bad))
+	}
+
+	tok, reply = a.register(ch)
+	if err := nc.PublishMsg(&nats.Msg{Subject: "duet.nobody.here", Reply: reply, Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if r := wait("no responders"); r.token != tok || r.err == nil || errors.Is(r.err, codec.ErrMalformed) {
+		t.Fatalf("no responders: %+v", r)
+	}
+
+	for _, subj := range []string{a.prefix + "x", a.prefix + "99999"} {
+		if err := nc.Publish(subj, []byte(`{"stream":"KV_acks","seq":5}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-ch:
+		t.Fatalf("a reply to no write was delivered: %+v", r)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestPubAckSeq: the direct reader takes exactly {"stream":"<name>","seq":N}
+// and leaves every other form to the JSON decoder, which reads the same.
+func TestPubAckSeq(t *testing.T) {
+	for _, c := range []struct {
+		in  string
+		seq uint64
+		ok  bool
+	}{
+		{`{"stream":"KV_duet-state-party0","seq":42}`, 42, true},
+		{`{"stream":"s","seq":18446744073709551615}`, 0, false}, // 20 digits: left to JSON
+		{`{"stream":"s","seq":0}`, 0, false},
+		{`{"stream":"s","seq":42,"duplicate":true}`, 0, false},
+		{`{"stream":"s","domain":"d","seq":42}`, 0, false},
+		{`{"stream":"s","seq":4x2}`, 0, false},
+		{`{"stream":"","seq":42}`, 0, false},
+		{`{"stream":"s","seq":}`, 0, false},
+		{`{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 1"}}`, 0, false},
+	} {
+		seq, ok := pubAckSeq([]byte(c.in))
+		if seq != c.seq && ok || ok != c.ok {
+			t.Errorf("pubAckSeq(%s) = %d, %v; want %d, %v", c.in, seq, ok, c.seq, c.ok)
+		}
+	}
+	if r := parsePubAck(&nats.Msg{Data: []byte(`{"stream":"s","seq":42,"duplicate":true}`)}); r.err != nil || r.seq != 42 {
+		t.Errorf("a duplicate's acknowledgement: %+v", r)
+	}
+	if r := parsePubAck(&nats.Msg{Data: []byte(`{"error":{"code":503,"description":"no stream"}}`)}); r.err == nil || r.errCode != -1 {
+		t.Errorf("an error without err_code: %+v", r)
+	}
+	if r := parsePubAck(&nats.Msg{Data: []byte(`{"stream":"s"}`)}); !errors.Is(r.err, codec.ErrMalformed) {
+		t.Errorf("an acknowledgement without a sequence: %+v", r)
+	}
+	if r := parsePubAck(&nats.Msg{}); !errors.Is(r.err, codec.ErrMalformed) {
+		t.Errorf("an empty acknowledgement: %+v", r)
+	}
+}
