@@ -284,7 +284,9 @@ func TestEarlyMulKeepsItsOwnCopy(t *testing.T) {
 // Begin the party refuses and that of an item that fails to decode return to
 // the spares, which stay bounded; a recycled material decodes to what a new
 // one does.
-func TestMaterialRecycling(t *testing.T) {
+// pendulumParty is party 0 of the pendulum's shape (per-tick, zero shares).
+func pendulumParty(t *testing.T) (mpc.Params, *mpc.Party) {
+	t.Helper()
 	f, err := mpc.ParseModulus(mpc.PresetM127)
 	if err != nil {
 		t.Fatal(err)
@@ -295,6 +297,11 @@ func TestMaterialRecycling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return prm, p
+}
+
+func TestMaterialRecycling(t *testing.T) {
+	prm, p := pendulumParty(t)
 	seed := [32]byte{5}
 	w := &worker{id: 0, prm: prm, p: p, expander: mpc.NewExpander(prm, seed)}
 	y := mpc.NewMatrix(prm.P, 1)

@@ -25,16 +25,8 @@ func TestStateWritesReuseBuffers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := mpc.ParseModulus(mpc.PresetM127)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prm := mpc.Params{Field: f, N: 3, M: 1, P: 2, K: 18, L: 9, Lambda: 40, Variant: mpc.PerTick}
-	r, c := prm.PhiShape()
-	p, err := mpc.NewParty(prm, 0, mpc.NewMatrix(r, c), mpc.NewMatrix(prm.N, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	prm, p := pendulumParty(t)
+	f := prm.Field
 	key := [32]byte{7}
 	s := &Service{nc: nc, js: js, opt: Options{ID: 0, StateKey: &key, StateStorage: jetstream.MemoryStorage,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party")}}

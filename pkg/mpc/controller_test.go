@@ -327,6 +327,16 @@ func TestPartySetupErrors(t *testing.T) {
 	}
 }
 
+// twinPairs builds two fixed-mask pendulum pairs holding identical shares
+// (twoParties), so that one can run on fresh material and the other on
+// prepared or recycled material, and the dealer.
+func twinPairs(t *testing.T, f *Field) (a0, a1, b0, b1 *Party, d *Dealer, sess *Session) {
+	t.Helper()
+	a0, a1, d, sess = twoParties(t, f, FixedMask, true)
+	b0, b1, _, _ = twoParties(t, f, FixedMask, true)
+	return
+}
+
 // TestPrepareIsExact: material prepared off the critical path gives the
 // same output and state shares, bit for bit, as unprepared material, on
 // both presets; material prepared before a repeated fixed-mask set-up is not
@@ -336,8 +346,7 @@ func TestPrepareIsExact(t *testing.T) {
 	for _, name := range []string{PresetM127, PresetP25519} {
 		t.Run(name, func(t *testing.T) {
 			f := mustField(t, name)
-			a0, a1, d, sess := twoParties(t, f, FixedMask, true)
-			b0, b1, _, _ := twoParties(t, f, FixedMask, true) // identical shares
+			a0, a1, b0, b1, d, sess := twinPairs(t, f)
 			prm := a0.Params()
 			ry := seeded(7)
 			ua, ub := NewMatrix(prm.M, 1), NewMatrix(prm.M, 1)
@@ -401,8 +410,7 @@ func TestPrepareIsExact(t *testing.T) {
 // the right shapes.
 func TestRecycleMaterial(t *testing.T) {
 	f := mustField(t, PresetM127)
-	a0, a1, d, sess := twoParties(t, f, FixedMask, true)
-	b0, b1, _, _ := twoParties(t, f, FixedMask, true) // identical shares
+	a0, a1, b0, b1, d, sess := twinPairs(t, f)
 	prm := a0.Params()
 	ry := seeded(9)
 	ua, ub := NewMatrix(prm.M, 1), NewMatrix(prm.M, 1)
