@@ -82,6 +82,9 @@ func (a *stateAcks) deliver(m *nats.Msg) {
 	}
 	res := parsePubAck(m)
 	res.token = token
+	if errors.Is(res.err, codec.ErrMalformed) && a.malformed != nil {
+		a.malformed(res.err)
+	}
 	a.mu.Lock()
 	ch, ok := a.wait[token]
 	if ok {
@@ -92,9 +95,6 @@ func (a *stateAcks) deliver(m *nats.Msg) {
 		}
 	}
 	a.mu.Unlock()
-	if errors.Is(res.err, codec.ErrMalformed) && a.malformed != nil {
-		a.malformed(res.err)
-	}
 }
 
 // parsePubAck reads JetStream's acknowledgement of a publish: the stream

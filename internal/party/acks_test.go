@@ -2,6 +2,7 @@ package party
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,8 +29,8 @@ func TestStateAcks(t *testing.T) {
 	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "acks", Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
-	var bad []error
-	a, err := newStateAcks(nc, func(err error) { bad = append(bad, err) })
+	var bad atomic.Int32 // malformed acknowledgements counted
+	a, err := newStateAcks(nc, func(error) { bad.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +44,17 @@ func TestStateAcks(t *testing.T) {
 			t.Fatalf("%s: no result", what)
 		}
 		return ackResult{}
+	}
+	nothing := func(what string) {
+		t.Helper()
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-ch:
+			t.Fatalf("%s was delivered: %+v", what, r)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	write := func(expect string, reply string) {
 		t.Helper()
@@ -84,21 +96,14 @@ func TestStateAcks(t *testing.T) {
 	tok, reply = a.register(ch)
 	a.forget(tok)
 	write("2", reply)
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-ch:
-		t.Fatalf("a forgotten write's result was delivered: %+v", r)
-	case <-time.After(200 * time.Millisecond):
-	}
+	nothing("a forgotten write's result")
 
 	tok, reply = a.register(ch)
 	if err := nc.Publish(reply, []byte(`{"stream":"KV_acks","seq":`)); err != nil {
 		t.Fatal(err)
 	}
-	if r := wait("malformed"); r.token != tok || !errors.Is(r.err, codec.ErrMalformed) || len(bad) != 1 {
-		t.Fatalf("malformed acknowledgement: %+v, %d counted", r, len(bad))
+	if r := wait("malformed"); r.token != tok || !errors.Is(r.err, codec.ErrMalformed) || bad.Load() != 1 {
+		t.Fatalf("malformed acknowledgement: %+v, %d counted", r, bad.Load())
 	}
 
 	tok, reply = a.register(ch)
@@ -114,14 +119,7 @@ func TestStateAcks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-ch:
-		t.Fatalf("a reply to no write was delivered: %+v", r)
-	case <-time.After(100 * time.Millisecond):
-	}
+	nothing("a reply to no write")
 }
 
 // TestPubAckSeq: the direct reader takes exactly {"stream":"<name>","seq":N}
