@@ -266,7 +266,8 @@ func (p *Party) FixedSetupFinish(own, peer Matrix) error {
 // It does nothing in the per-tick variant or before the fixed-mask set-up;
 // material it did not prepare (or prepared before a later set-up) takes the
 // unprepared path. It allocates the r x 1 result (or reuses a recycled
-// material's) and only reads the party's set-up, so it must not run concurrently with FixedSetupFinish.
+// material's) and only reads the party's set-up, so it must not run
+// concurrently with FixedSetupFinish.
 func (p *Party) Prepare(mat *TickMaterial) error {
 	if p.prm.Variant != FixedMask || p.fixedS.Data == nil {
 		return nil
