@@ -13,6 +13,13 @@ import (
 // the test) and returns a connection to it (closed then too).
 func Conn(t testing.TB) *nats.Conn {
 	t.Helper()
+	_, nc := Start(t)
+	return nc
+}
+
+// Start is Conn that also returns the server, for a test that stops it.
+func Start(t testing.TB) (*server.Server, *nats.Conn) {
+	t.Helper()
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
 	if err != nil {
 		t.Fatal(err)
@@ -27,5 +34,5 @@ func Conn(t testing.TB) *nats.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	return nc
+	return ns, nc
 }

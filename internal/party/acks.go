@@ -22,8 +22,11 @@ import (
 // JSON by reflection. A loop has at most one write in flight, so each loop
 // has a channel of capacity one for its result.
 type stateAcks struct {
-	prefix string // reply subjects are prefix + token
-	sub    *nats.Subscription
+	prefix  string // reply subjects are prefix + token
+	nc      *nats.Conn
+	sub     *nats.Subscription
+	status  chan nats.Status // reconnecting or closed: see watch
+	watched chan struct{}    // closed when watch returns
 	// malformed counts an acknowledgement that does not decode.
 	malformed func(error)
 
@@ -43,13 +46,49 @@ type ackResult struct {
 }
 
 func newStateAcks(nc *nats.Conn, malformed func(error)) (*stateAcks, error) {
-	a := &stateAcks{prefix: nc.NewInbox() + ".", malformed: malformed, wait: map[uint64]chan<- ackResult{}}
+	a := &stateAcks{prefix: nc.NewInbox() + ".", nc: nc, malformed: malformed, wait: map[uint64]chan<- ackResult{}}
 	sub, err := nc.Subscribe(a.prefix+"*", a.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to state write acknowledgements: %w", err)
 	}
 	a.sub = sub
+	a.status, a.watched = nc.StatusChanged(nats.RECONNECTING, nats.CLOSED), make(chan struct{})
+	go a.watch()
 	return a, nil
+}
+
+// watch fails every write in flight when the connection is lost, as
+// JetStream's publisher does: their acknowledgements went with the old
+// connection, and a loop must retry at once rather than wait out its
+// timeout (a restarted NATS server would otherwise cost each loop a
+// stall of saveTimeout).
+func (a *stateAcks) watch() {
+	defer close(a.watched)
+	for st := range a.status {
+		a.failAll(nats.ErrDisconnected)
+		if st == nats.CLOSED {
+			return
+		}
+	}
+}
+
+// failAll ends every write in flight with err.
+func (a *stateAcks) failAll(err error) {
+	a.mu.Lock()
+	for token, ch := range a.wait {
+		select {
+		case ch <- ackResult{token: token, err: err}:
+		default:
+		}
+		delete(a.wait, token)
+	}
+	a.mu.Unlock()
+}
+
+// close stops the router (the service's loops are done with it).
+func (a *stateAcks) close() {
+	_ = a.sub.Unsubscribe()
+	a.nc.RemoveStatusListener(a.status) // closes the channel: watch returns
 }
 
 // register numbers a new write and returns its reply subject: its result

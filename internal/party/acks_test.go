@@ -158,3 +158,44 @@ func TestPubAckSeq(t *testing.T) {
 		t.Errorf("an empty acknowledgement: %+v", r)
 	}
 }
+
+// TestStateAcksFailOnDisconnect: when the connection to the server is lost,
+// every write in flight ends at once with nats.ErrDisconnected (its
+// acknowledgement went with the connection), instead of leaving the loop to
+// wait out its timeout; close stops the router's status watcher.
+func TestStateAcksFailOnDisconnect(t *testing.T) {
+	ns, nc := natstest.Start(t)
+	a, err := newStateAcks(nc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chs := []chan ackResult{make(chan ackResult, 1), make(chan ackResult, 1)}
+	var tokens []uint64
+	for _, ch := range chs {
+		tok, _ := a.register(ch)
+		tokens = append(tokens, tok)
+	}
+	ns.Shutdown()
+	for i, ch := range chs {
+		select {
+		case r := <-ch:
+			if r.token != tokens[i] || !errors.Is(r.err, nats.ErrDisconnected) {
+				t.Fatalf("write %d after the server went away: %+v", i, r)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("write %d: no result after the server went away", i)
+		}
+	}
+	a.mu.Lock()
+	n := len(a.wait)
+	a.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d writes still awaited", n)
+	}
+	a.close()
+	select {
+	case <-a.watched:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the status watcher still runs after close")
+	}
+}

@@ -186,7 +186,7 @@ func (s *Service) Run(ctx context.Context) error {
 	<-dispatched
 	s.acksMu.Lock()
 	if s.acks != nil { // the loops are done with it
-		_ = s.acks.sub.Unsubscribe()
+		s.acks.close()
 		s.acks = nil
 	}
 	s.acksMu.Unlock()
