@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/duet-mpc/duet/pkg/codec"
 )
@@ -76,13 +77,19 @@ func (a *stateAcks) watch() {
 func (a *stateAcks) failAll(err error) {
 	a.mu.Lock()
 	for token, ch := range a.wait {
-		select {
-		case ch <- ackResult{token: token, err: err}:
-		default:
-		}
-		delete(a.wait, token)
+		a.endLocked(token, ch, ackResult{token: token, err: err})
 	}
 	a.mu.Unlock()
+}
+
+// endLocked delivers a write's result and stops awaiting it (under mu).
+// The channel has room: a loop has one write in flight.
+func (a *stateAcks) endLocked(token uint64, ch chan<- ackResult, r ackResult) {
+	delete(a.wait, token)
+	select {
+	case ch <- r:
+	default:
+	}
 }
 
 // close stops the router (the service's loops are done with it).
@@ -125,13 +132,8 @@ func (a *stateAcks) deliver(m *nats.Msg) {
 		a.malformed(res.err)
 	}
 	a.mu.Lock()
-	ch, ok := a.wait[token]
-	if ok {
-		delete(a.wait, token)
-		select { // the channel has room: one write per loop in flight
-		case ch <- res:
-		default:
-		}
+	if ch, ok := a.wait[token]; ok {
+		a.endLocked(token, ch, res)
 	}
 	a.mu.Unlock()
 }
@@ -150,29 +152,24 @@ func parsePubAck(m *nats.Msg) ackResult {
 	if seq, ok := pubAckSeq(m.Data); ok {
 		return ackResult{seq: seq}
 	}
-	var r struct {
-		Stream string `json:"stream"`
-		Seq    uint64 `json:"seq"`
-		Error  *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
+	var r struct { // JetStream's own response types
+		jetstream.PubAck
+		Error *jetstream.APIError `json:"error"`
 	}
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		return ackResult{err: fmt.Errorf("%w: state write acknowledgement: %v", codec.ErrMalformed, err)}
 	}
 	switch {
 	case r.Error != nil:
-		code := r.Error.ErrCode
+		code := int(r.Error.ErrorCode)
 		if code == 0 {
 			code = -1 // refused, without JetStream's code
 		}
-		return ackResult{errCode: code, err: fmt.Errorf("state write refused: %s (code %d, err_code %d)", r.Error.Description, r.Error.Code, r.Error.ErrCode)}
-	case r.Stream == "" || r.Seq == 0:
+		return ackResult{errCode: code, err: fmt.Errorf("state write refused: %w", r.Error)}
+	case r.Stream == "" || r.Sequence == 0:
 		return ackResult{err: fmt.Errorf("%w: state write acknowledgement without a stream sequence", codec.ErrMalformed)}
 	}
-	return ackResult{seq: r.Seq}
+	return ackResult{seq: r.Sequence}
 }
 
 // pubAckSeq reads N from an acknowledgement of exactly the form
