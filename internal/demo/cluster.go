@@ -56,6 +56,10 @@ type Options struct {
 	// batch (party.Options.PeerBatchAlways), so the batch path carries the
 	// whole run.
 	PeerBatchAlways bool
+	// AfterMultiply, if set, is called on a party's goroutine after each of
+	// its multiplications (party.Options.Audit), with the party's lock
+	// held: a test hook that can stall a party mid-tick.
+	AfterMultiply func(party int, tick uint64)
 	// ACL runs the server with one nkey user per role and the permissions
 	// of internal/acl; every service connects as its role's user.
 	ACL bool
@@ -367,7 +371,12 @@ func (c *Cluster) StartParty(i int) error {
 		return err
 	}
 	opt := party.Options{ID: i, Loops: []string{c.opt.Loop}, Log: c.opt.Log, Metrics: m, PeerBatchAlways: c.opt.PeerBatchAlways,
-		Audit: func(_ string, tick, item uint64) { c.onAudit(i, tick, item) }}
+		Audit: func(_ string, tick, item uint64) {
+			c.onAudit(i, tick, item)
+			if c.opt.AfterMultiply != nil {
+				c.opt.AfterMultiply(i, tick)
+			}
+		}}
 	if !c.opt.NoPersist {
 		key, err := party.StateKey(c.ids[codec.PartyRole(i)])
 		if err != nil {

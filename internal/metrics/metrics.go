@@ -21,6 +21,7 @@ type Set struct {
 	Ticks          *prometheus.CounterVec // loop
 	Misses         *prometheus.CounterVec // loop
 	Abandoned      *prometheus.CounterVec // loop, reason: why a party abandoned a tick
+	Held           *prometheus.CounterVec // loop: measurements held for an open tick
 	Mismatches     *prometheus.CounterVec // loop, kind (item|version): the parties disagreed
 	ItemsConsumed  *prometheus.CounterVec // loop
 	ItemsPrepared  *prometheus.CounterVec // loop
@@ -52,6 +53,7 @@ func New(service string) *Set {
 	s.Ticks = c("ticks_total", "Ticks completed.", "loop")
 	s.Misses = c("deadline_misses_total", "Ticks that missed their deadline or were abandoned.", "loop")
 	s.Abandoned = c("ticks_abandoned_total", "Ticks a party abandoned (each also counts in deadline_misses_total), by reason: late (the next measurement came before the tick finished), not_persisted (the previous state write was not acknowledged), no_item (no offline item in time), item_mismatch, version_mismatch (see mismatches_total), error (a computation failed on accepted input).", "loop", "reason")
+	s.Held = c("measurements_held_total", "Measurements a party held because the previous tick was still open (late), and started when that tick ended instead of abandoning it.", "loop")
 	s.Mismatches = c("mismatches_total", "Ticks where the parties disagreed (resynchronized), by kind: item (different offline items: a queue fault) or version (state versions: one party abandoned a tick its peer finished).", "loop", "kind")
 	s.ItemsConsumed = c("items_consumed_total", "Offline items used.", "loop")
 	s.ItemsPrepared = c("items_prepared_total", "Fixed-mask ticks whose item was prepared between ticks (half the product off the critical path).", "loop")

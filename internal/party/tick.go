@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -17,15 +19,30 @@ import (
 //	               P1 waits                                        begun -> multiplied
 //	Trunc(t)    -> P1 finishes                                     multiplied -> idle
 //
-// A tick still open when the next measurement arrives is abandoned: the state
-// is left as it was (not advanced, not reset) and the item is burnt. If the
-// parties disagree on the item, both abandon the tick and skip to items past
-// both. If P0 advanced its state but P1 did not (P0's Trunc was lost), their
-// versions differ by one: P0 rolls back to the state share it kept.
+// A tick still open when the next measurement arrives is not given up at
+// once: the measurement is held (hold) until the open tick ends, and its
+// tick starts then. Giving the open tick up would cost a second tick when
+// the peer finishes it: after a freeze of P0, P1 sees Measure(t+1) before
+// P0's late Mul(t), while P0 still finishes t with P1's Mul(t), and their
+// state versions then differ at t+1. The open tick is abandoned when the
+// peer's message of a later tick arrives (the peer gave the tick up) or
+// another measurement does (the held one is given up too), and at once,
+// with no hold, when the peer's message of a later tick is already there or
+// the open tick itself started from a held measurement: at most one hold
+// in a row, since under sustained overload finishing every late tick would
+// keep the loop behind for good, where abandoning lets the backlog drain
+// (an earlier, unbounded hold made the scale bench's persisted loops miss
+// more, not less). The ticks after a hold still miss the actuator's
+// deadline if the hold was long; the hold saves the resynchronization. An abandoned tick
+// leaves the state as it was (not advanced, not reset) and burns its item.
+// If the parties disagree on the item, both abandon the tick and skip to
+// items past both. If P0 advanced its state but P1 did not (P0's Trunc was
+// lost), their versions differ by one: P0 rolls back to the state share it
+// kept.
 
 // Why a party abandons a tick: the reason label of duet_ticks_abandoned_total.
 const (
-	missLate    = "late"          // the next measurement came before the tick finished
+	missLate    = "late"          // the tick had not ended when the next measurement came (see hold)
 	missPersist = "not_persisted" // the previous state write was not acknowledged
 	missNoItem  = "no_item"       // no offline item in time
 	missItem    = "item_mismatch" // the parties took different items
@@ -41,17 +58,23 @@ func (w *worker) miss(reason, why string) {
 }
 
 // onMeasure starts tick t; w.yBuf holds the validated measurement share.
-func (w *worker) onMeasure(ctx context.Context, t uint64) {
+// fromHold: the measurement was held (release).
+func (w *worker) onMeasure(ctx context.Context, t uint64, fromHold bool) {
 	if !w.ready.Load() {
 		w.reject(fmt.Errorf("%w: measurement before set-up completed", codec.ErrKind))
 		return
 	}
-	switch w.st {
-	case begun:
-		w.miss(missLate, "next measurement arrived before the peer's Protocol 1 message")
-	case multiplied:
-		w.miss(missLate, "next measurement arrived before P0's Protocol 2 message")
+	if w.st != idle {
+		if !w.held && !w.curHeld && !w.peerPast() {
+			w.hold(t)
+			return
+		}
+		w.abandonOpen("the next measurement arrived before the tick ended")
 	}
+	if w.held { // a later measurement than the one held
+		w.dropHeld("a later measurement arrived while it was held")
+	}
+	w.curHeld = fromHold
 	if !w.flushState(ctx) {
 		w.cur = t
 		w.miss(missPersist, "state not persisted")
@@ -96,6 +119,10 @@ func (w *worker) onMeasure(ctx context.Context, t uint64) {
 
 func (w *worker) onMul(t uint64, mp peerMul) {
 	if t != w.cur || w.st != begun {
+		if t > w.cur && w.held && w.st != idle {
+			// The peer began a later tick: it has given the open one up.
+			w.abandonOpen("the peer began a later tick")
+		}
 		if t > w.cur && len(w.pendMul) < maxPending {
 			// decodeMul's matrices are the worker's, overwritten by the
 			// next message: an early message keeps its own copy.
@@ -110,6 +137,7 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 	if mp.item != w.item {
 		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, "item").Inc()
 		w.minSeq = max(w.item, mp.item) + 1
+		w.burn = 0 // the skip pairs the items again
 		w.s.opt.Log.Warn("item mismatch: resynchronizing", "party", w.id, "loop", w.loop, "tick", t, "own", w.item, "peer", mp.item)
 		w.miss(missItem, "item mismatch")
 		return
@@ -228,4 +256,71 @@ func (w *worker) afterTick(ctx context.Context) {
 		}
 	}
 	w.stageItem()
+}
+
+// hold keeps measurement t (in w.yBuf) for when the open tick ends.
+func (w *worker) hold(t uint64) {
+	if w.heldY.Data == nil {
+		w.heldY = mpc.NewMatrix(w.yBuf.Rows, w.yBuf.Cols)
+	}
+	w.yBuf, w.heldY = w.heldY, w.yBuf
+	w.held, w.heldT = true, t
+	w.count(&w.ctrHeld, w.s.opt.Metrics.Held)
+}
+
+// peerPast reports whether the peer has begun a tick after the open one (its
+// Protocol 1 message is pending): it has given the open tick up.
+func (w *worker) peerPast() bool {
+	for k := range w.pendMul {
+		if k > w.cur {
+			return true
+		}
+	}
+	return false
+}
+
+// abandonOpen gives the open tick up.
+func (w *worker) abandonOpen(why string) {
+	switch w.st {
+	case begun:
+		w.miss(missLate, why+" (waiting for the peer's Protocol 1 message)")
+	case multiplied:
+		w.miss(missLate, why+" (waiting for P0's Protocol 2 message)")
+	}
+}
+
+// releaseMsg, in a worker's inbox, tells its goroutine to start the held
+// measurement's tick.
+var releaseMsg = &nats.Msg{}
+
+// release starts the held measurement's tick once the open tick has ended.
+// On the dispatcher (inline), a start that may wait (for the state write,
+// for an item: canInline) goes to the worker's goroutine instead.
+func (w *worker) release(ctx context.Context) {
+	if !w.held || w.st != idle || w.releaseQueued {
+		return
+	}
+	if w.inline && !w.canInline(w.subjMeasure) {
+		w.queued.Add(1)
+		select {
+		case w.inbox <- releaseMsg:
+			w.releaseQueued = true
+		default:
+			w.queued.Add(-1)
+			w.s.opt.Metrics.Rejects.WithLabelValues("overload").Inc()
+			w.dropHeld("the worker's queue is full")
+		}
+		return
+	}
+	w.held = false
+	w.yBuf, w.heldY = w.heldY, w.yBuf
+	w.onMeasure(ctx, w.heldT, true)
+}
+
+// dropHeld gives the held measurement's tick up.
+func (w *worker) dropHeld(why string) {
+	w.held = false
+	w.burn++
+	w.cur = w.heldT
+	w.miss(missLate, why)
 }

@@ -105,6 +105,19 @@ type worker struct {
 	restored bool
 	fenced   bool
 
+	// A measurement that arrived while the previous tick was open, held
+	// until that tick ends (hold, release): its tick, and its share in
+	// heldY (swapped with yBuf). curHeld: the open tick started from a
+	// held measurement (it is not held for again). releaseQueued: releaseMsg
+	// is in the inbox. inline: handle runs on the dispatcher (deliver).
+	held, curHeld, releaseQueued, inline bool
+	heldT                                uint64
+	// burn: items to discard before the next one used, one per held
+	// measurement given up (dropHeld), whose tick took none: the peer
+	// took one for that tick, and the parties' items stay paired.
+	burn  int
+	heldY mpc.Matrix
+
 	prevPending mpc.Matrix
 	// prevSpare is a state buffer free for the next tick's prev.
 	prevSpare mpc.Matrix
@@ -125,7 +138,7 @@ type worker struct {
 	// expander regenerates P0's compressed items (party 0).
 	expander *mpc.Expander
 	// The per-tick counters of this loop, looked up on first use.
-	ctrTicks, ctrConsumed, ctrPrepared prometheus.Counter
+	ctrTicks, ctrConsumed, ctrPrepared, ctrHeld prometheus.Counter
 }
 
 // count increments the loop's counter *c of vec, looking it up once.
@@ -293,7 +306,9 @@ func (w *worker) deliver(ctx context.Context, m *nats.Msg) {
 	}
 	if w.live.Load() && w.queued.Load() == 0 && w.mu.TryLock() {
 		if w.queued.Load() == 0 && w.canInline(m.Subject) {
+			w.inline = true
 			w.handle(ctx, m)
+			w.inline = false
 			fenced := w.fenced
 			w.mu.Unlock()
 			if fenced {
@@ -467,8 +482,21 @@ func (w *worker) reject(err error) {
 	w.s.opt.Log.Debug("message rejected", "party", w.id, "loop", w.loop, "err", err)
 }
 
-// handle opens and dispatches one inbound message.
+// handle runs the state machine on one inbound message (or releaseMsg),
+// then starts a held measurement's tick if the open tick has ended.
 func (w *worker) handle(ctx context.Context, m *nats.Msg) {
+	if m == releaseMsg {
+		w.releaseQueued = false
+	} else {
+		w.handleMsg(ctx, m)
+	}
+	if w.held {
+		w.release(ctx)
+	}
+}
+
+// handleMsg opens and dispatches one inbound message.
+func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 	h, body, err := w.s.sealer.OpenScratch(&w.openBuf, m.Data)
 	if err != nil {
 		w.reject(err)
@@ -484,7 +512,7 @@ func (w *worker) handle(ctx context.Context, m *nats.Msg) {
 		if err := w.accept(h, body, &mp, func() error { return mp.Y.DecodeInto(w.prm.Field, w.yBuf) }); err != nil {
 			return
 		}
-		w.onMeasure(ctx, h.Tick)
+		w.onMeasure(ctx, h.Tick, false)
 	case h.Kind == codec.KindMul && h.From == w.peer && h.Tick == 0 && w.prm.Variant == mpc.FixedMask:
 		var mp codec.MulPayload
 		if err := codec.Unmarshal(body, &mp); err != nil {
@@ -778,7 +806,12 @@ func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error)
 				return 0, mpc.TickMaterial{}, ctx.Err()
 			}
 		}
-		if it.seq <= w.hwm || it.seq < w.minSeq {
+		burn := w.burn > 0 && it.seq > w.hwm && it.seq >= w.minSeq
+		if burn {
+			w.burn--
+			w.hwm = it.seq
+		}
+		if burn || it.seq <= w.hwm || it.seq < w.minSeq {
 			w.recycle(it.mat) // a staged item's: no one else has it
 			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
 			continue
