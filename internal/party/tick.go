@@ -33,12 +33,12 @@ import (
 // keep the loop behind for good, where abandoning lets the backlog drain
 // (an earlier, unbounded hold made the scale bench's persisted loops miss
 // more, not less). The ticks after a hold still miss the actuator's
-// deadline if the hold was long; the hold saves the resynchronization. An abandoned tick
-// leaves the state as it was (not advanced, not reset) and burns its item.
-// If the parties disagree on the item, both abandon the tick and skip to
-// items past both. If P0 advanced its state but P1 did not (P0's Trunc was
-// lost), their versions differ by one: P0 rolls back to the state share it
-// kept.
+// deadline if the hold was long; the hold saves the resynchronization.
+// An abandoned tick leaves the state as it was (not advanced, not reset)
+// and burns its item. If the parties disagree on the item, both abandon the
+// tick and skip to items past both. If P0 advanced its state but P1 did not
+// (P0's Trunc was lost), their versions differ by one: P0 rolls back to the
+// state share it kept.
 
 // Why a party abandons a tick: the reason label of duet_ticks_abandoned_total.
 const (
