@@ -103,6 +103,9 @@ type ScaleRow struct {
 	PartyMisses, NoItem int
 	// PartyAbandoned splits PartyMisses by reason (duet_ticks_abandoned_total).
 	PartyAbandoned map[string]int
+	// PartyHeld counts the measurements the parties held for a late tick
+	// (duet_measurements_held_total).
+	PartyHeld int
 	// The collector during the measurement (the whole process: server,
 	// parties, harness): completed cycles, and bytes allocated per measured
 	// tick.
@@ -296,11 +299,11 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	// ticks begin and once they are all answered (the warm-up's ticks are
 	// not in Ticks, so they stay out of these too).
 	type counts struct {
-		misses, noItem int
-		abandoned      map[string]float64
-		peerMsgs, envs float64
-		gcs            uint32
-		alloc          uint64
+		misses, noItem, held int
+		abandoned            map[string]float64
+		peerMsgs, envs       float64
+		gcs                  uint32
+		alloc                uint64
 	}
 	read := func() (c counts) {
 		c.abandoned = map[string]float64{}
@@ -310,6 +313,7 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 				c.abandoned[reason] += v
 			}
 			c.noItem += int(metrics.Sum(m.LowWater))
+			c.held += int(metrics.Sum(m.Held))
 			c.peerMsgs += metrics.Value(m.PeerMessages)
 			c.envs += metrics.Value(m.PeerEnvelopes)
 		}
@@ -344,7 +348,7 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	time.Sleep(opt.Deadline + 100*time.Millisecond)
 	row.CPU, row.Steal = cm.cores(wall)
 	c0, c1 := <-atStart, read()
-	row.PartyMisses, row.NoItem = c1.misses-c0.misses, c1.noItem-c0.noItem
+	row.PartyMisses, row.NoItem, row.PartyHeld = c1.misses-c0.misses, c1.noItem-c0.noItem, c1.held-c0.held
 	row.PartyAbandoned = map[string]int{}
 	for reason, v := range c1.abandoned {
 		if d := int(v - c0.abandoned[reason]); d > 0 {

@@ -28,11 +28,11 @@ import (
 // peer's message of a later tick arrives (the peer gave the tick up) or
 // another measurement does (the held one is given up too), and at once,
 // with no hold, when the peer's message of a later tick is already there or
-// the open tick itself started from a held measurement: at most one hold
-// in a row, since under sustained overload finishing every late tick would
-// keep the loop behind for good, where abandoning lets the backlog drain
-// (an earlier, unbounded hold made the scale bench's persisted loops miss
-// more, not less). The ticks after a hold still miss the actuator's
+// the open tick itself started from a held measurement (at most one hold
+// in a row), or when this party is itself behind (holdBacklog): under
+// overload, finishing late ticks would keep the loops behind, where
+// abandoning them lets the backlog drain (an earlier, unbounded hold made
+// the scale bench's persisted loops miss more, not less). The ticks after a hold still miss the actuator's
 // deadline if the hold was long; the hold saves the resynchronization.
 // An abandoned tick leaves the state as it was (not advanced, not reset)
 // and burns its item. If the parties disagree on the item, both abandon the
@@ -65,7 +65,7 @@ func (w *worker) onMeasure(ctx context.Context, t uint64, fromHold bool) {
 		return
 	}
 	if w.st != idle {
-		if !w.held && !w.curHeld && !w.peerPast() {
+		if !w.held && !w.curHeld && !w.peerPast() && len(w.s.inbox) < holdBacklog {
 			w.hold(t)
 			return
 		}
@@ -257,6 +257,13 @@ func (w *worker) afterTick(ctx context.Context) {
 	}
 	w.stageItem()
 }
+
+// holdBacklog: with this many messages waiting for the service's
+// dispatcher, the party is behind on its own, and a late tick is given up
+// rather than held for. A stalled peer or a freeze of the host leaves a few
+// messages per loop waiting; an overloaded party serving hundreds of loops,
+// hundreds.
+const holdBacklog = 64
 
 // hold keeps measurement t (in w.yBuf) for when the open tick ends.
 func (w *worker) hold(t uint64) {
