@@ -241,7 +241,8 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	fm := startCPUMeter()
 	flat, fsent, fmiss, err := floorLoops(ctx, opt.URL, sizes, n, opt.Period, opt.Warmup, opt.Duration, opt.Deadline)
 	row.FloorCPU, row.FloorSteal = fm.cores(0)
-	row.FloorStalls, row.FloorStallMax = mon.end()
+	st := mon.End()
+	row.FloorStalls, row.FloorStallMax = st.Count, st.Worst
 	if err != nil {
 		return row, err
 	}
@@ -344,7 +345,8 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	}
 	sendWG.Wait()
 	wall := time.Since(start)
-	row.Stalls, row.StallMax = mon.end()
+	st = mon.End()
+	row.Stalls, row.StallMax = st.Count, st.Worst
 	time.Sleep(opt.Deadline + 100*time.Millisecond)
 	row.CPU, row.Steal = cm.cores(wall)
 	c0, c1 := <-atStart, read()
