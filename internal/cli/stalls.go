@@ -44,7 +44,11 @@ func runStalls(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case <-ctx.Done():
 	}
 	r := m.End()
-	fmt.Fprintf(stdout, "%d stalls over %v in %d wake-ups", r.Count, *over, r.Wakeups)
+	noun := "stalls"
+	if r.Count == 1 {
+		noun = "stall"
+	}
+	fmt.Fprintf(stdout, "%d %s over %v in %d wake-ups", r.Count, noun, *over, r.Wakeups)
 	if r.Wakeups > 0 {
 		fmt.Fprintf(stdout, ", the worst %.1f ms late at %s", float64(r.Worst.Microseconds())/1000, r.WorstAt.UTC().Format("15:04:05.000"))
 	}
