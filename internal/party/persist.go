@@ -241,12 +241,15 @@ func (p *persister) poll() bool {
 	if !p.hasRes {
 		select {
 		case r := <-p.ackCh:
-			p.res, p.hasRes = r, r.token == p.token
+			p.take(r)
 		default:
 		}
 	}
 	return p.hasRes
 }
+
+// take keeps r as the in-flight write's result if it is that write's.
+func (p *persister) take(r ackResult) { p.res, p.hasRes = r, r.token == p.token }
 
 // acked records the acknowledgement of the write in flight: the stored
 // record is now the latest state, at the acknowledged revision.
@@ -263,7 +266,7 @@ func (w *worker) resolve(ctx context.Context) error {
 		defer t.Stop()
 		select {
 		case r := <-p.ackCh:
-			p.res, p.hasRes = r, r.token == p.token
+			p.take(r)
 		case <-t.C:
 		case <-ctx.Done():
 		}

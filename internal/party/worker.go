@@ -806,12 +806,13 @@ func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error)
 				return 0, mpc.TickMaterial{}, ctx.Err()
 			}
 		}
-		burn := w.burn > 0 && it.seq > w.hwm && it.seq >= w.minSeq
-		if burn {
+		if w.burn > 0 && it.seq > w.hwm && it.seq >= w.minSeq {
+			// An item for a held measurement's tick given up (dropHeld):
+			// marked taken, so the ordinary discard below drops it.
 			w.burn--
 			w.hwm = it.seq
 		}
-		if burn || it.seq <= w.hwm || it.seq < w.minSeq {
+		if it.seq <= w.hwm || it.seq < w.minSeq {
 			w.recycle(it.mat) // a staged item's: no one else has it
 			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
 			continue
