@@ -89,6 +89,9 @@ type Plan struct {
 	// ItemsPerMsg is the sensors' items per stream message in the scale
 	// section (0: the default).
 	ItemsPerMsg int
+	// WriteCoalesce is the parties' DUET_WRITE_COALESCE in the tick and
+	// scale sections (0: the default; negative: off).
+	WriteCoalesce time.Duration
 }
 
 // PlanFor returns the full or the --quick plan.
@@ -317,7 +320,7 @@ func TickCases(pendulum mpc.ControllerSpec, pendulumPlant plant.Spec, ns []int) 
 
 func runTickSection(ctx context.Context, url string, plan Plan, cs mpc.ControllerSpec, ps plant.Spec, log *slog.Logger, rep *Report, pr func(string, ...any)) error {
 	for _, c := range TickCases(cs, ps, plan.TickNs) {
-		row, err := RunTick(ctx, TickOptions{URL: url, Ticks: plan.Ticks, Warmup: plan.TickWarmup, Block: plan.TickBlock, Compress: true, Log: log, PeerBatch: plan.PeerBatch}, c)
+		row, err := RunTick(ctx, TickOptions{URL: url, Ticks: plan.Ticks, Warmup: plan.TickWarmup, Block: plan.TickBlock, Compress: true, Log: log, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce}, c)
 		if err != nil {
 			return fmt.Errorf("bench: tick %s: %w", c.Name, err)
 		}
@@ -357,7 +360,7 @@ func runScaleSection(ctx context.Context, url string, plan Plan, cs mpc.Controll
 		if !persist {
 			loops = plan.ScaleNoPersistLoops
 		}
-		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, ItemsPerMsg: plan.ItemsPerMsg,
+		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg,
 			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)

@@ -46,7 +46,10 @@ type rig struct {
 	pm      [2]*metrics.Set
 	// peerBatch is the parties' Options.PeerBatch (0: the default).
 	peerBatch int
-	dealers   []func()
+	// writeCoalesce is the parties' DUET_WRITE_COALESCE (0: the default,
+	// party.DefaultWriteCoalesce; negative: off).
+	writeCoalesce time.Duration
+	dealers       []func()
 }
 
 func newRig(ctx context.Context, url string, log *slog.Logger) (*rig, error) {
@@ -69,8 +72,8 @@ func newRig(ctx context.Context, url string, log *slog.Logger) (*rig, error) {
 	return r, nil
 }
 
-func (r *rig) connect(name string) (*nats.Conn, error) {
-	nc, err := bus.Connect(r.url, "duet-bench-"+name, r.log, nil)
+func (r *rig) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := bus.Connect(r.url, "duet-bench-"+name, r.log, nil, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +132,11 @@ func (r *rig) setupLoop(nc *nats.Conn, ls loopSpec) (*sensor.Sensor, error) {
 // `duet demo` runs them).
 func (r *rig) startParties(loops []string, persist bool, audit func(id int, loop string, tick, item uint64)) error {
 	for i := 0; i < 2; i++ {
-		nc, err := r.connect(fmt.Sprintf("party%d", i))
+		every := r.writeCoalesce
+		if every == 0 {
+			every = party.DefaultWriteCoalesce
+		}
+		nc, err := r.connect(fmt.Sprintf("party%d", i), bus.CoalesceWrites(every))
 		if err != nil {
 			return err
 		}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/internal/party"
 	"github.com/duet-mpc/duet/internal/sim"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
@@ -59,6 +60,9 @@ type ScaleOptions struct {
 	Clients    int // client connections (default 4)
 	// PeerBatch is the parties' party.Options.PeerBatch (0: the default).
 	PeerBatch int
+	// WriteCoalesce is the parties' DUET_WRITE_COALESCE (0: the default;
+	// negative: off).
+	WriteCoalesce time.Duration
 	// ItemsPerMsg is the sensors' items per stream message (0: the default).
 	ItemsPerMsg int
 	// Budget stops the search before a step that would start after it has
@@ -106,6 +110,8 @@ type ScaleRow struct {
 	// PartyHeld counts the measurements the parties held for a late tick
 	// (duet_measurements_held_total).
 	PartyHeld int
+	// WriteCoalesce is the parties' write coalescing interval (0: off).
+	WriteCoalesce time.Duration
 	// The collector during the measurement (the whole process: server,
 	// parties, harness): completed cycles, and bytes allocated per measured
 	// tick.
@@ -162,14 +168,17 @@ func RunScale(ctx context.Context, opt ScaleOptions) ([]ScaleRow, error) {
 }
 
 func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, error) {
-	row := ScaleRow{Loops: n, Persist: !opt.NoPersist}
+	row := ScaleRow{Loops: n, Persist: !opt.NoPersist, WriteCoalesce: max(0, opt.WriteCoalesce)}
+	if opt.WriteCoalesce == 0 {
+		row.WriteCoalesce = party.DefaultWriteCoalesce
+	}
 	began := time.Now()
 	r, err := newRig(ctx, opt.URL, opt.Log)
 	if err != nil {
 		return row, err
 	}
 	defer r.close()
-	r.peerBatch = opt.PeerBatch
+	r.peerBatch, r.writeCoalesce = opt.PeerBatch, opt.WriteCoalesce
 	ticksPerLoop := int((opt.Warmup+opt.Duration)/opt.Period) + 10
 	const prefetch = 64
 	lowWater := ticksPerLoop + 2*prefetch + 32

@@ -55,6 +55,9 @@ type TickOptions struct {
 	Log      *slog.Logger
 	// PeerBatch is the parties' party.Options.PeerBatch (0: the default).
 	PeerBatch int
+	// WriteCoalesce is the parties' DUET_WRITE_COALESCE (0: the default;
+	// negative: off).
+	WriteCoalesce time.Duration
 }
 
 // TickRow is a case's result.
@@ -96,7 +99,7 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		return row, err
 	}
 	defer r.close()
-	r.peerBatch = opt.PeerBatch
+	r.peerBatch, r.writeCoalesce = opt.PeerBatch, opt.WriteCoalesce
 	loop := "b" + uniqueTag() // 7 characters, like "pendulum": ids travel in every header
 	total := opt.Warmup + opt.Ticks
 	const prefetch = 64 // party.Options default: items buffered ahead per party

@@ -31,6 +31,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	verbose := fs.Bool("v", false, "log service events to stderr")
 	loops := fs.String("loops", "", "comma-separated loop counts for the scale search, tried in order (default: the plan's, 50 up to 1500)")
 	peerBatch := fs.Int("peer-batch", 0, "the parties' DUET_PEER_BATCH in the tick and scale sections (default: the service default; 1: no batching)")
+	coalesceFlag := fs.String("write-coalesce", "", "the parties' DUET_WRITE_COALESCE in the tick and scale sections, a duration up to 10ms (default: the service default; 0: off)")
 	perMsg := fs.Int("items-per-msg", 0, "the sensors' DUET_ITEMS_PER_MSG in the scale section (default: the service default)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
@@ -51,8 +52,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *perMsg < 0 || *perMsg > codec.MaxItemsPerMsg {
 		return fmt.Errorf("%w: --items-per-msg %d: want 1..%d (0: the default)", ErrUsage, *perMsg, codec.MaxItemsPerMsg)
 	}
+	var coalesce time.Duration // 0: the default
+	if *coalesceFlag != "" {
+		d, err := time.ParseDuration(*coalesceFlag)
+		if err != nil || d < 0 || d > 10*time.Millisecond {
+			return fmt.Errorf("%w: --write-coalesce %q: want a duration from 0 (off) to 10ms", ErrUsage, *coalesceFlag)
+		}
+		if coalesce = d; d == 0 {
+			coalesce = -1 // off
+		}
+	}
 	var plan *bench.Plan
-	if *loops != "" || *peerBatch != 0 || *perMsg != 0 {
+	if *loops != "" || *peerBatch != 0 || *perMsg != 0 || coalesce != 0 {
 		p := bench.PlanFor(*quick)
 		if *loops != "" {
 			ns, err := parseCounts(*loops)
@@ -61,7 +72,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			p.ScaleLoops, p.ScaleNoPersistLoops, p.ScaleBudget = ns, ns, 0
 		}
-		p.PeerBatch, p.ItemsPerMsg = *peerBatch, *perMsg
+		p.PeerBatch, p.ItemsPerMsg, p.WriteCoalesce = *peerBatch, *perMsg, coalesce
 		plan = &p
 	}
 	lvl := slog.LevelError + 4 // silent: the services log expected rejections at set-up and shutdown

@@ -62,6 +62,9 @@ func TestBenchUsage(t *testing.T) {
 		{"bench", "--out", out, "--items-per-msg", "-1"},
 		{"bench", "--out", out, "--items-per-msg", "129"},
 		{"bench", "--out", out, "--loops", "0"},
+		{"bench", "--out", out, "--write-coalesce", "-1ms"},
+		{"bench", "--out", out, "--write-coalesce", "11ms"},
+		{"bench", "--out", out, "--write-coalesce", "soon"},
 		{"bench", "--out", out, "extra"},
 	} {
 		if err := Run(ctx, args, io.Discard, io.Discard); !errors.Is(err, ErrUsage) {

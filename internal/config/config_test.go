@@ -29,6 +29,22 @@ func TestHelpListsEveryVariable(t *testing.T) {
 	}
 }
 
+// The party coalesces its writes by default, with the interval the bench
+// and the demo give their parties.
+func TestPartyWriteCoalesceDefault(t *testing.T) {
+	t.Setenv("DUET_PARTY", "0")
+	var cfg party.Config
+	if err := config.Load(&cfg, nil, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.WriteCoalesce != party.DefaultWriteCoalesce {
+		t.Fatalf("DUET_WRITE_COALESCE defaults to %v, want party.DefaultWriteCoalesce (%v)", cfg.WriteCoalesce, party.DefaultWriteCoalesce)
+	}
+	if len(cfg.NATSOptions()) != 1 {
+		t.Fatalf("the party's NATS options: %d, want the write coalescing", len(cfg.NATSOptions()))
+	}
+}
+
 func TestUnknownVariableStops(t *testing.T) {
 	t.Setenv("DUET_PARTY", "0")
 	t.Setenv("DUET_PARTTY", "1")
@@ -51,6 +67,8 @@ func TestInvalidValuesStop(t *testing.T) {
 		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_PERSIST_DELAY": "-1ms"}, "DUET_PERSIST_DELAY=-1ms"},
 		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_PERSIST_DELAY": "2s"}, "DUET_PERSIST_DELAY=2s"},
 		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_PEER_BATCH": "0"}, "DUET_PEER_BATCH=0"},
+		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_WRITE_COALESCE": "-1us"}, "DUET_WRITE_COALESCE=-1µs"},
+		{&party.Config{}, map[string]string{"DUET_PARTY": "1", "DUET_WRITE_COALESCE": "11ms"}, "DUET_WRITE_COALESCE=11ms"},
 		{&party.Config{}, map[string]string{"DUET_PARTY": "1", "DUET_PEER_BATCH": "257"}, "DUET_PEER_BATCH=257"},
 		{&actuator.Config{}, map[string]string{"DUET_FAILSAFE": "panic"}, "DUET_FAILSAFE"},
 		{&actuator.Config{}, map[string]string{"DUET_DEADLINE": "-1s"}, "DUET_DEADLINE"},

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/config"
 	"github.com/duet-mpc/duet/pkg/codec"
 )
@@ -19,7 +22,17 @@ type Config struct {
 	StateFileStore bool          `envconfig:"STATE_FILE_STORE" default:"true" desc:"JetStream file storage for the persisted state"`
 	StateReplicas  int           `envconfig:"STATE_REPLICAS" default:"1" desc:"JetStream replicas of the persisted state"`
 	PersistDelay   time.Duration `envconfig:"PERSIST_DELAY" default:"2ms" desc:"the longest a tick's state write waits to start (off the tick's critical path), gathered with the writes of the other loops' ticks in that window (0: each at once); the next tick waits for the write"`
+	WriteCoalesce  time.Duration `envconfig:"WRITE_COALESCE" default:"250us" desc:"the party's writes to NATS: after a burst of 4 at once, at most one system call per this interval, and the writes in between go out together in it (fewer calls under load; at most this much added per message, and only while that busy; 0: every write at once)"`
 	PeerBatch      int           `envconfig:"PEER_BATCH" default:"16" desc:"most messages to the other party sent as one NATS message while more inbound messages wait (1: never batch; set 1 while one party still runs a release without batches)"`
+}
+
+// DefaultWriteCoalesce is DUET_WRITE_COALESCE's default (bus.CoalesceWrites).
+const DefaultWriteCoalesce = 250 * time.Microsecond
+
+// NATSOptions are the party's options for its NATS connection (the service
+// runner asks for them).
+func (c *Config) NATSOptions() []nats.Option {
+	return []nats.Option{bus.CoalesceWrites(c.WriteCoalesce)}
 }
 
 // Validate checks the values.
@@ -41,6 +54,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PeerBatch < 1 || c.PeerBatch > codec.MaxBatchEnvelopes {
 		return fmt.Errorf("DUET_PEER_BATCH=%d: want 1..%d", c.PeerBatch, codec.MaxBatchEnvelopes)
+	}
+	if c.WriteCoalesce < 0 || c.WriteCoalesce > 10*time.Millisecond {
+		return fmt.Errorf("DUET_WRITE_COALESCE=%v: want 0..10ms", c.WriteCoalesce)
 	}
 	if c.ItemWait <= 0 {
 		return fmt.Errorf("DUET_ITEM_WAIT=%v: want > 0", c.ItemWait)

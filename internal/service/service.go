@@ -86,6 +86,9 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 	if common.TLSCA != "" {
 		opts = append(opts, nats.RootCAs(common.TLSCA))
 	}
+	if o, ok := cfg.(interface{ NATSOptions() []nats.Option }); ok {
+		opts = append(opts, o.NATSOptions()...) // the service's own (the party's write coalescing)
+	}
 	nc, err := bus.Connect(strings.TrimSpace(common.NATSURL), "duet-"+name, log, func() { m.Reconnects.Inc() }, opts...)
 	if err != nil {
 		return err

@@ -1,0 +1,173 @@
+package bus
+
+import (
+	"net"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Write coalescing for a connection that carries many loops.
+//
+// On this path each NATS message costs a write system call at the sender and
+// a read (and a write, and a read) through the server: the loopback TCP stack
+// is most of that cost, and it is paid per call, not per byte. A party
+// service that serves hundreds of loops publishes tens of thousands of small
+// messages a second, each alone in its own call, because the client's
+// flusher wakes up for every one.
+//
+// A coalescing connection lets a burst of writes through at once (a single
+// loop's tick never waits) but, once the connection writes more often than
+// once per interval, holds what comes next and writes it in one call when the
+// interval is up. It is a token bucket of system calls: burst calls at once,
+// then one per interval. Under load the bytes of many messages share a call
+// and the server reads them in one; the price is at most one interval of
+// latency per message, paid only while the connection is that busy.
+
+// coalesceBurst is how many writes pass at once after a quiet spell: a tick's
+// messages on one connection (a party's exchange and output share, a state
+// write) never wait behind each other.
+const coalesceBurst = 4
+
+// coalesceMax is the pending bytes written at once without waiting for the
+// interval: a batch that large already amortizes its call.
+const coalesceMax = 64 << 10
+
+// CoalesceWrites makes the connection coalesce its writes (see above); every
+// is the shortest time between two system calls once the burst is spent. 0 or
+// less: no coalescing.
+func CoalesceWrites(every time.Duration) nats.Option {
+	if every <= 0 {
+		return func(*nats.Options) error { return nil }
+	}
+	return func(o *nats.Options) error {
+		d := o.CustomDialer
+		if d == nil {
+			d = &net.Dialer{Timeout: o.Timeout}
+		}
+		o.CustomDialer = &coalescingDialer{next: d, every: every}
+		return nil
+	}
+}
+
+type coalescingDialer struct {
+	next  nats.CustomDialer
+	every time.Duration
+}
+
+func (d *coalescingDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := d.next.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return newCoalescingConn(c, d.every), nil
+}
+
+// SkipTLSHandshake lets nats.go's TLS (over this connection) work as with
+// its own dialer.
+func (d *coalescingDialer) SkipTLSHandshake() bool {
+	if s, ok := d.next.(interface{ SkipTLSHandshake() bool }); ok {
+		return s.SkipTLSHandshake()
+	}
+	return false
+}
+
+type coalescingConn struct {
+	net.Conn
+	every time.Duration
+
+	mu      sync.Mutex
+	tokens  float64   // calls allowed now (at most coalesceBurst)
+	at      time.Time // when tokens was last brought up to date
+	pending []byte    // held bytes, written in order before anything later
+	armed   bool      // the timer will write pending
+	timer   *time.Timer
+	err     error // a held write's failure: every later Write returns it
+	closed  bool
+}
+
+func newCoalescingConn(c net.Conn, every time.Duration) *coalescingConn {
+	cc := &coalescingConn{Conn: c, every: every, tokens: coalesceBurst, at: time.Now()}
+	cc.timer = time.AfterFunc(time.Hour, cc.flushHeld)
+	cc.timer.Stop()
+	return cc
+}
+
+// refill brings the bucket up to now (mu held).
+func (c *coalescingConn) refill(now time.Time) {
+	c.tokens += float64(now.Sub(c.at)) / float64(c.every)
+	if c.tokens > coalesceBurst {
+		c.tokens = coalesceBurst
+	}
+	c.at = now
+}
+
+func (c *coalescingConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return 0, c.err
+	}
+	now := time.Now()
+	c.refill(now)
+	if len(c.pending) == 0 && c.tokens >= 1 {
+		c.tokens--
+		n, err := c.Conn.Write(p)
+		if err != nil {
+			c.err = err
+		}
+		return n, err
+	}
+	c.pending = append(c.pending, p...)
+	if len(c.pending) >= coalesceMax {
+		c.tokens--
+		return len(p), c.writeHeld()
+	}
+	if !c.armed {
+		c.armed = true
+		c.timer.Reset(time.Duration((1 - c.tokens) * float64(c.every)))
+	}
+	return len(p), nil
+}
+
+// writeHeld writes the held bytes in one call (mu held). On failure the
+// connection is closed, so that the client's reader sees it and reconnects.
+func (c *coalescingConn) writeHeld() error {
+	if len(c.pending) == 0 {
+		return nil
+	}
+	_, err := c.Conn.Write(c.pending)
+	c.pending = c.pending[:0]
+	if err != nil {
+		c.err = err
+		_ = c.Conn.Close()
+	}
+	return err
+}
+
+func (c *coalescingConn) flushHeld() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed = false
+	if c.closed || c.err != nil {
+		return
+	}
+	c.refill(time.Now())
+	c.tokens--
+	_ = c.writeHeld()
+}
+
+// Close writes what is held, then closes.
+func (c *coalescingConn) Close() error {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		c.timer.Stop()
+		if c.err == nil {
+			_ = c.writeHeld()
+		}
+	}
+	c.mu.Unlock()
+	return c.Conn.Close()
+}
