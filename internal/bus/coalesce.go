@@ -30,6 +30,11 @@ import (
 // write) never wait behind each other.
 const coalesceBurst = 4
 
+// heldWriteTimeout bounds a held write, which the timer makes after the
+// client's own write (and its deadline) has returned: nats.go's default
+// flusher timeout.
+const heldWriteTimeout = time.Minute
+
 // coalesceMax is the pending bytes written at once without waiting for the
 // interval: a batch that large already amortizes its call.
 const coalesceMax = 64 << 10
@@ -85,6 +90,9 @@ type coalescingConn struct {
 	timer   *time.Timer
 	err     error // a held write's failure: every later Write returns it
 	closed  bool
+	// deadline is the client's write deadline, applied to its own writes
+	// (under mu, so that a held write's deadline never replaces it).
+	deadline time.Time
 }
 
 func newCoalescingConn(c net.Conn, every time.Duration) *coalescingConn {
@@ -113,6 +121,7 @@ func (c *coalescingConn) Write(p []byte) (int, error) {
 	c.refill(now)
 	if len(c.pending) == 0 && c.tokens >= 1 {
 		c.tokens--
+		_ = c.Conn.SetWriteDeadline(c.deadline)
 		n, err := c.Conn.Write(p)
 		if err != nil {
 			c.err = err
@@ -122,6 +131,7 @@ func (c *coalescingConn) Write(p []byte) (int, error) {
 	c.pending = append(c.pending, p...)
 	if len(c.pending) >= coalesceMax {
 		c.tokens--
+		_ = c.Conn.SetWriteDeadline(c.deadline)
 		return len(p), c.writeHeld()
 	}
 	if !c.armed {
@@ -153,9 +163,25 @@ func (c *coalescingConn) flushHeld() {
 	if c.closed || c.err != nil {
 		return
 	}
-	c.refill(time.Now())
+	now := time.Now()
+	c.refill(now)
 	c.tokens--
+	_ = c.Conn.SetWriteDeadline(now.Add(heldWriteTimeout))
 	_ = c.writeHeld()
+}
+
+// SetWriteDeadline records the client's deadline for its own writes.
+func (c *coalescingConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.deadline = t
+	c.mu.Unlock()
+	return nil
+}
+
+// SetDeadline sets the read deadline and records the write deadline.
+func (c *coalescingConn) SetDeadline(t time.Time) error {
+	_ = c.SetWriteDeadline(t)
+	return c.Conn.SetReadDeadline(t)
 }
 
 // Close writes what is held, then closes.
@@ -165,6 +191,7 @@ func (c *coalescingConn) Close() error {
 		c.closed = true
 		c.timer.Stop()
 		if c.err == nil {
+			_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second)) // a closing client does not wait long
 			_ = c.writeHeld()
 		}
 	}

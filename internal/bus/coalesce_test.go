@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -193,6 +194,18 @@ func TestCoalesceHeldWriteFailure(t *testing.T) {
 	}
 	if _, err := cc.Conn.Read(make([]byte, 1)); err == nil {
 		t.Fatalf("the socket is still open after a failed held write (read: %v)", err)
+	}
+}
+
+// The client's write deadline applies to its own writes: a write past it
+// fails as a timeout (nats.go's flusher sets one around every write).
+func TestCoalesceKeepsTheClientsDeadline(t *testing.T) {
+	c, _, _ := tcpPair(t, time.Millisecond)
+	if err := c.SetWriteDeadline(time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("x")); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Write past the deadline = %v, want a timeout", err)
 	}
 }
 
