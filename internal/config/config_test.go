@@ -29,8 +29,8 @@ func TestHelpListsEveryVariable(t *testing.T) {
 	}
 }
 
-// The party coalesces its writes by default, with the interval the bench
-// and the demo give their parties.
+// The party's write coalescing defaults to the value the bench and the demo
+// give their parties, and reaches its NATS connection.
 func TestPartyWriteCoalesceDefault(t *testing.T) {
 	t.Setenv("DUET_PARTY", "0")
 	var cfg party.Config

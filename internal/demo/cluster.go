@@ -243,7 +243,7 @@ func (c *Cluster) connAs(name string, role codec.Role) (*nats.Conn, *codec.Seale
 		opts = append(opts, nats.Secure(c.opt.ClientTLS))
 	}
 	if _, ok := role.PartyID(); ok {
-		opts = append(opts, bus.CoalesceWrites(party.DefaultWriteCoalesce)) // as the party service's default
+		opts = append(opts, bus.CoalesceWrites(party.DefaultWriteCoalesce)) // the party service's default
 	}
 	nc, err := bus.Connect(c.url, "duet-"+name, c.opt.Log, func() { m.Reconnects.Inc() }, opts...)
 	if err != nil {

@@ -22,12 +22,15 @@ type Config struct {
 	StateFileStore bool          `envconfig:"STATE_FILE_STORE" default:"true" desc:"JetStream file storage for the persisted state"`
 	StateReplicas  int           `envconfig:"STATE_REPLICAS" default:"1" desc:"JetStream replicas of the persisted state"`
 	PersistDelay   time.Duration `envconfig:"PERSIST_DELAY" default:"2ms" desc:"the longest a tick's state write waits to start (off the tick's critical path), gathered with the writes of the other loops' ticks in that window (0: each at once); the next tick waits for the write"`
-	WriteCoalesce  time.Duration `envconfig:"WRITE_COALESCE" default:"250us" desc:"the party's writes to NATS: after a burst of 4 at once, at most one system call per this interval, and the writes in between go out together in it (fewer calls under load; at most this much added per message, and only while that busy; 0: every write at once)"`
+	WriteCoalesce  time.Duration `envconfig:"WRITE_COALESCE" default:"0" desc:"the party's writes to NATS: after a burst of 4 at once, at most one system call per this interval, the writes in between going out together (fewer system calls with hundreds of loops, at most this much added per message and only while that busy; 250us was measured, see README; 0: every write at once)"`
 	PeerBatch      int           `envconfig:"PEER_BATCH" default:"16" desc:"most messages to the other party sent as one NATS message while more inbound messages wait (1: never batch; set 1 while one party still runs a release without batches)"`
 }
 
-// DefaultWriteCoalesce is DUET_WRITE_COALESCE's default (bus.CoalesceWrites).
-const DefaultWriteCoalesce = 250 * time.Microsecond
+// DefaultWriteCoalesce is DUET_WRITE_COALESCE's default (bus.CoalesceWrites):
+// off. Coalescing trades latency at moderate load for fewer system calls at
+// high load, and on the 2-core machine it was measured on it did not change
+// which loop counts hold with persistence (README, Measured results).
+const DefaultWriteCoalesce = time.Duration(0)
 
 // NATSOptions are the party's options for its NATS connection (the service
 // runner asks for them).
