@@ -23,7 +23,6 @@ import (
 
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
-	"github.com/duet-mpc/duet/internal/party"
 	"github.com/duet-mpc/duet/internal/sim"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
@@ -168,10 +167,7 @@ func RunScale(ctx context.Context, opt ScaleOptions) ([]ScaleRow, error) {
 }
 
 func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, error) {
-	row := ScaleRow{Loops: n, Persist: !opt.NoPersist, WriteCoalesce: max(0, opt.WriteCoalesce)}
-	if opt.WriteCoalesce == 0 {
-		row.WriteCoalesce = party.DefaultWriteCoalesce
-	}
+	row := ScaleRow{Loops: n, Persist: !opt.NoPersist, WriteCoalesce: writeCoalesce(opt.WriteCoalesce)}
 	began := time.Now()
 	r, err := newRig(ctx, opt.URL, opt.Log)
 	if err != nil {

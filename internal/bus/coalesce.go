@@ -14,8 +14,9 @@ import (
 // a read (and a write, and a read) through the server: the loopback TCP stack
 // is most of that cost, and it is paid per call, not per byte. A party
 // service that serves hundreds of loops publishes tens of thousands of small
-// messages a second, each alone in its own call, because the client's
-// flusher wakes up for every one.
+// messages a second, and the client's flusher writes whatever has gathered
+// each time it wakes: when it wakes for every message, every message is a
+// call.
 //
 // A coalescing connection lets a burst of writes through at once (a single
 // loop's tick never waits) but, once the connection writes more often than
@@ -41,7 +42,9 @@ const coalesceMax = 64 << 10
 
 // CoalesceWrites makes the connection coalesce its writes (see above); every
 // is the shortest time between two system calls once the burst is spent. 0 or
-// less: no coalescing.
+// less: no coalescing. It dials through the options' CustomDialer if one is
+// set before it, else a net.Dialer with the connect timeout (nats.Dialer is
+// not used); TLS, if configured, runs over the coalescing connection.
 func CoalesceWrites(every time.Duration) nats.Option {
 	if every <= 0 {
 		return func(*nats.Options) error { return nil }
