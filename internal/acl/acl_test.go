@@ -3,6 +3,7 @@ package acl_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -191,7 +192,16 @@ func TestConfigRendersEveryRole(t *testing.T) {
 	}
 }
 
+// The loop runs over TLS, with the parties' writes sent at once and
+// coalesced (TLS then runs over the coalescing connection; 2 ms, so that
+// ticks a few milliseconds apart spend the burst and writes are held).
 func TestLoopOverTLS(t *testing.T) {
+	for _, every := range []time.Duration{-1, 2 * time.Millisecond} {
+		t.Run(fmt.Sprintf("write-coalesce=%v", max(0, every)), func(t *testing.T) { loopOverTLS(t, every) })
+	}
+}
+
+func loopOverTLS(t *testing.T, coalesce time.Duration) {
 	dir := t.TempDir()
 	if err := acl.GenerateTLS(dir, []string{"localhost", "127.0.0.1"}, time.Hour); err != nil {
 		t.Fatal(err)
@@ -204,7 +214,7 @@ func TestLoopOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := startACL(t, demo.Options{ACL: true, TLS: srv, ClientTLS: cli})
+	c := startACL(t, demo.Options{ACL: true, TLS: srv, ClientTLS: cli, WriteCoalesce: coalesce})
 	// A client without the CA cannot connect.
 	if nc, err := nats.Connect(c.URL(), c.User(codec.RoleSensor).Options()...); err == nil {
 		nc.Close()

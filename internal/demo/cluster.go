@@ -67,7 +67,10 @@ type Options struct {
 	// ClientTLS is what the services use to verify it.
 	TLS       *tls.Config
 	ClientTLS *tls.Config
-	Log       *slog.Logger
+	// WriteCoalesce is the parties' DUET_WRITE_COALESCE (0: the party
+	// service's default; negative: off).
+	WriteCoalesce time.Duration
+	Log           *slog.Logger
 }
 
 // TickRecord is everything observed about one tick.
@@ -243,7 +246,11 @@ func (c *Cluster) connAs(name string, role codec.Role) (*nats.Conn, *codec.Seale
 		opts = append(opts, nats.Secure(c.opt.ClientTLS))
 	}
 	if _, ok := role.PartyID(); ok {
-		opts = append(opts, bus.CoalesceWrites(party.DefaultWriteCoalesce)) // the party service's default
+		every := c.opt.WriteCoalesce
+		if every == 0 {
+			every = party.DefaultWriteCoalesce // the party service's default
+		}
+		opts = append(opts, bus.CoalesceWrites(every))
 	}
 	nc, err := bus.Connect(c.url, "duet-"+name, c.opt.Log, func() { m.Reconnects.Inc() }, opts...)
 	if err != nil {
