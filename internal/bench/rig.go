@@ -72,15 +72,6 @@ func newRig(ctx context.Context, url string, log *slog.Logger) (*rig, error) {
 	return r, nil
 }
 
-// writeCoalesce is the parties' write coalescing interval for an option's
-// value (0: the party service's default; negative: off, returned as 0).
-func writeCoalesce(opt time.Duration) time.Duration {
-	if opt == 0 {
-		return party.DefaultWriteCoalesce
-	}
-	return max(0, opt)
-}
-
 func (r *rig) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 	nc, err := bus.Connect(r.url, "duet-bench-"+name, r.log, nil, opts...)
 	if err != nil {
@@ -141,7 +132,7 @@ func (r *rig) setupLoop(nc *nats.Conn, ls loopSpec) (*sensor.Sensor, error) {
 // `duet demo` runs them).
 func (r *rig) startParties(loops []string, persist bool, audit func(id int, loop string, tick, item uint64)) error {
 	for i := 0; i < 2; i++ {
-		nc, err := r.connect(fmt.Sprintf("party%d", i), bus.CoalesceWrites(writeCoalesce(r.writeCoalesce)))
+		nc, err := r.connect(fmt.Sprintf("party%d", i), bus.CoalesceWrites(party.WriteCoalesceFor(r.writeCoalesce)))
 		if err != nil {
 			return err
 		}

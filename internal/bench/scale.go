@@ -23,6 +23,7 @@ import (
 
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/internal/party"
 	"github.com/duet-mpc/duet/internal/sim"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
@@ -167,7 +168,7 @@ func RunScale(ctx context.Context, opt ScaleOptions) ([]ScaleRow, error) {
 }
 
 func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, error) {
-	row := ScaleRow{Loops: n, Persist: !opt.NoPersist, WriteCoalesce: writeCoalesce(opt.WriteCoalesce)}
+	row := ScaleRow{Loops: n, Persist: !opt.NoPersist, WriteCoalesce: party.WriteCoalesceFor(opt.WriteCoalesce)}
 	began := time.Now()
 	r, err := newRig(ctx, opt.URL, opt.Log)
 	if err != nil {

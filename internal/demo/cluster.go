@@ -246,11 +246,7 @@ func (c *Cluster) connAs(name string, role codec.Role) (*nats.Conn, *codec.Seale
 		opts = append(opts, nats.Secure(c.opt.ClientTLS))
 	}
 	if _, ok := role.PartyID(); ok {
-		every := c.opt.WriteCoalesce
-		if every == 0 {
-			every = party.DefaultWriteCoalesce // the party service's default
-		}
-		opts = append(opts, bus.CoalesceWrites(every))
+		opts = append(opts, bus.CoalesceWrites(party.WriteCoalesceFor(c.opt.WriteCoalesce)))
 	}
 	nc, err := bus.Connect(c.url, "duet-"+name, c.opt.Log, func() { m.Reconnects.Inc() }, opts...)
 	if err != nil {

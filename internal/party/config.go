@@ -32,6 +32,15 @@ type Config struct {
 // which loop counts hold with persistence (README, Measured results).
 const DefaultWriteCoalesce = time.Duration(0)
 
+// WriteCoalesceFor is the interval for a harness's setting (the bench's and
+// the demo's parties): 0 is DefaultWriteCoalesce, negative is off (0).
+func WriteCoalesceFor(setting time.Duration) time.Duration {
+	if setting == 0 {
+		return DefaultWriteCoalesce
+	}
+	return max(0, setting)
+}
+
 // NATSOptions are the party's options for its NATS connection (the service
 // runner asks for them).
 func (c *Config) NATSOptions() []nats.Option {

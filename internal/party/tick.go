@@ -32,8 +32,9 @@ import (
 // in a row), or when this party is itself behind (holdBacklog): under
 // overload, finishing late ticks would keep the loops behind, where
 // abandoning them lets the backlog drain (an earlier, unbounded hold made
-// the scale bench's persisted loops miss more, not less). The ticks after a hold still miss the actuator's
-// deadline if the hold was long; the hold saves the resynchronization.
+// the scale bench's persisted loops miss more, not less). The ticks after a
+// hold still miss the actuator's deadline if the hold was long; the hold
+// saves the resynchronization.
 // An abandoned tick leaves the state as it was (not advanced, not reset)
 // and burns its item. If the parties disagree on the item, both abandon the
 // tick and skip to items past both. If P0 advanced its state but P1 did not
