@@ -16,11 +16,11 @@ import (
 // computation and no encryption, one connection per role for all loops (as
 // the party services have). What it misses and its p99 are the machine's and
 // the broker's, not the product's.
-func floorLoops(ctx context.Context, url string, sz FloorSizes, n int, period, warmup, duration, deadline time.Duration) (lat []time.Duration, sent, misses int, err error) {
+func floorLoops(ctx context.Context, url string, sz FloorSizes, n int, period, warmup, duration, deadline time.Duration) (r floorResult, err error) {
 	var conns [4]*nats.Conn // sensor, p0, p1, actuator
 	for i := range conns {
 		if conns[i], err = nats.Connect(url, nats.Name(fmt.Sprintf("duet-floor-loops-%d", i))); err != nil {
-			return nil, 0, 0, err
+			return r, err
 		}
 		defer conns[i].Close()
 	}
@@ -60,17 +60,17 @@ func floorLoops(ctx context.Context, url string, sz FloorSizes, n int, period, w
 				step(key{loop, tick})
 			}
 		}); err != nil {
-			return nil, 0, 0, err
+			return r, err
 		}
 		if _, err := nc.Subscribe(fmt.Sprintf("%s.*.x%d.*", prefix, id), func(m *nats.Msg) {
 			if loop, tick, ok := split(m.Subject); ok {
 				step(key{loop, tick})
 			}
 		}); err != nil {
-			return nil, 0, 0, err
+			return r, err
 		}
 		if err := nc.Flush(); err != nil {
-			return nil, 0, 0, err
+			return r, err
 		}
 	}
 	type tickState struct {
@@ -95,10 +95,10 @@ func floorLoops(ctx context.Context, url string, sz FloorSizes, n int, period, w
 			}
 		}
 	}); err != nil {
-		return nil, 0, 0, err
+		return r, err
 	}
 	if err := conns[3].Flush(); err != nil {
-		return nil, 0, 0, err
+		return r, err
 	}
 	start := time.Now()
 	measureFrom, stopAt := start.Add(warmup), start.Add(warmup+duration)
@@ -134,16 +134,25 @@ func floorLoops(ctx context.Context, url string, sz FloorSizes, n int, period, w
 	time.Sleep(deadline + 100*time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
+	r.All = len(ticks)
 	for _, ts := range ticks {
 		if !ts.measured {
 			continue
 		}
-		sent++
+		r.Sent++
 		if ts.outs < 2 || ts.lat > deadline {
-			misses++
+			r.Misses++
 			continue
 		}
-		lat = append(lat, ts.lat)
+		r.Lat = append(r.Lat, ts.lat)
 	}
-	return lat, sent, misses, ctx.Err()
+	return r, ctx.Err()
+}
+
+// floorResult is what floorLoops measured: the latencies of the measured
+// ticks answered within the deadline, the measured ticks sent and missed,
+// and every tick sent (the warm-up's too).
+type floorResult struct {
+	Lat               []time.Duration
+	Sent, Misses, All int
 }

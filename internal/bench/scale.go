@@ -120,6 +120,12 @@ type ScaleRow struct {
 	// The parties' messages to each other per tick sent: NATS messages, and
 	// the protocol messages they carried (fewer messages when batched).
 	PeerMsgsPerTick, PeerEnvsPerTick float64
+	// Where a loaded step's ticks wait (waits.go), over the measurement
+	// (the floor's over its whole run, warm-up included): the p99 of the
+	// process's run-queue waits, and its read and write system calls per
+	// tick sent.
+	SchedP99, FloorSchedP99               time.Duration
+	SyscallsPerTick, FloorSyscallsPerTick float64
 }
 
 func (o *ScaleOptions) defaults() {
@@ -244,16 +250,18 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 		return row, err
 	}
 	mon := startStallMonitor()
-	fm := startCPUMeter()
-	flat, fsent, fmiss, err := floorLoops(ctx, opt.URL, sizes, n, opt.Period, opt.Warmup, opt.Duration, opt.Deadline)
+	fm, fw := startCPUMeter(), startWaitMeter()
+	fr, err := floorLoops(ctx, opt.URL, sizes, n, opt.Period, opt.Warmup, opt.Duration, opt.Deadline)
 	row.FloorCPU, row.FloorSteal = fm.cores(0)
+	fwaits := fw.end()
 	st := mon.End()
 	row.FloorStalls, row.FloorStallMax = st.Count, st.Worst
 	if err != nil {
 		return row, err
 	}
-	fs := Summarize(flat)
-	row.FloorTicks, row.FloorMisses, row.FloorP50, row.FloorP99 = fsent, fmiss, fs.P50, fs.P99
+	fs := Summarize(fr.Lat)
+	row.FloorTicks, row.FloorMisses, row.FloorP50, row.FloorP99 = fr.Sent, fr.Misses, fs.P50, fs.P99
+	row.FloorSchedP99, row.FloorSyscallsPerTick = fwaits.SchedP99, perTick(fwaits.Syscalls, fr.All)
 
 	bound := sim.OutputBound(opt.Controller, rz)
 	clients := make([]*nats.Conn, opt.Clients)
@@ -331,12 +339,14 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	}
 	cm := startCPUMeter()
 	mon = startStallMonitor()
+	var wm waitMeter
 	start := time.Now()
 	measureFrom := start.Add(opt.Warmup)
 	stopAt := measureFrom.Add(opt.Duration)
 	atStart := make(chan counts, 1)
 	go func() {
 		time.Sleep(time.Until(measureFrom))
+		wm = startWaitMeter()
 		atStart <- read()
 	}()
 	var sendWG sync.WaitGroup
@@ -350,12 +360,14 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 		}()
 	}
 	sendWG.Wait()
+	c0 := <-atStart // wm is set
+	waited := wm.end()
 	wall := time.Since(start)
 	st = mon.End()
 	row.Stalls, row.StallMax = st.Count, st.Worst
 	time.Sleep(opt.Deadline + 100*time.Millisecond)
 	row.CPU, row.Steal = cm.cores(wall)
-	c0, c1 := <-atStart, read()
+	c1 := read()
 	row.PartyMisses, row.NoItem, row.PartyHeld = c1.misses-c0.misses, c1.noItem-c0.noItem, c1.held-c0.held
 	row.PartyAbandoned = map[string]int{}
 	for reason, v := range c1.abandoned {
@@ -374,6 +386,7 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	s := Summarize(lat)
 	row.P50, row.P99 = s.P50, s.P99
 	row.GCs = int(c1.gcs - c0.gcs)
+	row.SchedP99, row.SyscallsPerTick = waited.SchedP99, perTick(waited.Syscalls, row.Ticks)
 	if row.Ticks > 0 {
 		row.AllocPerTick = float64(c1.alloc-c0.alloc) / float64(row.Ticks)
 		row.PeerMsgsPerTick = (c1.peerMsgs - c0.peerMsgs) / float64(row.Ticks)
@@ -398,6 +411,10 @@ type ScaleFloorRow struct {
 	P50, P99             time.Duration
 	CPU                  float64 // process CPU seconds per wall second (warm-up included)
 	Steal                float64 // the machine's CPU taken by the hypervisor, cores (NaN: unknown)
+	// SchedP99 and SyscallsPerTick are as ScaleRow's (waits.go), over the
+	// whole run (warm-up included).
+	SchedP99        time.Duration
+	SyscallsPerTick float64
 }
 
 // RunScaleFloor measures the floor alone at each of loops, with the
@@ -417,14 +434,16 @@ func RunScaleFloor(ctx context.Context, url string, cs mpc.ControllerSpec, loops
 	}
 	var rows []ScaleFloorRow
 	for _, n := range loops {
-		m := startCPUMeter()
-		lat, sent, misses, err := floorLoops(ctx, url, sizes, n, 40*time.Millisecond, time.Second, duration, 30*time.Millisecond)
+		m, wm := startCPUMeter(), startWaitMeter()
+		r, err := floorLoops(ctx, url, sizes, n, 40*time.Millisecond, time.Second, duration, 30*time.Millisecond)
 		if err != nil {
 			return rows, fmt.Errorf("bench: floor alone with %d loops: %w", n, err)
 		}
 		cpu, steal := m.cores(0)
-		s := Summarize(lat)
-		rows = append(rows, ScaleFloorRow{Loops: n, Ticks: sent, Misses: misses, P50: s.P50, P99: s.P99, CPU: cpu, Steal: steal})
+		w := wm.end()
+		s := Summarize(r.Lat)
+		rows = append(rows, ScaleFloorRow{Loops: n, Ticks: r.Sent, Misses: r.Misses, P50: s.P50, P99: s.P99, CPU: cpu, Steal: steal,
+			SchedP99: w.SchedP99, SyscallsPerTick: perTick(w.Syscalls, r.All)})
 	}
 	return rows, nil
 }

@@ -36,6 +36,8 @@ func TestScaleQuick(t *testing.T) {
 		}
 		checkSteal(t, fmt.Sprintf("%+v", r), r.Steal)
 		checkSteal(t, fmt.Sprintf("%+v (floor)", r), r.FloorSteal)
+		checkWaits(t, fmt.Sprintf("%+v", r), r.SchedP99, r.SyscallsPerTick)
+		checkWaits(t, fmt.Sprintf("%+v (floor)", r), r.FloorSchedP99, r.FloorSyscallsPerTick)
 		// Every tick allocates at least its messages (the server's and the
 		// clients' copies), and far less than a megabyte.
 		if r.AllocPerTick < 1000 || r.AllocPerTick > 1<<20 || r.GCs < 0 {
@@ -94,6 +96,7 @@ func TestScaleFloorQuick(t *testing.T) {
 			t.Errorf("%+v: want about 10 ticks per loop, p50 <= p99", r)
 		}
 		checkSteal(t, fmt.Sprintf("%+v", r), r.Steal)
+		checkWaits(t, fmt.Sprintf("%+v", r), r.SchedP99, r.SyscallsPerTick)
 	}
 }
 

@@ -130,18 +130,19 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 	}
 	if len(rep.Scale) > 0 {
 		fmt.Fprintf(w, "\nConcurrent 25 Hz loops on one P0/P1 pair (ok: p99 < %v, no misses); floor: same loops, no computation or encryption\n", rep.ScaleLimit)
-		fmt.Fprintln(tw, "loops\tpersist\tticks\tp50 µs\tp99 µs\tmisses\twrong\tfloor p50\tfloor p99\tfloor misses\tcpu cores\tstolen\tok\t")
+		fmt.Fprintln(tw, "loops\tpersist\tticks\tp50 µs\tp99 µs\tmisses\twrong\tfloor p50\tfloor p99\tfloor misses\tcpu cores\tstolen\trun-queue p99 µs\tsyscalls/tick\tok\t")
 		for _, r := range rep.Scale {
-			fmt.Fprintf(tw, "%d\t%v\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%.2f\t%s\t%v\t\n", r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong,
-				us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.CPU, bench.Cores(r.Steal), r.OK)
+			fmt.Fprintf(tw, "%d\t%v\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%v\t\n", r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong,
+				us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.CPU, bench.Cores(r.Steal), us(r.SchedP99), bench.Cores(r.SyscallsPerTick), r.OK)
 		}
 		tw.Flush()
 	}
 	if len(rep.ScaleFloor) > 0 {
 		fmt.Fprintln(w, "\nThe floor alone (bare messaging, same loops and message sizes, no parties): what this machine's NATS path allows")
-		fmt.Fprintln(tw, "loops\tticks\tp50 µs\tp99 µs\tmisses\tcpu cores\tstolen\t")
+		fmt.Fprintln(tw, "loops\tticks\tp50 µs\tp99 µs\tmisses\tcpu cores\tstolen\trun-queue p99 µs\tsyscalls/tick\t")
 		for _, r := range rep.ScaleFloor {
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%.2f\t%s\t\n", r.Loops, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.CPU, bench.Cores(r.Steal))
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t\n", r.Loops, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.CPU, bench.Cores(r.Steal),
+				us(r.SchedP99), bench.Cores(r.SyscallsPerTick))
 		}
 		tw.Flush()
 	}
