@@ -111,22 +111,14 @@ func TestAbandonedBy(t *testing.T) {
 }
 
 func TestParseSteal(t *testing.T) {
-	const stat = "cpu  52911 0 15591 202786 379 0 5638 3062 0 0\ncpu0 26000 0 7000 101000 200 0 2800 1500 0 0\nintr 1 2 3\n"
-	got, err := parseSteal([]byte(stat))
-	if err != nil || got != 3062 {
-		t.Fatalf("parseSteal = %d, %v; want 3062 (the aggregate line's eighth value)", got, err)
-	}
-	for name, bad := range map[string]string{
+	// 3062: the aggregate line's eighth value.
+	checkParser(t, "parseSteal", parseSteal, "cpu  52911 0 15591 202786 379 0 5638 3062 0 0\ncpu0 26000 0 7000 101000 200 0 2800 1500 0 0\nintr 1 2 3\n", 3062, map[string]string{
 		"no aggregate line": "cpu0 1 2 3 4 5 6 7 8\nintr 1\n",
 		"no steal field":    "cpu  1 2 3 4 5 6 7\n",
 		"not a number":      "cpu  1 2 3 4 5 6 7 x 0 0\n",
 		"negative":          "cpu  1 2 3 4 5 6 7 -8 0 0\n",
 		"empty":             "",
-	} {
-		if v, err := parseSteal([]byte(bad)); err == nil {
-			t.Errorf("%s: parseSteal(%q) = %d, want an error", name, bad, v)
-		}
-	}
+	})
 	// The meter: NaN only where steal cannot be read, and both readings are
 	// rates over the interval.
 	m := startCPUMeter()

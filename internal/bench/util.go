@@ -65,13 +65,17 @@ func Cores(x float64) string {
 
 // machineSteal is the machine's stolen CPU time so far in USER_HZ ticks
 // (Linux: /proc/stat); ok is false where it cannot be read.
-func machineSteal() (uint64, bool) {
-	b, err := os.ReadFile("/proc/stat")
+func machineSteal() (uint64, bool) { return readCounter("/proc/stat", parseSteal) }
+
+// readCounter reads a counter from the file at path with parse; ok is false
+// where the file cannot be read or parsed (a /proc file on another OS).
+func readCounter(path string, parse func([]byte) (uint64, error)) (uint64, bool) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false
 	}
-	d, err := parseSteal(b)
-	return d, err == nil
+	n, err := parse(b)
+	return n, err == nil
 }
 
 // userHZ is the unit of /proc/stat's times: USER_HZ, 100 on every Linux

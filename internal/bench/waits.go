@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"math"
-	"os"
 	"runtime/metrics"
 	"strconv"
 	"time"
@@ -104,14 +103,7 @@ func histQuantile(a, b *metrics.Float64Histogram, q float64) time.Duration {
 
 // ioSyscalls is the process's read and write system calls so far (Linux:
 // /proc/self/io); ok is false where they cannot be read.
-func ioSyscalls() (uint64, bool) {
-	b, err := os.ReadFile("/proc/self/io")
-	if err != nil {
-		return 0, false
-	}
-	n, err := parseIOSyscalls(b)
-	return n, err == nil
-}
+func ioSyscalls() (uint64, bool) { return readCounter("/proc/self/io", parseIOSyscalls) }
 
 // parseIOSyscalls adds the syscr and syscw fields of a /proc/<pid>/io file.
 func parseIOSyscalls(b []byte) (uint64, error) {

@@ -9,20 +9,13 @@ import (
 )
 
 func TestParseIOSyscalls(t *testing.T) {
-	const io = "rchar: 123\nwchar: 456\nsyscr: 1000\nsyscw: 234\nread_bytes: 0\nwrite_bytes: 0\ncancelled_write_bytes: 0\n"
-	if got, err := parseIOSyscalls([]byte(io)); err != nil || got != 1234 {
-		t.Fatalf("parseIOSyscalls = %d, %v; want 1234 (syscr + syscw)", got, err)
-	}
-	for name, bad := range map[string]string{
-		"no syscw":     "syscr: 1\n",
-		"not a number": "syscr: 1\nsyscw: x\n",
-		"negative":     "syscr: -1\nsyscw: 2\n",
-		"empty":        "",
-	} {
-		if v, err := parseIOSyscalls([]byte(bad)); err == nil {
-			t.Errorf("%s: parseIOSyscalls(%q) = %d, want an error", name, bad, v)
-		}
-	}
+	checkParser(t, "parseIOSyscalls", parseIOSyscalls,
+		"rchar: 123\nwchar: 456\nsyscr: 1000\nsyscw: 234\nread_bytes: 0\nwrite_bytes: 0\ncancelled_write_bytes: 0\n", 1234, map[string]string{
+			"no syscw":     "syscr: 1\n",
+			"not a number": "syscr: 1\nsyscw: x\n",
+			"negative":     "syscr: -1\nsyscw: 2\n",
+			"empty":        "",
+		})
 	// The process's own counters move with its system calls.
 	a, ok := ioSyscalls()
 	if runtime.GOOS != "linux" {
@@ -80,6 +73,20 @@ func TestHistQuantile(t *testing.T) {
 	}
 	if got := perTick(10, 0); !math.IsNaN(got) {
 		t.Errorf("perTick with no ticks = %v, want NaN", got)
+	}
+}
+
+// checkParser checks that parse reads want from good and refuses each of
+// bad.
+func checkParser(t *testing.T, name string, parse func([]byte) (uint64, error), good string, want uint64, bad map[string]string) {
+	t.Helper()
+	if got, err := parse([]byte(good)); err != nil || got != want {
+		t.Fatalf("%s(%q) = %d, %v; want %d", name, good, got, err, want)
+	}
+	for what, b := range bad {
+		if v, err := parse([]byte(b)); err == nil {
+			t.Errorf("%s: %s(%q) = %d, want an error", what, name, b, v)
+		}
 	}
 }
 
