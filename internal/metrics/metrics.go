@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
@@ -75,6 +76,11 @@ func New(service string) *Set {
 		Help: "Sensor publish to actuator reconstruction.", Buckets: LatencyBuckets,
 		ConstLabels: prometheus.Labels{"service": service}}, []string{"loop"})
 	reg.MustRegister(s.TickLatency)
+	// The process and its Go runtime, scheduler included: a party whose
+	// host has no CPU to spare shows it first as goroutines waiting to run
+	// (go_sched_latencies_seconds), before its ticks come late.
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)))
 	return s
 }
 
