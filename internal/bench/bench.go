@@ -427,18 +427,22 @@ func (rep *Report) Targets() []Target {
 	ts = append(ts, Target{Name: "Protocol 1 fixed mask d=100 p50 <= 2x floor", Measured: ok, Met: ok && ratio(f.Lat.P50, f.Floor.P50) <= 2,
 		Got: fmt.Sprintf("%.0f µs vs %.0f µs: %.2fx", us(f.Lat.P50), us(f.Floor.P50), ratio(f.Lat.P50, f.Floor.P50))})
 	var best, tried [2]int // without, with persistence
+	var last [2]ScaleRow   // the largest count tried
 	measured := false
 	for _, s := range rep.Scale {
 		i := 0
 		if s.Persist {
 			i, measured = 1, true
 		}
-		tried[i] = max(tried[i], s.Loops)
+		if s.Loops > tried[i] {
+			tried[i], last[i] = s.Loops, s
+		}
 		if s.OK {
 			best[i] = max(best[i], s.Loops)
 		}
 	}
-	got = fmt.Sprintf("%d loops (largest tried %d); without persistence %d (largest tried %d)", best[1], tried[1], best[0], tried[0])
+	got = fmt.Sprintf("%d loops (largest tried %d%s); without persistence %d (largest tried %d%s)", best[1], tried[1], whyFailed(last[1]),
+		best[0], tried[0], whyFailed(last[0]))
 	for _, f := range rep.ScaleFloor {
 		if f.Loops == 500 {
 			got += fmt.Sprintf("; the floor alone at 500 loops: p99 %.1f ms, %d misses", us(f.P99)/1e3, f.Misses)
@@ -449,6 +453,16 @@ func (rep *Report) Targets() []Target {
 	}
 	ts = append(ts, Target{Name: ">= 500 loops per party pair (25 Hz, p99 < 10 ms, no misses)", Measured: measured, Met: best[1] >= 500, Got: got})
 	return ts
+}
+
+// whyFailed describes a failed scale step for the targets' summary: its
+// p99 and misses, and the process's CPU and run-queue wait p99, which say
+// whether the host ran out of cores (waits.go); "" for a step that held.
+func whyFailed(r ScaleRow) string {
+	if r.OK || r.Loops == 0 {
+		return ""
+	}
+	return fmt.Sprintf(": p99 %.1f ms, %d misses, %.2f cores, run-queue p99 %.0f µs", us(r.P99)/1e3, r.Misses, r.CPU, us(r.SchedP99))
 }
 
 // parenthesized is " (s)", or "" for an empty s.

@@ -111,6 +111,25 @@ func TestOtherCSVHeaders(t *testing.T) {
 	}
 }
 
+// TestScaleTargetSaysWhy: the loops target names the largest count tried
+// in each mode and, where it failed, what its step measured.
+func TestScaleTargetSaysWhy(t *testing.T) {
+	rep := &Report{ScaleLimit: 10 * time.Millisecond, Scale: []ScaleRow{
+		{Loops: 50, Persist: true, OK: true},
+		{Loops: 100, Persist: true, P99: 12 * time.Millisecond, Misses: 3, CPU: 1.9, SchedP99: 1500 * time.Microsecond},
+		{Loops: 50, OK: true}}}
+	var scale Target
+	for _, tg := range rep.Targets() {
+		if strings.HasPrefix(tg.Name, ">= 500 loops") {
+			scale = tg
+		}
+	}
+	want := "50 loops (largest tried 100: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 1500 µs); without persistence 50 (largest tried 50)"
+	if !scale.Measured || scale.Met || scale.Got != want {
+		t.Errorf("scale target: %+v\nwant Got %q", scale, want)
+	}
+}
+
 // TestTargetsFloorBound checks that a missed latency target says so when the
 // floor itself is above it, and only then.
 func TestTargetsFloorBound(t *testing.T) {
