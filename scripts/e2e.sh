@@ -138,6 +138,23 @@ range_rejects() { metric $P_SENSOR duet_rejects_total 'reason="range"'; }
 mismatches() { party_metric duet_mismatches_total; }
 item_mismatches() { party_metric duet_mismatches_total 'kind="item"'; }
 version_mismatches() { party_metric duet_mismatches_total 'kind="version"'; }
+# run_queue: party0's Go scheduler, from one scrape: "WAITS OVER", the
+# run-queue waits counted and those over 0.92 ms (go_sched_latencies_seconds:
+# the count less the bucket that ends there); "-1 -1" if /metrics did not
+# answer three tries.
+run_queue() {
+	local body try
+	for try in 1 2 3; do
+		if body=$(curl -fsS --max-time 3 "http://127.0.0.1:$P_PARTY0/metrics" 2>/dev/null); then
+			awk '$1 == "go_sched_latencies_seconds_count" { n = $2 }
+				index($1, "go_sched_latencies_seconds_bucket{le=\"0.000917") == 1 { le = $2 }
+				END { printf "%d %d\n", n, n - le }' <<<"$body"
+			return
+		fi
+		sleep 0.5
+	done
+	echo "-1 -1"
+}
 
 # wait_ticks N TIMEOUT: wait until the actuator's ticks_total reaches N.
 wait_ticks() {
@@ -206,21 +223,24 @@ pass "loop running: $(ticks) ticks at the actuator, $(misses) start-up misses, p
 # late is a stall of the machine, and one longer than the 30 ms deadline
 # costs ticks whatever the stack does.
 t0=$(ticks) m0=$(misses)
+read -r q0 o0 < <(run_queue)
 stalls_out=$(mktemp)
 build/bin/duet stalls --for "${STEADY}s" --over 20ms >"$stalls_out" 2>&1 &
 stalls_pid=$!
 sleep "$STEADY"
 t1=$(ticks) m1=$(misses) r=$(range_rejects)
+read -r q1 o1 < <(run_queue)
 wait "$stalls_pid" || true
 host="host: $(cat "$stalls_out" 2>/dev/null || true)"
 rm -f "$stalls_out"
-readable "steady state" "$t0" "$m0" "$t1" "$m1" "$r"
-dt=$((t1 - t0)) dm=$((m1 - m0))
+readable "steady state" "$t0" "$m0" "$t1" "$m1" "$r" "$q0" "$o0" "$q1" "$o1"
+dt=$((t1 - t0)) dm=$((m1 - m0)) dq=$((q1 - q0)) dover=$((o1 - o0))
 min=$((STEADY * 25 * 8 / 10)) # 80% of the ticks of a 40 ms period
 ((dm <= MAX_MISSES)) || fail "steady state: $dm new deadline misses in ${STEADY} s ($dt ticks; load average $(cut -d' ' -f1-3 /proc/loadavg); $host)"
 ((dt >= min)) || fail "steady state: only $dt ticks in ${STEADY} s, want >= $min"
 ((r == 0)) || fail "steady state: the pendulum left the measurable range ($r rejects)"
-pass "steady ${STEADY} s: $dt ticks, $dm new misses (allowed $MAX_MISSES), pendulum in range ($host)"
+((dq > 0)) || fail "steady state: party0 exports no run-queue waits (go_sched_latencies_seconds_count $q0, then $q1)"
+pass "steady ${STEADY} s: $dt ticks, $dm new misses (allowed $MAX_MISSES), pendulum in range ($host; party0: $dover of $dq run-queue waits over 0.92 ms)"
 
 # 3. Dealers 1 -> 3 -> 1: parties never disagree on an item.
 im0=$(item_mismatches) vm0=$(version_mismatches) m0=$(misses) t0=$(ticks)
