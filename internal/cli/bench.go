@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/duet-mpc/duet/internal/bench"
+	"github.com/duet-mpc/duet/internal/party"
 	"github.com/duet-mpc/duet/pkg/codec"
 )
 
@@ -55,8 +56,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var coalesce time.Duration // 0: the default
 	if *coalesceFlag != "" {
 		d, err := time.ParseDuration(*coalesceFlag)
-		if err != nil || d < 0 || d > 10*time.Millisecond {
-			return fmt.Errorf("%w: --write-coalesce %q: want a duration from 0 (off) to 10ms", ErrUsage, *coalesceFlag)
+		if err != nil || d < 0 || d > party.MaxWriteCoalesce {
+			return fmt.Errorf("%w: --write-coalesce %q: want a duration from 0 (off) to %v", ErrUsage, *coalesceFlag, party.MaxWriteCoalesce)
 		}
 		if coalesce = d; d == 0 {
 			coalesce = -1 // off

@@ -32,6 +32,10 @@ type Config struct {
 // which loop counts hold with persistence (README, Measured results).
 const DefaultWriteCoalesce = time.Duration(0)
 
+// MaxWriteCoalesce bounds DUET_WRITE_COALESCE (and `duet bench
+// --write-coalesce`): the most a write may be held.
+const MaxWriteCoalesce = 10 * time.Millisecond
+
 // WriteCoalesceFor is the interval for a harness's setting (the bench's and
 // the demo's parties): 0 is DefaultWriteCoalesce, negative is off (0).
 func WriteCoalesceFor(setting time.Duration) time.Duration {
@@ -67,8 +71,8 @@ func (c *Config) Validate() error {
 	if c.PeerBatch < 1 || c.PeerBatch > codec.MaxBatchEnvelopes {
 		return fmt.Errorf("DUET_PEER_BATCH=%d: want 1..%d", c.PeerBatch, codec.MaxBatchEnvelopes)
 	}
-	if c.WriteCoalesce < 0 || c.WriteCoalesce > 10*time.Millisecond {
-		return fmt.Errorf("DUET_WRITE_COALESCE=%v: want 0..10ms", c.WriteCoalesce)
+	if c.WriteCoalesce < 0 || c.WriteCoalesce > MaxWriteCoalesce {
+		return fmt.Errorf("DUET_WRITE_COALESCE=%v: want 0..%v", c.WriteCoalesce, MaxWriteCoalesce)
 	}
 	if c.ItemWait <= 0 {
 		return fmt.Errorf("DUET_ITEM_WAIT=%v: want > 0", c.ItemWait)
