@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	rtmetrics "runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
@@ -114,9 +115,14 @@ type ScaleRow struct {
 	WriteCoalesce time.Duration
 	// The collector during the measurement (the whole process: server,
 	// parties, harness): completed cycles, and bytes allocated per measured
-	// tick.
-	GCs          int
-	AllocPerTick float64
+	// tick; the CPU the collector used in the cycles that ended during the
+	// measurement (runtime/metrics /cpu/classes/gc/total: marking, assists
+	// and pauses), and of that the assists, the marking taken from
+	// goroutines that allocate while a cycle runs (the parties' and the
+	// server's among them), which delays their messages directly.
+	GCs             int
+	AllocPerTick    float64
+	GCCPU, GCAssist time.Duration
 	// The parties' messages to each other per tick sent: NATS messages, and
 	// the protocol messages they carried (fewer messages when batched).
 	PeerMsgsPerTick, PeerEnvsPerTick float64
@@ -319,6 +325,7 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 		peerMsgs, envs       float64
 		gcs                  uint32
 		alloc                uint64
+		gcCPU, gcAssist      float64 // seconds
 	}
 	read := func() (c counts) {
 		c.abandoned = map[string]float64{}
@@ -335,6 +342,9 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		c.gcs, c.alloc = ms.NumGC, ms.TotalAlloc
+		gc := []rtmetrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/gc/mark/assist:cpu-seconds"}}
+		rtmetrics.Read(gc)
+		c.gcCPU, c.gcAssist = gcSeconds(gc[0]), gcSeconds(gc[1])
 		return
 	}
 	cm := startCPUMeter()
@@ -386,6 +396,8 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	s := Summarize(lat)
 	row.P50, row.P99 = s.P50, s.P99
 	row.GCs = int(c1.gcs - c0.gcs)
+	row.GCCPU = time.Duration((c1.gcCPU - c0.gcCPU) * 1e9)
+	row.GCAssist = time.Duration((c1.gcAssist - c0.gcAssist) * 1e9)
 	row.SchedP99, row.SyscallsPerTick = waited.SchedP99, perTick(waited.Syscalls, row.Ticks)
 	if row.Ticks > 0 {
 		row.AllocPerTick = float64(c1.alloc-c0.alloc) / float64(row.Ticks)
@@ -711,6 +723,15 @@ func writeGCSeries(path string, from, to time.Time) error {
 		}
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// gcSeconds is a runtime/metrics CPU-seconds sample's value (0 if this Go
+// does not have the metric).
+func gcSeconds(s rtmetrics.Sample) float64 {
+	if s.Value.Kind() != rtmetrics.KindFloat64 {
+		return 0
+	}
+	return s.Value.Float64()
 }
 
 // AbandonedBy formats PartyAbandoned as "reason=n" pairs, sorted by reason

@@ -43,6 +43,11 @@ func TestScaleQuick(t *testing.T) {
 		if r.AllocPerTick < 1000 || r.AllocPerTick > 1<<20 || r.GCs < 0 {
 			t.Errorf("%+v: allocation per tick %.0f B, %d GCs: not measured", r, r.AllocPerTick, r.GCs)
 		}
+		// The collector's CPU is in seconds, not nanoseconds: within what
+		// the whole machine had over the run, and the assists a part of it.
+		if r.GCAssist < 0 || r.GCAssist > r.GCCPU || r.GCCPU > time.Duration(runtime.NumCPU())*time.Minute {
+			t.Errorf("%+v: collector CPU %v of which assists %v", r, r.GCCPU, r.GCAssist)
+		}
 		// Per tick the parties exchange three protocol messages (two
 		// Protocol 1 messages, P0's Protocol 2 message), batched or not.
 		if r.PeerEnvsPerTick < 2.5 || r.PeerEnvsPerTick > 3.5 || r.PeerMsgsPerTick <= 0 || r.PeerMsgsPerTick > r.PeerEnvsPerTick {
