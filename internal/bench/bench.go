@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/duet-mpc/duet/internal/demo"
 	"github.com/duet-mpc/duet/pkg/mpc"
 	"github.com/duet-mpc/duet/pkg/plant"
@@ -142,7 +144,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	rep := &Report{Server: redact(opt.URL), Quick: opt.Quick, Started: time.Now(), ScaleLimit: 10 * time.Millisecond}
 	url := opt.URL
 	if url == "" {
-		ns, dir, err := demo.StartServer()
+		// The server's goroutines (and their clients' read and write
+		// loops) carry the broker's label: roles.go.
+		var ns *server.Server
+		var dir string
+		withRole(ctx, RoleBroker, func(context.Context) { ns, dir, err = demo.StartServer() })
 		if err != nil {
 			return nil, err
 		}
@@ -231,7 +237,18 @@ func startCPUProfile(path string) (func(), error) {
 		f.Close()
 		return nil, err
 	}
-	base := strings.TrimSuffix(path, ".pprof")
+	extras := startProfileExtras(strings.TrimSuffix(path, ".pprof"))
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		extras()
+	}, nil
+}
+
+// startProfileExtras starts what startCPUProfile adds to the CPU profile
+// (base.allocs-start now; base.block, base.mutex, base.allocs and, with
+// DUET_BENCH_TRACE=1, base.trace when the returned function is called).
+func startProfileExtras(base string) func() {
 	// The allocation profile is as of the last GC: collect first so that
 	// the difference holds this window's allocations, not earlier ones.
 	runtime.GC()
@@ -245,7 +262,8 @@ func startCPUProfile(path string) (func(), error) {
 	// latency and goroutine waits, for `go tool trace`.
 	var tf *os.File
 	if os.Getenv("DUET_BENCH_TRACE") == "1" {
-		if tf, err = os.Create(strings.TrimSuffix(path, ".pprof") + ".trace"); err == nil {
+		var err error
+		if tf, err = os.Create(base + ".trace"); err == nil {
 			if trace.Start(tf) != nil {
 				tf.Close()
 				tf = nil
@@ -257,8 +275,6 @@ func startCPUProfile(path string) (func(), error) {
 			trace.Stop()
 			tf.Close()
 		}
-		pprof.StopCPUProfile()
-		f.Close()
 		runtime.GC()
 		for _, name := range []string{"block", "mutex", "allocs"} {
 			if pf, err := os.Create(base + "." + name); err == nil {
@@ -268,7 +284,7 @@ func startCPUProfile(path string) (func(), error) {
 		}
 		runtime.SetBlockProfileRate(0)
 		runtime.SetMutexProfileFraction(0)
-	}, nil
+	}
 }
 
 func (rep *Report) write(dir string) error {
@@ -364,11 +380,13 @@ func runScaleSection(ctx context.Context, url string, plan Plan, cs mpc.Controll
 			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
-				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f stolen %s | parties: %d abandoned%s, %d without item | cpu %.2f cores, stolen %s, %d GCs (%.0f ms CPU, %.0f ms of it assists), %.1f KB allocated/tick, %.2f peer messages/tick for %.2f, run-queue p99 %.0fµs (floor %.0fµs), %s syscalls/tick (floor %s)  ok %v (set-up %v)",
+				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f stolen %s | parties: %d abandoned%s, %d without item | cpu %.2f cores, stolen %s, %d GCs (%.0f ms CPU, %.0f ms of it assists), %.1f KB allocated/tick, %.2f peer messages/tick for %.2f, run-queue p99 %.0fµs (floor %.0fµs), %s syscalls/tick (floor %s) | cores by role: parties %s + %s (%s µs/tick for the pair), broker %s, harness %s, collector %s, other %s  ok %v (set-up %v)",
 					r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong, r.Stalls, r.StallMax.Round(100*time.Microsecond),
 					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond), r.FloorCPU, Cores(r.FloorSteal), r.PartyMisses, parenthesized(r.AbandonedBy()), r.NoItem,
 					r.CPU, Cores(r.Steal), r.GCs, float64(r.GCCPU)/1e6, float64(r.GCAssist)/1e6, r.AllocPerTick/1024, r.PeerMsgsPerTick, r.PeerEnvsPerTick,
-					us(r.SchedP99), us(r.FloorSchedP99), Cores(r.SyscallsPerTick), Cores(r.FloorSyscallsPerTick), r.OK, r.Setup.Round(100*time.Millisecond))
+					us(r.SchedP99), us(r.FloorSchedP99), Cores(r.SyscallsPerTick), Cores(r.FloorSyscallsPerTick),
+					Cores(r.Roles.Party[0]), Cores(r.Roles.Party[1]), Cores(r.Roles.PairPerTick(r.Loops, r.Period)), Cores(r.Roles.Broker), Cores(r.Roles.Harness), Cores(r.Roles.Collector), Cores(r.Roles.Other),
+					r.OK, r.Setup.Round(100*time.Millisecond))
 			}})
 		if err != nil {
 			return err

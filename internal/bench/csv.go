@@ -21,7 +21,7 @@ var (
 	DealerHeader      = []string{"case", "variant", "compress", "replicas", "items_per_msg", "items", "seconds", "items_per_s", "payload_bytes_per_tick", "stream_bytes_per_item"}
 	ScaleHeader       = []string{"loops", "p50_us", "p99_us", "misses", "ok"}
 	ScaleFloorHeader  = []string{"loops", "ticks", "misses", "p50_us", "p99_us", "cpu_cores", "steal_cores", "sched_p99_us", "syscalls_per_tick"}
-	ScaleDetailHeader = []string{"loops", "persist", "ticks", "p50_us", "p99_us", "misses", "wrong", "ok", "floor_ticks", "floor_p50_us", "floor_p99_us", "floor_misses", "stalls", "stall_max_ms", "floor_stalls", "floor_stall_max_ms", "cpu_cores", "setup_s", "party_misses", "party_no_item", "floor_cpu_cores", "gc_cycles", "alloc_kb_per_tick", "peer_msgs_per_tick", "peer_envelopes_per_tick", "party_abandoned_by", "steal_cores", "floor_steal_cores", "party_held", "write_coalesce_us", "sched_p99_us", "floor_sched_p99_us", "syscalls_per_tick", "floor_syscalls_per_tick", "gc_cpu_ms", "gc_assist_ms"}
+	ScaleDetailHeader = []string{"loops", "persist", "ticks", "p50_us", "p99_us", "misses", "wrong", "ok", "floor_ticks", "floor_p50_us", "floor_p99_us", "floor_misses", "stalls", "stall_max_ms", "floor_stalls", "floor_stall_max_ms", "cpu_cores", "setup_s", "party_misses", "party_no_item", "floor_cpu_cores", "gc_cycles", "alloc_kb_per_tick", "peer_msgs_per_tick", "peer_envelopes_per_tick", "party_abandoned_by", "steal_cores", "floor_steal_cores", "party_held", "write_coalesce_us", "sched_p99_us", "floor_sched_p99_us", "syscalls_per_tick", "floor_syscalls_per_tick", "gc_cpu_ms", "gc_assist_ms", "party0_cores", "party1_cores", "broker_cores", "harness_cores", "collector_cores", "other_cores", "pair_cpu_us_per_tick"}
 )
 
 func writeCSV(dir, name string, header []string, rows [][]string) error {
@@ -92,7 +92,9 @@ func (rep *Report) WriteCSVs(dir string) error {
 			fi(r.FloorTicks), ff(us(r.FloorP50), 1), ff(us(r.FloorP99), 1), fi(r.FloorMisses),
 			fi(r.Stalls), ff(float64(r.StallMax)/1e6, 1), fi(r.FloorStalls), ff(float64(r.FloorStallMax)/1e6, 1), ff(r.CPU, 2), ff(r.Setup.Seconds(), 1), fi(r.PartyMisses), fi(r.NoItem), ff(r.FloorCPU, 2), fi(r.GCs), ff(r.AllocPerTick/1024, 2), ff(r.PeerMsgsPerTick, 2), ff(r.PeerEnvsPerTick, 2), r.AbandonedBy(), fnan(r.Steal, 2), fnan(r.FloorSteal, 2), fi(r.PartyHeld), ff(float64(r.WriteCoalesce)/1e3, 0),
 			ff(us(r.SchedP99), 1), ff(us(r.FloorSchedP99), 1), fnan(r.SyscallsPerTick, 2), fnan(r.FloorSyscallsPerTick, 2),
-			ff(float64(r.GCCPU)/1e6, 1), ff(float64(r.GCAssist)/1e6, 1)})
+			ff(float64(r.GCCPU)/1e6, 1), ff(float64(r.GCAssist)/1e6, 1),
+			fnan(r.Roles.Party[0], 3), fnan(r.Roles.Party[1], 3), fnan(r.Roles.Broker, 3), fnan(r.Roles.Harness, 3), fnan(r.Roles.Collector, 3), fnan(r.Roles.Other, 3),
+			fnan(r.Roles.PairPerTick(r.Loops, r.Period), 1)})
 	}
 	var sf [][]string
 	for _, r := range rep.ScaleFloor {

@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"context"
 	"os"
 	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/duet-mpc/duet/internal/demo"
 	"github.com/duet-mpc/duet/internal/sim"
@@ -13,7 +16,11 @@ import (
 // startServer starts an embedded NATS server for one test.
 func startServer(t *testing.T) string {
 	t.Helper()
-	ns, dir, err := demo.StartServer()
+	// Labelled as the bench labels its embedded server (roles.go).
+	var ns *server.Server
+	var dir string
+	var err error
+	withRole(context.Background(), RoleBroker, func(context.Context) { ns, dir, err = demo.StartServer() })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,34 +132,46 @@ func (r *rig) setupLoop(nc *nats.Conn, ls loopSpec) (*sensor.Sensor, error) {
 // `duet demo` runs them).
 func (r *rig) startParties(loops []string, persist bool, audit func(id int, loop string, tick, item uint64)) error {
 	for i := 0; i < 2; i++ {
-		nc, err := r.connect(fmt.Sprintf("party%d", i), bus.CoalesceWrites(party.WriteCoalesceFor(r.writeCoalesce)))
+		// The party's goroutines, its connection's among them, carry its
+		// label (roles.go).
+		var err error
+		withRole(r.ctx, []string{RoleParty0, RoleParty1}[i], func(context.Context) { err = r.startParty(i, loops, persist, audit) })
 		if err != nil {
 			return err
 		}
-		s, err := r.ids.sealer(codec.PartyRole(i))
-		if err != nil {
-			return err
-		}
-		m := metrics.New(fmt.Sprintf("party%d", i))
-		opt := party.Options{ID: i, Loops: loops, Log: r.log, Metrics: m, PeerBatch: r.peerBatch}
-		if audit != nil {
-			id := i
-			opt.Audit = func(loop string, tick, item uint64) { audit(id, loop, tick, item) }
-		}
-		if persist {
-			key, err := party.StateKey(r.ids.ids[codec.PartyRole(i)])
-			if err != nil {
-				return err
-			}
-			opt.StateKey, opt.StateStorage = &key, jetstream.MemoryStorage
-		}
-		p, err := party.New(nc, s, opt)
-		if err != nil {
-			return err
-		}
-		r.parties[i], r.pm[i] = p, m
-		r.run(fmt.Sprintf("party%d", i), r.ctx, p.Run)
 	}
+	return nil
+}
+
+// startParty starts party i.
+func (r *rig) startParty(i int, loops []string, persist bool, audit func(id int, loop string, tick, item uint64)) error {
+	nc, err := r.connect(fmt.Sprintf("party%d", i), bus.CoalesceWrites(party.WriteCoalesceFor(r.writeCoalesce)))
+	if err != nil {
+		return err
+	}
+	s, err := r.ids.sealer(codec.PartyRole(i))
+	if err != nil {
+		return err
+	}
+	m := metrics.New(fmt.Sprintf("party%d", i))
+	opt := party.Options{ID: i, Loops: loops, Log: r.log, Metrics: m, PeerBatch: r.peerBatch}
+	if audit != nil {
+		id := i
+		opt.Audit = func(loop string, tick, item uint64) { audit(id, loop, tick, item) }
+	}
+	if persist {
+		key, err := party.StateKey(r.ids.ids[codec.PartyRole(i)])
+		if err != nil {
+			return err
+		}
+		opt.StateKey, opt.StateStorage = &key, jetstream.MemoryStorage
+	}
+	p, err := party.New(nc, s, opt)
+	if err != nil {
+		return err
+	}
+	r.parties[i], r.pm[i] = p, m
+	r.run(fmt.Sprintf("party%d", i), r.ctx, p.Run)
 	return nil
 }
 
@@ -190,7 +202,7 @@ func (r *rig) startDealers(k, lowWater int, poll time.Duration) (func(), error) 
 		}
 		ctx, cancel := context.WithCancel(r.ctx)
 		stops = append(stops, func() { cancel(); nc.Close() })
-		r.run(name, ctx, d.Run)
+		withRole(ctx, RoleDealer, func(ctx context.Context) { r.run(name, ctx, d.Run) })
 	}
 	r.mu.Lock()
 	r.dealers = append(r.dealers, stopAll)

@@ -79,7 +79,8 @@ type ScaleOptions struct {
 // ScaleRow is one step of the search.
 type ScaleRow struct {
 	Loops    int
-	Ticks    int // measured ticks sent
+	Period   time.Duration // each loop's tick period
+	Ticks    int           // measured ticks sent
 	P50, P99 time.Duration
 	Misses   int
 	Wrong    int // reconstructed u outside the bound of the float64 controller
@@ -131,6 +132,10 @@ type ScaleRow struct {
 	// tick sent.
 	SchedP99, FloorSchedP99               time.Duration
 	SyscallsPerTick, FloorSyscallsPerTick float64
+	// Roles is the CPU by role over the measured ticks, warm-up included
+	// (roles.go): each party, the broker, the harness (sensors and
+	// actuators), the collector's background work and the rest.
+	Roles RoleCPU
 }
 
 func (o *ScaleOptions) defaults() {
@@ -178,8 +183,15 @@ func RunScale(ctx context.Context, opt ScaleOptions) ([]ScaleRow, error) {
 	return rows, nil
 }
 
-func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, error) {
-	row := ScaleRow{Loops: n, Persist: !opt.NoPersist, WriteCoalesce: party.WriteCoalesceFor(opt.WriteCoalesce)}
+// runScalePoint runs one step; its goroutines are the harness's (roles.go)
+// but for the parties', the dealers' and the server's.
+func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (row ScaleRow, err error) {
+	withRole(ctx, RoleHarness, func(ctx context.Context) { row, err = scalePoint(ctx, opt, n) })
+	return row, err
+}
+
+func scalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, error) {
+	row := ScaleRow{Loops: n, Period: opt.Period, Persist: !opt.NoPersist, WriteCoalesce: party.WriteCoalesceFor(opt.WriteCoalesce)}
 	began := time.Now()
 	r, err := newRig(ctx, opt.URL, opt.Log)
 	if err != nil {
@@ -308,13 +320,14 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	if !opt.NoPersist {
 		name += "-persist"
 	}
+	// The CPU by role (roles.go) from a profile of the measured ticks
+	// (warm-up included); with ProfileDir the profile and the extras of
+	// startCPUProfile are written there.
 	if opt.ProfileDir != "" {
-		stop, err := startCPUProfile(filepath.Join(opt.ProfileDir, name+".pprof"))
-		if err != nil {
-			return row, err
-		}
-		defer stop()
+		defer startProfileExtras(filepath.Join(opt.ProfileDir, name))()
 	}
+	prof := startRoleProfile()
+	defer prof.stop()
 	// The parties' counters and the collector's, read when the measured
 	// ticks begin and once they are all answered (the warm-up's ticks are
 	// not in Ticks, so they stay out of these too).
@@ -377,6 +390,16 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, erro
 	row.Stalls, row.StallMax = st.Count, st.Worst
 	time.Sleep(opt.Deadline + 100*time.Millisecond)
 	row.CPU, row.Steal = cm.cores(wall)
+	roles, raw, err := prof.stop()
+	if err != nil {
+		return row, err
+	}
+	row.Roles = roles
+	if opt.ProfileDir != "" && raw != nil {
+		if err := os.WriteFile(filepath.Join(opt.ProfileDir, name+".pprof"), raw, 0o644); err != nil {
+			return row, err
+		}
+	}
 	c1 := read()
 	row.PartyMisses, row.NoItem, row.PartyHeld = c1.misses-c0.misses, c1.noItem-c0.noItem, c1.held-c0.held
 	row.PartyAbandoned = map[string]int{}

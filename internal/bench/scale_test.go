@@ -53,6 +53,22 @@ func TestScaleQuick(t *testing.T) {
 		if r.PeerEnvsPerTick < 2.5 || r.PeerEnvsPerTick > 3.5 || r.PeerMsgsPerTick <= 0 || r.PeerMsgsPerTick > r.PeerEnvsPerTick {
 			t.Errorf("%+v: %.2f peer messages for %.2f envelopes per tick", r, r.PeerMsgsPerTick, r.PeerEnvsPerTick)
 		}
+		// The CPU by role was measured, each part within what the machine
+		// has, and the parts add up to the process's CPU (the profile
+		// samples it; its window is a little longer than the meter's).
+		rc := r.Roles
+		parts := []float64{rc.Party[0], rc.Party[1], rc.Broker, rc.Harness, rc.Collector, rc.Other}
+		for _, v := range parts {
+			if math.IsNaN(v) || v < 0 || v > float64(runtime.NumCPU()) {
+				t.Errorf("%+v: CPU by role %+v", r, rc)
+			}
+		}
+		if rc.Samples == 0 || rc.Total() > 2*r.CPU+0.05 {
+			t.Errorf("%+v: CPU by role %+v (total %.3f) against %.3f cores for the process", r, rc, rc.Total(), r.CPU)
+		}
+		if r.Period != 40*time.Millisecond {
+			t.Errorf("%+v: period %v", r, r.Period)
+		}
 		abandoned := 0
 		for _, n := range r.PartyAbandoned {
 			abandoned += n

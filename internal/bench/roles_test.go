@@ -1,0 +1,100 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+)
+
+// A synthetic profile: every role's samples land in its column, unlabelled
+// background marking in Collector, anything else unlabelled in Other.
+func TestCPUByRole(t *testing.T) {
+	fn := func(id uint64, name string) *profile.Function { return &profile.Function{ID: id, Name: name} }
+	work, mark, sched := fn(1, "github.com/duet-mpc/duet/internal/party.(*worker).handle"), fn(2, "runtime.gcBgMarkWorker"), fn(3, "runtime.schedule")
+	loc := func(id uint64, f *profile.Function) *profile.Location {
+		return &profile.Location{ID: id, Line: []profile.Line{{Function: f}}}
+	}
+	lw, lm, ls := loc(1, work), loc(2, mark), loc(3, sched)
+	ms := int64(time.Millisecond)
+	sample := func(ns int64, l *profile.Location, role string) *profile.Sample {
+		s := &profile.Sample{Location: []*profile.Location{l}, Value: []int64{ns / (10 * ms), ns}}
+		if role != "" {
+			s.Label = map[string][]string{roleLabel: {role}}
+		}
+		return s
+	}
+	p := &profile.Profile{
+		SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		PeriodType: &profile.ValueType{Type: "cpu", Unit: "nanoseconds"}, Period: 10 * ms,
+		Function: []*profile.Function{work, mark, sched}, Location: []*profile.Location{lw, lm, ls},
+		Sample: []*profile.Sample{
+			sample(400*ms, lw, RoleParty0), sample(300*ms, lw, RoleParty1), sample(100*ms, lw, RoleParty1),
+			sample(500*ms, lw, RoleBroker), sample(200*ms, lw, RoleHarness), sample(100*ms, lw, RoleDealer), // a dealer: Other
+			sample(50*ms, lm, ""), sample(30*ms, ls, ""),
+		},
+	}
+	var buf bytes.Buffer
+	if err := p.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cpuByRole(buf.Bytes(), 2*time.Second) // over 2 s of wall
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := RoleCPU{Party: [2]float64{0.2, 0.2}, Broker: 0.25, Harness: 0.1, Collector: 0.025, Other: 0.065, Samples: 8}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	if !near(c.Party[0], want.Party[0]) || !near(c.Party[1], want.Party[1]) || !near(c.Broker, want.Broker) || !near(c.Harness, want.Harness) ||
+		!near(c.Collector, want.Collector) || !near(c.Other, want.Other) || c.Samples != want.Samples {
+		t.Errorf("got %+v, want %+v", c, want)
+	}
+	if !near(c.Total(), 0.84) || !near(c.Pair(), 0.4) { // 1,680 ms over 2 s
+		t.Errorf("total %v, pair %v", c.Total(), c.Pair())
+	}
+	// 0.4 cores for 100 loops at 25 Hz: 160 µs per tick for the pair.
+	if got := c.PairPerTick(100, 40*time.Millisecond); !near(got, 160) {
+		t.Errorf("pair per tick %v µs, want 160", got)
+	}
+	if _, err := cpuByRole([]byte("not a profile"), time.Second); err == nil {
+		t.Error("a malformed profile was read")
+	}
+}
+
+// A real profile: a goroutine started inside withRole spins, and its CPU
+// lands in its role's column (the label is inherited).
+func TestRoleProfileInherits(t *testing.T) {
+	prof := startRoleProfile()
+	if !prof.on {
+		t.Skip("another CPU profile is running")
+	}
+	var wg sync.WaitGroup
+	withRole(context.Background(), RoleParty1, func(context.Context) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := 1.0
+			for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); {
+				for i := 0; i < 1000; i++ {
+					x = math.Sqrt(x + float64(i))
+				}
+			}
+			_ = x
+		}()
+	})
+	wg.Wait()
+	c, raw, err := prof.stop()
+	if err != nil || raw == nil {
+		t.Fatal(err, raw == nil)
+	}
+	others := c.Party[0] + c.Broker + c.Harness + c.Collector + c.Other
+	if c.Party[1] < 0.1 || c.Party[1] < 3*others {
+		t.Errorf("a spinning goroutine labelled party1: %+v", c)
+	}
+	if c2, _, _ := prof.stop(); !math.IsNaN(c2.Pair()) {
+		t.Errorf("stopped twice: %+v", c2)
+	}
+}
