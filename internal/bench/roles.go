@@ -20,7 +20,9 @@ import (
 // reader and flusher, a server client's read and write loops), and a CPU
 // profile of the step splits the process's CPU by label. The collector's
 // background marking has no label (its own column); an assist is charged to
-// the goroutine that allocated, i.e. to its role. Everything else (the
+// the goroutine that allocated, i.e. to its role. The NATS server labels
+// its JetStream goroutines itself (account, stream, consumer), replacing
+// the inherited label: those are the broker's too. Everything else (the
 // scheduler, timers' goroutines, dealers, which are stopped before the
 // measurement) is Other.
 
@@ -126,6 +128,10 @@ func cpuByRole(raw []byte, wall time.Duration) (RoleCPU, error) {
 		role := ""
 		if l := s.Label[roleLabel]; len(l) > 0 {
 			role = l[0]
+		} else if len(s.Label["account"]) > 0 || len(s.Label["stream"]) > 0 {
+			// The NATS server replaces the labels of its streams' and
+			// consumers' goroutines with its own (account, stream, ...).
+			role = RoleBroker
 		}
 		switch role {
 		case RoleParty0:

@@ -11,8 +11,9 @@ import (
 	"github.com/google/pprof/profile"
 )
 
-// A synthetic profile: every role's samples land in its column, unlabelled
-// background marking in Collector, anything else unlabelled in Other.
+// A synthetic profile: every role's samples land in its column, the NATS
+// server's own JetStream labels in Broker, unlabelled background marking in
+// Collector, anything else in Other.
 func TestCPUByRole(t *testing.T) {
 	fn := func(id uint64, name string) *profile.Function { return &profile.Function{ID: id, Name: name} }
 	work, mark, sched := fn(1, "github.com/duet-mpc/duet/internal/party.(*worker).handle"), fn(2, "runtime.gcBgMarkWorker"), fn(3, "runtime.schedule")
@@ -35,7 +36,7 @@ func TestCPUByRole(t *testing.T) {
 		Sample: []*profile.Sample{
 			sample(400*ms, lw, RoleParty0), sample(300*ms, lw, RoleParty1), sample(100*ms, lw, RoleParty1),
 			sample(500*ms, lw, RoleBroker), sample(200*ms, lw, RoleHarness), sample(100*ms, lw, RoleDealer), // a dealer: Other
-			sample(50*ms, lm, ""), sample(30*ms, ls, ""),
+			sample(50*ms, lm, ""), sample(30*ms, ls, ""), serverLabelled(sample(60*ms, lw, ""), "stream", "KV_duet-state-party0"),
 		},
 	}
 	var buf bytes.Buffer
@@ -46,13 +47,13 @@ func TestCPUByRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := RoleCPU{Party: [2]float64{0.2, 0.2}, Broker: 0.25, Harness: 0.1, Collector: 0.025, Other: 0.065, Samples: 8}
+	want := RoleCPU{Party: [2]float64{0.2, 0.2}, Broker: 0.28, Harness: 0.1, Collector: 0.025, Other: 0.065, Samples: 9}
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	if !near(c.Party[0], want.Party[0]) || !near(c.Party[1], want.Party[1]) || !near(c.Broker, want.Broker) || !near(c.Harness, want.Harness) ||
 		!near(c.Collector, want.Collector) || !near(c.Other, want.Other) || c.Samples != want.Samples {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
-	if !near(c.Total(), 0.84) || !near(c.Pair(), 0.4) { // 1,680 ms over 2 s
+	if !near(c.Total(), 0.87) || !near(c.Pair(), 0.4) { // 1,740 ms over 2 s
 		t.Errorf("total %v, pair %v", c.Total(), c.Pair())
 	}
 	// 0.4 cores for 100 loops at 25 Hz: 160 µs per tick for the pair.
@@ -62,6 +63,13 @@ func TestCPUByRole(t *testing.T) {
 	if _, err := cpuByRole([]byte("not a profile"), time.Second); err == nil {
 		t.Error("a malformed profile was read")
 	}
+}
+
+// serverLabelled gives s the labels the NATS server sets on its JetStream
+// goroutines (no role).
+func serverLabelled(s *profile.Sample, k, v string) *profile.Sample {
+	s.Label = map[string][]string{"account": {"$G"}, k: {v}}
+	return s
 }
 
 // A real profile: a goroutine started inside withRole spins, and its CPU
