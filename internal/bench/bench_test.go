@@ -117,14 +117,16 @@ func TestScaleTargetSaysWhy(t *testing.T) {
 	rep := &Report{ScaleLimit: 10 * time.Millisecond, Scale: []ScaleRow{
 		{Loops: 50, Persist: true, OK: true},
 		{Loops: 100, Persist: true, P99: 12 * time.Millisecond, Misses: 3, CPU: 1.9, SchedP99: 1500 * time.Microsecond},
-		{Loops: 50, OK: true}}}
+		{Loops: 50, OK: true},
+		{Loops: 100, P99: 11 * time.Millisecond, CPU: 1.5, SchedP99: 900 * time.Microsecond,
+			Roles: RoleCPU{Party: [2]float64{0.3, 0.4}, Broker: 0.5, Samples: 120}}}}
 	var scale Target
 	for _, tg := range rep.Targets() {
 		if strings.HasPrefix(tg.Name, ">= 500 loops") {
 			scale = tg
 		}
 	}
-	want := "50 loops (largest tried 100: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 1500 µs); without persistence 50 (largest tried 50)"
+	want := "50 loops (largest tried 100: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 1500 µs); without persistence 50 (largest tried 100: p99 11.0 ms, 0 misses, 1.50 cores (the parties 0.70, the server 0.50), run-queue p99 900 µs)"
 	if !scale.Measured || scale.Met || scale.Got != want {
 		t.Errorf("scale target: %+v\nwant Got %q", scale, want)
 	}
