@@ -18,17 +18,25 @@ import (
 // the broker's, not the product's.
 func floorLoops(ctx context.Context, url string, sz FloorSizes, n int, period, warmup, duration, deadline time.Duration) (r floorResult, err error) {
 	var conns [4]*nats.Conn // sensor, p0, p1, actuator
+	// The two relays play the parties: their connections and subscriptions
+	// carry the parties' labels (roles.go), the sensor's and actuator's the
+	// caller's.
+	roles := [4]string{"", RoleParty0, RoleParty1, ""}
 	for i := range conns {
-		if conns[i], err = nats.Connect(url, nats.Name(fmt.Sprintf("duet-floor-loops-%d", i))); err != nil {
+		connect := func(context.Context) {
+			conns[i], err = nats.Connect(url, nats.Name(fmt.Sprintf("duet-floor-loops-%d", i)))
+		}
+		if roles[i] != "" {
+			withRole(ctx, roles[i], connect)
+		} else {
+			connect(ctx)
+		}
+		if err != nil {
 			return r, err
 		}
 		defer conns[i].Close()
 	}
 	prefix := "floor." + uniqueTag()
-	type key struct {
-		loop string
-		tick string
-	}
 	exch, out, meas := make([]byte, sz.Exchange), make([]byte, sz.Output), make([]byte, sz.Measure)
 	// split returns loop and tick of prefix.<loop>.<kind>.<tick>.
 	split := func(subj string) (string, string, bool) {
@@ -39,37 +47,8 @@ func floorLoops(ctx context.Context, url string, sz FloorSizes, n int, period, w
 		return parts[0], parts[2], true
 	}
 	for i := 0; i < 2; i++ {
-		nc, id := conns[1+i], i
-		var mu sync.Mutex
-		got := map[key]int{}
-		step := func(k key) {
-			mu.Lock()
-			got[k]++
-			ready := got[k] == 2
-			if ready {
-				delete(got, k)
-			}
-			mu.Unlock()
-			if ready {
-				nc.Publish(prefix+"."+k.loop+".out."+k.tick, out)
-			}
-		}
-		if _, err := nc.Subscribe(fmt.Sprintf("%s.*.m%d.*", prefix, id), func(m *nats.Msg) {
-			if loop, tick, ok := split(m.Subject); ok {
-				nc.Publish(fmt.Sprintf("%s.%s.x%d.%s", prefix, loop, 1-id, tick), exch)
-				step(key{loop, tick})
-			}
-		}); err != nil {
-			return r, err
-		}
-		if _, err := nc.Subscribe(fmt.Sprintf("%s.*.x%d.*", prefix, id), func(m *nats.Msg) {
-			if loop, tick, ok := split(m.Subject); ok {
-				step(key{loop, tick})
-			}
-		}); err != nil {
-			return r, err
-		}
-		if err := nc.Flush(); err != nil {
+		withRole(ctx, roles[1+i], func(context.Context) { err = floorRelay(conns[1+i], i, prefix, exch, out, split) })
+		if err != nil {
 			return r, err
 		}
 	}
@@ -80,7 +59,7 @@ func floorLoops(ctx context.Context, url string, sz FloorSizes, n int, period, w
 		lat      time.Duration
 	}
 	var mu sync.Mutex
-	ticks := map[key]*tickState{}
+	ticks := map[floorKey]*tickState{}
 	if _, err := conns[3].Subscribe(prefix+".*.out.*", func(m *nats.Msg) {
 		loop, tick, ok := split(m.Subject)
 		if !ok {
@@ -88,7 +67,7 @@ func floorLoops(ctx context.Context, url string, sz FloorSizes, n int, period, w
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if ts := ticks[key{loop, tick}]; ts != nil {
+		if ts := ticks[floorKey{loop, tick}]; ts != nil {
 			ts.outs++
 			if ts.outs == 2 {
 				ts.lat = time.Since(ts.start)
@@ -118,7 +97,7 @@ func floorLoops(ctx context.Context, url string, sz FloorSizes, n int, period, w
 				}
 				tick := strconv.Itoa(t)
 				mu.Lock()
-				ticks[key{loop, tick}] = &tickState{start: now, measured: !now.Before(measureFrom)}
+				ticks[floorKey{loop, tick}] = &tickState{start: now, measured: !now.Before(measureFrom)}
 				mu.Unlock()
 				conns[0].Publish(prefix+"."+loop+".m0."+tick, meas)
 				conns[0].Publish(prefix+"."+loop+".m1."+tick, meas)
@@ -155,4 +134,46 @@ func floorLoops(ctx context.Context, url string, sz FloorSizes, n int, period, w
 type floorResult struct {
 	Lat               []time.Duration
 	Sent, Misses, All int
+}
+
+// floorKey is one tick of one loop of the floor.
+type floorKey struct {
+	loop string
+	tick string
+}
+
+// floorRelay makes nc relay id of the floor: on a measurement it sends the
+// exchange message to the other relay, and once it has both the measurement
+// and the other relay's message it sends the output.
+func floorRelay(nc *nats.Conn, id int, prefix string, exch, out []byte, split func(string) (string, string, bool)) error {
+	var mu sync.Mutex
+	got := map[floorKey]int{}
+	step := func(k floorKey) {
+		mu.Lock()
+		got[k]++
+		ready := got[k] == 2
+		if ready {
+			delete(got, k)
+		}
+		mu.Unlock()
+		if ready {
+			nc.Publish(prefix+"."+k.loop+".out."+k.tick, out)
+		}
+	}
+	if _, err := nc.Subscribe(fmt.Sprintf("%s.*.m%d.*", prefix, id), func(m *nats.Msg) {
+		if loop, tick, ok := split(m.Subject); ok {
+			nc.Publish(fmt.Sprintf("%s.%s.x%d.%s", prefix, loop, 1-id, tick), exch)
+			step(floorKey{loop, tick})
+		}
+	}); err != nil {
+		return err
+	}
+	if _, err := nc.Subscribe(fmt.Sprintf("%s.*.x%d.*", prefix, id), func(m *nats.Msg) {
+		if loop, tick, ok := split(m.Subject); ok {
+			step(floorKey{loop, tick})
+		}
+	}); err != nil {
+		return err
+	}
+	return nc.Flush()
 }

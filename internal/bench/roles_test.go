@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/pprof/profile"
+	"github.com/nats-io/nats.go"
 )
 
 // A synthetic profile: every role's samples land in its column, the NATS
@@ -104,5 +107,75 @@ func TestRoleProfileInherits(t *testing.T) {
 	}
 	if c2, _, _ := prof.stop(); !math.IsNaN(c2.Pair()) {
 		t.Errorf("stopped twice: %+v", c2)
+	}
+}
+
+// labelledGoroutines counts the live goroutines by role label whose stacks
+// hold a function containing fn (the goroutine profile keeps labels).
+func labelledGoroutines(t *testing.T, fn string) map[string]int {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.ParseData(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, s := range p.Sample {
+		role := "none"
+		if l := s.Label[roleLabel]; len(l) > 0 {
+			role = l[0]
+		}
+		for _, loc := range s.Location {
+			for _, ln := range loc.Line {
+				if ln.Function != nil && strings.Contains(ln.Function.Name, fn) {
+					n[role] += int(s.Value[0])
+				}
+			}
+		}
+	}
+	return n
+}
+
+// The goroutines the bench starts carry the right labels: each party's
+// (its service and its NATS connection's reader) and the floor's relays'
+// (their subscriptions' deliverers).
+func TestRolesLabelGoroutines(t *testing.T) {
+	url := startServer(t)
+	ctx := context.Background()
+	r, err := newRig(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	if err := r.startParties([]string{"roles-test"}, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	nc := make([]*nats.Conn, 2)
+	for i := range nc {
+		withRole(ctx, []string{RoleParty0, RoleParty1}[i], func(context.Context) {
+			if nc[i], err = nats.Connect(url); err == nil {
+				err = floorRelay(nc[i], i, "roles-test-floor", nil, nil, func(string) (string, string, bool) { return "", "", false })
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc[i].Close()
+	}
+	time.Sleep(50 * time.Millisecond) // the services' goroutines start
+	readers := labelledGoroutines(t, ".(*Conn).readLoop") // nats.go
+	// Each party's connection, and each relay's.
+	if readers[RoleParty0] < 2 || readers[RoleParty1] < 2 {
+		t.Errorf("NATS connection readers by role: %v", readers)
+	}
+	if n := labelledGoroutines(t, "internal/party.(*Service).Run"); n[RoleParty0] < 1 || n[RoleParty1] < 1 || n["none"] > 0 {
+		t.Errorf("party service goroutines by role: %v", n)
+	}
+	// The server's client read loops carry the broker's label.
+	if n := labelledGoroutines(t, "server.(*client).readLoop"); n[RoleBroker] < 4 || n["none"] > 0 {
+		t.Errorf("NATS server client readers by role: %v", n)
 	}
 }

@@ -134,8 +134,10 @@ type ScaleRow struct {
 	SyscallsPerTick, FloorSyscallsPerTick float64
 	// Roles is the CPU by role over the measured ticks, warm-up included
 	// (roles.go): each party, the broker, the harness (sensors and
-	// actuators), the collector's background work and the rest.
-	Roles RoleCPU
+	// actuators), the collector's background work and the rest. FloorRoles
+	// is the same for the floor's run, whose two relays stand for the
+	// parties.
+	Roles, FloorRoles RoleCPU
 }
 
 func (o *ScaleOptions) defaults() {
@@ -267,9 +269,13 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, error) 
 		return row, err
 	}
 	mon := startStallMonitor()
-	fm, fw := startCPUMeter(), startWaitMeter()
+	fm, fw, fprof := startCPUMeter(), startWaitMeter(), startRoleProfile()
 	fr, err := floorLoops(ctx, opt.URL, sizes, n, opt.Period, opt.Warmup, opt.Duration, opt.Deadline)
 	row.FloorCPU, row.FloorSteal = fm.cores(0)
+	var perr error
+	if row.FloorRoles, _, perr = fprof.stop(); perr != nil {
+		r.log.Warn("bench: the floor's CPU by role not measured", "loops", n, "err", perr)
+	}
 	fwaits := fw.end()
 	st := mon.End()
 	row.FloorStalls, row.FloorStallMax = st.Count, st.Worst

@@ -66,6 +66,10 @@ func TestScaleQuick(t *testing.T) {
 		if rc.Samples == 0 || rc.Total() > 2*r.CPU+0.05 {
 			t.Errorf("%+v: CPU by role %+v (total %.3f) against %.3f cores for the process", r, rc, rc.Total(), r.CPU)
 		}
+		// The floor's relays and server were labelled too.
+		if fr := r.FloorRoles; math.IsNaN(fr.Pair()) || fr.Samples == 0 || fr.Pair() < 0 || fr.Broker < 0 || fr.Total() > 2*r.FloorCPU+0.05 {
+			t.Errorf("%+v: the floor's CPU by role %+v against %.3f cores", r, fr, r.FloorCPU)
+		}
 		if r.Period != 40*time.Millisecond {
 			t.Errorf("%+v: period %v", r, r.Period)
 		}
