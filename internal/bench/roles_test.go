@@ -165,7 +165,7 @@ func TestRolesLabelGoroutines(t *testing.T) {
 		}
 		defer nc[i].Close()
 	}
-	time.Sleep(50 * time.Millisecond) // the services' goroutines start
+	time.Sleep(50 * time.Millisecond)                     // the services' goroutines start
 	readers := labelledGoroutines(t, ".(*Conn).readLoop") // nats.go
 	// Each party's connection, and each relay's.
 	if readers[RoleParty0] < 2 || readers[RoleParty1] < 2 {
