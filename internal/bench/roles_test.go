@@ -165,17 +165,26 @@ func TestRolesLabelGoroutines(t *testing.T) {
 		}
 		defer nc[i].Close()
 	}
-	time.Sleep(50 * time.Millisecond)                     // the services' goroutines start
-	readers := labelledGoroutines(t, ".(*Conn).readLoop") // nats.go
-	// Each party's connection, and each relay's.
+	// The services' goroutines start on their own: wait for them (5 s).
+	var readers, runs, server map[string]int
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		readers = labelledGoroutines(t, ".(*Conn).readLoop") // nats.go
+		runs = labelledGoroutines(t, "internal/party.(*Service).Run")
+		server = labelledGoroutines(t, "server.(*client).readLoop")
+		// Each party's connection and each relay's; each party's
+		// service; the server's client read loops.
+		ok := readers[RoleParty0] >= 2 && readers[RoleParty1] >= 2 && runs[RoleParty0] >= 1 && runs[RoleParty1] >= 1 && server[RoleBroker] >= 4
+		if ok || time.Now().After(end) {
+			break
+		}
+	}
 	if readers[RoleParty0] < 2 || readers[RoleParty1] < 2 {
 		t.Errorf("NATS connection readers by role: %v", readers)
 	}
-	if n := labelledGoroutines(t, "internal/party.(*Service).Run"); n[RoleParty0] < 1 || n[RoleParty1] < 1 || n["none"] > 0 {
-		t.Errorf("party service goroutines by role: %v", n)
+	if runs[RoleParty0] < 1 || runs[RoleParty1] < 1 || runs["none"] > 0 {
+		t.Errorf("party service goroutines by role: %v", runs)
 	}
-	// The server's client read loops carry the broker's label.
-	if n := labelledGoroutines(t, "server.(*client).readLoop"); n[RoleBroker] < 4 || n["none"] > 0 {
-		t.Errorf("NATS server client readers by role: %v", n)
+	if server[RoleBroker] < 4 || server["none"] > 0 {
+		t.Errorf("NATS server client readers by role: %v", server)
 	}
 }
