@@ -130,11 +130,13 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 		tw.Flush()
 	}
 	if len(rep.Scale) > 0 {
-		fmt.Fprintf(w, "\nConcurrent 25 Hz loops on one P0/P1 pair (ok: p99 < %v, no misses); floor: same loops, no computation or encryption\n", rep.ScaleLimit)
-		fmt.Fprintln(tw, "loops\tpersist\tticks\tp50 µs\tp99 µs\tmisses\twrong\tfloor p50\tfloor p99\tfloor misses\tcpu cores\tstolen\trun-queue p99 µs\tsyscalls/tick\tok\t")
+		fmt.Fprintf(w, "\nConcurrent 25 Hz loops on one P0/P1 pair (ok: p99 < %v, no misses); floor: same loops, no computation or encryption; parties and server: their share of the cpu cores (the floor's relays and server in parentheses)\n", rep.ScaleLimit)
+		fmt.Fprintln(tw, "loops\tpersist\tticks\tp50 µs\tp99 µs\tmisses\twrong\tfloor p50\tfloor p99\tfloor misses\tcpu cores\tparties (floor)\tserver (floor)\tstolen\trun-queue p99 µs\tsyscalls/tick\tok\t")
 		for _, r := range rep.Scale {
-			fmt.Fprintf(tw, "%d\t%v\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%v\t\n", r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong,
-				us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.CPU, bench.Cores(r.Steal), us(r.SchedP99), bench.Cores(r.SyscallsPerTick), r.OK)
+			fmt.Fprintf(tw, "%d\t%v\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%.2f\t%s (%s)\t%s (%s)\t%s\t%s\t%s\t%v\t\n", r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong,
+				us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.CPU,
+				bench.Cores(r.Roles.Pair()), bench.Cores(r.FloorRoles.Pair()), bench.Cores(r.Roles.Broker), bench.Cores(r.FloorRoles.Broker),
+				bench.Cores(r.Steal), us(r.SchedP99), bench.Cores(r.SyscallsPerTick), r.OK)
 		}
 		tw.Flush()
 	}

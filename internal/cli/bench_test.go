@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/duet-mpc/duet/internal/bench"
+)
+
+// The summary's scale table shows the parties' and the server's share of
+// the CPU beside the floor's, and n/a where the split was not measured.
+func TestPrintSummaryScaleRoles(t *testing.T) {
+	nan := math.NaN()
+	rep := &bench.Report{ScaleLimit: 10 * time.Millisecond, Scale: []bench.ScaleRow{
+		{Loops: 200, Persist: true, Ticks: 30000, CPU: 1.52, OK: true,
+			Roles:      bench.RoleCPU{Party: [2]float64{0.26, 0.33}, Broker: 0.61, Samples: 900},
+			FloorRoles: bench.RoleCPU{Party: [2]float64{0.13, 0.16}, Broker: 0.52, Samples: 700}},
+		{Loops: 300, Ticks: 45000, CPU: 1.45,
+			Roles:      bench.RoleCPU{Party: [2]float64{nan, nan}, Broker: nan},
+			FloorRoles: bench.RoleCPU{Party: [2]float64{nan, nan}, Broker: nan}},
+	}}
+	var buf bytes.Buffer
+	printSummary(&buf, rep, "out")
+	out := buf.String()
+	var rows []string
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "200" || f[0] == "300") {
+			rows = append(rows, l)
+		}
+	}
+	if !strings.Contains(out, "parties (floor)") || len(rows) != 2 {
+		t.Fatalf("no scale table with the roles:\n%s", out)
+	}
+	if !strings.Contains(rows[0], "0.59 (0.29)") || !strings.Contains(rows[0], "0.61 (0.52)") {
+		t.Errorf("200 loops: want the parties 0.59 (floor 0.29) and the server 0.61 (0.52): %q", rows[0])
+	}
+	if !strings.Contains(rows[1], "n/a (n/a)") {
+		t.Errorf("300 loops, not measured: want n/a: %q", rows[1])
+	}
+}
