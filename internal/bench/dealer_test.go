@@ -35,13 +35,8 @@ func TestDealerQuick(t *testing.T) {
 // A controller whose items exceed a multi-item message's budget gets fewer
 // items per message, and the queue keeps the capacity asked for, in items.
 func TestLargeItemsKeepQueueCapacity(t *testing.T) {
-	url := startServer(t)
+	r := startRig(t)
 	ctx := context.Background()
-	r, err := newRig(ctx, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.close()
 	const queueMax = 400
 	for _, c := range []struct {
 		loop    string

@@ -32,6 +32,18 @@ func startServer(t *testing.T) string {
 	return ns.ClientURL()
 }
 
+// startRig starts an embedded server and a rig on it, closed when the test
+// ends.
+func startRig(t *testing.T) *rig {
+	t.Helper()
+	r, err := newRig(context.Background(), startServer(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.close)
+	return r
+}
+
 func pendulum(t testing.TB) (mpc.ControllerSpec, plant.Spec) {
 	t.Helper()
 	cs, ps, err := sim.LoadSpecs("../../examples/qube-servo2/controller.json", "../../examples/qube-servo2/plant.json")

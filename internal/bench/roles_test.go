@@ -143,18 +143,14 @@ func labelledGoroutines(t *testing.T, fn string) map[string]int {
 // (its service and its NATS connection's reader) and the floor's relays'
 // (their subscriptions' deliverers).
 func TestRolesLabelGoroutines(t *testing.T) {
-	url := startServer(t)
-	ctx := context.Background()
-	r, err := newRig(ctx, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.close()
+	r := startRig(t)
+	ctx, url := context.Background(), r.url
 	if err := r.startParties([]string{"roles-test"}, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	nc := make([]*nats.Conn, 2)
 	for i := range nc {
+		var err error
 		withRole(ctx, []string{RoleParty0, RoleParty1}[i], func(context.Context) {
 			if nc[i], err = nats.Connect(url); err == nil {
 				err = floorRelay(nc[i], i, "roles-test-floor", nil, nil, func(string) (string, string, bool) { return "", "", false })
