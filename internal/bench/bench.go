@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -483,8 +482,7 @@ func whyFailed(r ScaleRow) string {
 		return ""
 	}
 	why := fmt.Sprintf(": p99 %.1f ms, %d misses, %.2f cores", us(r.P99)/1e3, r.Misses, r.CPU)
-	if r.Roles.Samples > 0 && !math.IsNaN(r.Roles.Pair()) {
-		// How much of it was the pair's own (roles.go).
+	if r.Roles.Samples > 0 { // measured (roles.go)
 		why += fmt.Sprintf(" (the parties %.2f, the server %.2f)", r.Roles.Pair(), r.Roles.Broker)
 	}
 	return why + fmt.Sprintf(", run-queue p99 %.0f µs", us(r.SchedP99))

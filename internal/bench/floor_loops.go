@@ -20,17 +20,12 @@ func floorLoops(ctx context.Context, url string, sz FloorSizes, n int, period, w
 	var conns [4]*nats.Conn // sensor, p0, p1, actuator
 	// The two relays play the parties: their connections and subscriptions
 	// carry the parties' labels (roles.go), the sensor's and actuator's the
-	// caller's.
-	roles := [4]string{"", RoleParty0, RoleParty1, ""}
+	// harness's.
+	roles := [4]string{RoleHarness, RoleParty0, RoleParty1, RoleHarness}
 	for i := range conns {
-		connect := func(context.Context) {
+		withRole(ctx, roles[i], func(context.Context) {
 			conns[i], err = nats.Connect(url, nats.Name(fmt.Sprintf("duet-floor-loops-%d", i)))
-		}
-		if roles[i] != "" {
-			withRole(ctx, roles[i], connect)
-		} else {
-			connect(ctx)
-		}
+		})
 		if err != nil {
 			return r, err
 		}
