@@ -12,12 +12,14 @@ import (
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/duet-mpc/duet/internal/demo"
+	"github.com/duet-mpc/duet/internal/stall"
 	"github.com/duet-mpc/duet/pkg/mpc"
 	"github.com/duet-mpc/duet/pkg/plant"
 )
@@ -63,6 +65,20 @@ type Report struct {
 	ScaleFloor []ScaleFloorRow
 	// ScaleLimit is the p99 limit of the scale search.
 	ScaleLimit time.Duration
+	// Idle is the machine with nothing of the bench running, before the
+	// scale search and after the floor alone (Plan.IdleCheck).
+	Idle []IdleRow
+}
+
+// IdleRow is a stall monitor (internal/stall: a 1 ms sleeper) run for Took
+// with nothing of the bench running: the machine's own freezes, which no
+// software on it avoids. A freeze longer than a tick's deadline (30 ms)
+// misses the ticks in flight, and at a CPU utilization ρ a freeze of F
+// leaves a backlog that takes about F·ρ/(1−ρ) more to drain.
+type IdleRow struct {
+	When string // "before" the scale search, or "after" it
+	Took time.Duration
+	stall.Result
 }
 
 // Plan is what a run measures: the sizes of each section.
@@ -85,6 +101,9 @@ type Plan struct {
 	// messaging, no parties) is measured: what this machine's messaging
 	// allows before any computation.
 	ScaleFloorLoops []int
+	// IdleCheck is how long the machine's stalls are measured with nothing
+	// of the bench running, before the scale search and after it (0: not).
+	IdleCheck time.Duration
 	// PeerBatch is the parties' party.Options.PeerBatch in the tick and
 	// scale sections (0: the default; 1: no batching).
 	PeerBatch int
@@ -101,13 +120,13 @@ func PlanFor(quick bool) Plan {
 	if quick {
 		return Plan{Fig5Ds: []int{10, 50, 100}, Fig5Reps: 20, Fig5Warmup: 5, Ticks: 300, TickWarmup: 50, TickBlock: 50, TickNs: []int{4, 16, 32, 64},
 			DealerItems: 2000, ScaleLoops: []int{25, 50}, ScaleDur: 2 * time.Second, ScaleBudget: time.Minute,
-			ScaleNoPersistLoops: []int{25, 50}, ScaleFloorLoops: []int{500}}
+			ScaleNoPersistLoops: []int{25, 50}, ScaleFloorLoops: []int{500}, IdleCheck: 2 * time.Second}
 	}
 	return Plan{Fig5Ds: []int{10, 20, 30, 40, 50, 60, 70, 80, 90, 100}, Fig5Reps: 100, Fig5Warmup: 10, Ticks: 2000, TickWarmup: 100, TickBlock: 100,
 		TickNs:      []int{4, 16, 32, 64},
 		DealerItems: 5000, ScaleLoops: []int{50, 100, 200, 300, 400, 500, 600, 700, 850, 1000, 1250, 1500}, ScaleDur: 6 * time.Second,
 		ScaleBudget: 2 * time.Minute, ScaleNoPersistLoops: []int{50, 100, 200, 300, 400, 500, 600, 700, 850, 1000, 1250, 1500},
-		ScaleFloorLoops: []int{100, 200, 500, 1000}}
+		ScaleFloorLoops: []int{100, 200, 500, 1000}, IdleCheck: 10 * time.Second}
 }
 
 // Run runs the selected sections and writes their CSV files and plots into
@@ -368,6 +387,41 @@ func runDealerSection(ctx context.Context, url string, plan Plan, cs mpc.Control
 }
 
 func runScaleSection(ctx context.Context, url string, plan Plan, cs mpc.ControllerSpec, profileDir string, log *slog.Logger, rep *Report, pr func(string, ...any)) error {
+	if err := idleCheck(ctx, plan.IdleCheck, "before", rep, pr); err != nil {
+		return err
+	}
+	if err := runScaleSearches(ctx, url, plan, cs, profileDir, log, rep, pr); err != nil {
+		return err
+	}
+	return idleCheck(ctx, plan.IdleCheck, "after", rep, pr)
+}
+
+// idleCheck measures the machine's stalls for d with nothing of the bench
+// running (d <= 0: nothing).
+func idleCheck(ctx context.Context, d time.Duration, when string, rep *Report, pr func(string, ...any)) error {
+	if d <= 0 {
+		return nil
+	}
+	m := startStallMonitor()
+	t0 := time.Now()
+	t := time.NewTimer(d)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+	}
+	row := IdleRow{When: when, Took: time.Since(t0), Result: m.End()}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	rep.Idle = append(rep.Idle, row)
+	pr("  machine idle (%s): %d stalls over %v in %v (%d wake-ups), the worst %v", when, row.Count, stallThreshold, row.Took.Round(100*time.Millisecond), row.Wakeups, row.Worst.Round(100*time.Microsecond))
+	return nil
+}
+
+// runScaleSearches runs the scale search with persistence and without, then
+// the floor alone.
+func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.ControllerSpec, profileDir string, log *slog.Logger, rep *Report, pr func(string, ...any)) error {
 	// The main search runs the parties as cmd/party does by default
 	// (DUET_PERSIST=true: the state share is persisted every tick); the
 	// second one without persistence, to show what it costs.
@@ -470,6 +524,9 @@ func (rep *Report) Targets() []Target {
 			}
 		}
 	}
+	if len(rep.Idle) > 0 {
+		got += "; this machine idle: " + idleSummary(rep.Idle)
+	}
 	ts = append(ts, Target{Name: ">= 500 loops per party pair (25 Hz, p99 < 10 ms, no misses)", Measured: measured, Met: best[1] >= 500, Got: got})
 	return ts
 }
@@ -485,7 +542,27 @@ func whyFailed(r ScaleRow) string {
 	if r.Roles.Samples > 0 { // measured (roles.go)
 		why += fmt.Sprintf(" (the parties %.2f, the server %.2f)", r.Roles.Pair(), r.Roles.Broker)
 	}
-	return why + fmt.Sprintf(", run-queue p99 %.0f µs", us(r.SchedP99))
+	return why + fmt.Sprintf(", run-queue p99 %.0f µs, %d stalls over %v (the worst %.1f ms)", us(r.SchedP99), r.Stalls, stallThreshold, float64(r.StallMax)/1e6)
+}
+
+// idleSummary says what the idle checks saw: "4 and 11 stalls over 5ms in
+// 2 checks of 10 s, the worst 22.4 ms".
+func idleSummary(rows []IdleRow) string {
+	var counts []string
+	var worst time.Duration
+	for _, r := range rows {
+		counts = append(counts, strconv.Itoa(r.Count))
+		worst = max(worst, r.Worst)
+	}
+	in := fmt.Sprintf("%.0f s", rows[0].Took.Seconds())
+	noun := "stalls"
+	switch {
+	case len(rows) > 1:
+		in = fmt.Sprintf("%d checks of %s", len(rows), in)
+	case rows[0].Count == 1:
+		noun = "stall"
+	}
+	return fmt.Sprintf("%s %s over %v in %s, the worst %.1f ms", strings.Join(counts, " and "), noun, stallThreshold, in, float64(worst)/1e6)
 }
 
 // parenthesized is " (s)", or "" for an empty s.

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/csv"
+	"errors"
 	"image/png"
 	"math"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/duet-mpc/duet/internal/stall"
 )
 
 func readCSV(t *testing.T, path string) [][]string {
@@ -87,7 +90,8 @@ func TestRunWritesFiles(t *testing.T) {
 func TestOtherCSVHeaders(t *testing.T) {
 	out := t.TempDir()
 	rep := &Report{Dealer: []DealerRow{{Case: "pendulum", Replicas: 1}}, Scale: []ScaleRow{{Loops: 50, P99: time.Millisecond, OK: true, Persist: true}, {Loops: 50, OK: true}}, ScaleLimit: 10 * time.Millisecond,
-		ScaleFloor: []ScaleFloorRow{{Loops: 500, Ticks: 100, Misses: 1, P99: 7 * time.Millisecond, Steal: math.NaN()}}}
+		ScaleFloor: []ScaleFloorRow{{Loops: 500, Ticks: 100, Misses: 1, P99: 7 * time.Millisecond, Steal: math.NaN()}},
+		Idle:       []IdleRow{{When: "before", Took: 10 * time.Second, Result: stall.Result{Wakeups: 9000, Count: 3, Worst: 22400 * time.Microsecond}}}}
 	if err := rep.write(out); err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +103,10 @@ func TestOtherCSVHeaders(t *testing.T) {
 	}
 	if got := readCSV(t, filepath.Join(out, "scale_floor.csv")); !slices.Equal(got[0], ScaleFloorHeader) || len(got) != 2 || got[1][0] != "500" || got[1][2] != "1" || got[1][6] != "" {
 		t.Errorf("scale_floor.csv: %q", got)
+	}
+	if got := readCSV(t, filepath.Join(out, "machine_idle.csv")); !slices.Equal(got[0], IdleHeader) || len(got) != 2 ||
+		!slices.Equal(got[1], []string{"before", "10.0", "9000", "3", "22.4"}) {
+		t.Errorf("machine_idle.csv: %q", got)
 	}
 	var scale Target
 	for _, tg := range rep.Targets() {
@@ -116,19 +124,65 @@ func TestOtherCSVHeaders(t *testing.T) {
 func TestScaleTargetSaysWhy(t *testing.T) {
 	rep := &Report{ScaleLimit: 10 * time.Millisecond, Scale: []ScaleRow{
 		{Loops: 50, Persist: true, OK: true},
-		{Loops: 100, Persist: true, P99: 12 * time.Millisecond, Misses: 3, CPU: 1.9, SchedP99: 1500 * time.Microsecond},
+		{Loops: 100, Persist: true, P99: 12 * time.Millisecond, Misses: 3, CPU: 1.9, SchedP99: 1500 * time.Microsecond, Stalls: 7, StallMax: 31200 * time.Microsecond},
 		{Loops: 50, OK: true},
 		{Loops: 100, P99: 11 * time.Millisecond, CPU: 1.5, SchedP99: 900 * time.Microsecond,
-			Roles: RoleCPU{Party: [2]float64{0.3, 0.4}, Broker: 0.5, Samples: 120}}}}
+			Roles: RoleCPU{Party: [2]float64{0.3, 0.4}, Broker: 0.5, Samples: 120}}},
+		Idle: []IdleRow{{When: "before", Took: 10 * time.Second, Result: stall.Result{Count: 4, Worst: 22400 * time.Microsecond}},
+			{When: "after", Took: 10 * time.Second, Result: stall.Result{Count: 11, Worst: 12 * time.Millisecond}}}}
 	var scale Target
 	for _, tg := range rep.Targets() {
 		if strings.HasPrefix(tg.Name, ">= 500 loops") {
 			scale = tg
 		}
 	}
-	want := "50 loops (largest tried 100: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 1500 µs); without persistence 50 (largest tried 100: p99 11.0 ms, 0 misses, 1.50 cores (the parties 0.70, the server 0.50), run-queue p99 900 µs)"
+	want := "50 loops (largest tried 100: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 1500 µs, 7 stalls over 5ms (the worst 31.2 ms)); " +
+		"without persistence 50 (largest tried 100: p99 11.0 ms, 0 misses, 1.50 cores (the parties 0.70, the server 0.50), run-queue p99 900 µs, 0 stalls over 5ms (the worst 0.0 ms)); " +
+		"this machine idle: 4 and 11 stalls over 5ms in 2 checks of 10 s, the worst 22.4 ms"
 	if !scale.Measured || scale.Met || scale.Got != want {
 		t.Errorf("scale target: %+v\nwant Got %q", scale, want)
+	}
+}
+
+// TestIdleSummary: one check or several, and the singular.
+func TestIdleSummary(t *testing.T) {
+	for _, c := range []struct {
+		rows []IdleRow
+		want string
+	}{
+		{[]IdleRow{{Took: 2 * time.Second, Result: stall.Result{Count: 1, Worst: 6 * time.Millisecond}}}, "1 stall over 5ms in 2 s, the worst 6.0 ms"},
+		{[]IdleRow{{Took: 10 * time.Second}}, "0 stalls over 5ms in 10 s, the worst 0.0 ms"},
+		{[]IdleRow{{Took: 10 * time.Second, Result: stall.Result{Count: 1, Worst: 30 * time.Millisecond}}, {Took: 10 * time.Second, Result: stall.Result{Count: 1, Worst: 7 * time.Millisecond}}},
+			"1 and 1 stalls over 5ms in 2 checks of 10 s, the worst 30.0 ms"},
+	} {
+		if got := idleSummary(c.rows); got != c.want {
+			t.Errorf("idleSummary = %q, want %q", got, c.want)
+		}
+	}
+}
+
+// TestIdleCheck: the check runs the monitor for its time and records a row;
+// a cancelled context records none and says so.
+func TestIdleCheck(t *testing.T) {
+	rep := &Report{}
+	if err := idleCheck(context.Background(), 0, "before", rep, t.Logf); err != nil || len(rep.Idle) != 0 {
+		t.Fatalf("idleCheck(0) = %v, rows %v; want nothing", err, rep.Idle)
+	}
+	if err := idleCheck(context.Background(), 60*time.Millisecond, "before", rep, t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Idle) != 1 {
+		t.Fatalf("rows %v, want one", rep.Idle)
+	}
+	r := rep.Idle[0]
+	// A 1 ms sleeper wakes at most once a millisecond.
+	if r.When != "before" || r.Took < 60*time.Millisecond || r.Wakeups < 1 || r.Wakeups > 61 || r.Count > r.Wakeups {
+		t.Errorf("row %+v", r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := idleCheck(ctx, time.Minute, "after", rep, t.Logf); !errors.Is(err, context.Canceled) || len(rep.Idle) != 1 {
+		t.Errorf("cancelled: err %v, rows %d; want context.Canceled and no new row", err, len(rep.Idle))
 	}
 }
 

@@ -3,11 +3,13 @@ package cli
 import (
 	"bytes"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/duet-mpc/duet/internal/bench"
+	"github.com/duet-mpc/duet/internal/stall"
 )
 
 // The summary's scale table shows the parties' and the server's share of
@@ -39,5 +41,32 @@ func TestPrintSummaryScaleRoles(t *testing.T) {
 	}
 	if !strings.Contains(rows[1], "n/a (n/a)") {
 		t.Errorf("300 loops, not measured: want n/a: %q", rows[1])
+	}
+}
+
+// The summary shows the machine's idle checks, one line each, and none
+// when they were not run.
+func TestPrintSummaryIdle(t *testing.T) {
+	rep := &bench.Report{ScaleLimit: 10 * time.Millisecond, Idle: []bench.IdleRow{
+		{When: "before", Took: 10 * time.Second, Result: stall.Result{Wakeups: 9100, Count: 4, Worst: 22400 * time.Microsecond}},
+		{When: "after", Took: 10 * time.Second, Result: stall.Result{Wakeups: 9050, Count: 0, Worst: 3 * time.Millisecond}},
+	}}
+	var buf bytes.Buffer
+	printSummary(&buf, rep, "out")
+	out := buf.String()
+	var rows [][]string
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "before" || f[0] == "after") {
+			rows = append(rows, f)
+		}
+	}
+	want := [][]string{{"before", "the", "scale", "search", "10.0", "9100", "4", "22.4"}, {"after", "the", "scale", "search", "10.0", "9050", "0", "3.0"}}
+	if !strings.Contains(out, "nothing of the bench running") || len(rows) != 2 || !slices.Equal(rows[0], want[0]) || !slices.Equal(rows[1], want[1]) {
+		t.Errorf("idle rows %q, want %q in:\n%s", rows, want, out)
+	}
+	buf.Reset()
+	printSummary(&buf, &bench.Report{ScaleLimit: 10 * time.Millisecond}, "out")
+	if strings.Contains(buf.String(), "nothing of the bench running") {
+		t.Errorf("idle section without checks:\n%s", buf.String())
 	}
 }
