@@ -415,7 +415,7 @@ func idleCheck(ctx context.Context, d time.Duration, when string, rep *Report, p
 		return err
 	}
 	rep.Idle = append(rep.Idle, row)
-	pr("  machine idle (%s): %d stalls over %v in %v (%d wake-ups), the worst %v", when, row.Count, stallThreshold, row.Took.Round(100*time.Millisecond), row.Wakeups, row.Worst.Round(100*time.Microsecond))
+	pr("  machine idle (%s the scale search): %s (%d wake-ups)", when, idleSummary([]IdleRow{row}), row.Wakeups)
 	return nil
 }
 
