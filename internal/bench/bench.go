@@ -542,7 +542,7 @@ func whyFailed(r ScaleRow) string {
 	if r.Roles.Samples > 0 { // measured (roles.go)
 		why += fmt.Sprintf(" (the parties %.2f, the server %.2f)", r.Roles.Pair(), r.Roles.Broker)
 	}
-	return why + fmt.Sprintf(", run-queue p99 %.0f µs, %d stalls over %v (the worst %.1f ms)", us(r.SchedP99), r.Stalls, stallThreshold, float64(r.StallMax)/1e6)
+	return why + fmt.Sprintf(", run-queue p99 %.0f µs, %d stalls over %v (the worst %.1f ms)", us(r.SchedP99), r.Stalls, StallThreshold, float64(r.StallMax)/1e6)
 }
 
 // idleSummary says what the idle checks saw: "4 and 11 stalls over 5ms in
@@ -562,7 +562,7 @@ func idleSummary(rows []IdleRow) string {
 	case rows[0].Count == 1:
 		noun = "stall"
 	}
-	return fmt.Sprintf("%s %s over %v in %s, the worst %.1f ms", strings.Join(counts, " and "), noun, stallThreshold, in, float64(worst)/1e6)
+	return fmt.Sprintf("%s %s over %v in %s, the worst %.1f ms", strings.Join(counts, " and "), noun, StallThreshold, in, float64(worst)/1e6)
 }
 
 // parenthesized is " (s)", or "" for an empty s.

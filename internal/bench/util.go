@@ -103,9 +103,9 @@ func parseSteal(stat []byte) (uint64, error) {
 	return 0, fmt.Errorf("bench: /proc/stat: no aggregate cpu line")
 }
 
-// stallThreshold: a wake-up of the stall monitor (internal/stall) more
-// than this late counts as a stall in the scale rows.
-const stallThreshold = 5 * time.Millisecond
+// StallThreshold: a wake-up of the stall monitor (internal/stall) more
+// than this late counts as a stall in the scale rows and the idle checks.
+const StallThreshold = 5 * time.Millisecond
 
 // startStallMonitor starts the scale rows' stall monitor.
-func startStallMonitor() *stall.Monitor { return stall.Start(stallThreshold) }
+func startStallMonitor() *stall.Monitor { return stall.Start(StallThreshold) }
