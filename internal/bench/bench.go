@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -431,7 +432,7 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 			loops = plan.ScaleNoPersistLoops
 		}
 		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg,
-			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log,
+			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != "embedded",
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
 				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f stolen %s | parties: %d abandoned%s, %d without item | cpu %.2f cores, stolen %s, %d GCs (%.0f ms CPU, %.0f ms of it assists), %.1f KB allocated/tick, %.2f peer messages/tick for %.2f, run-queue p99 %.0fµs (floor %.0fµs), %s syscalls/tick (floor %s) | cores by role: parties %s + %s (%s µs/tick for the pair), broker %s, harness %s, collector %s, other %s (floor: relays %s, broker %s, harness %s)  ok %v (set-up %v)",
@@ -540,9 +541,18 @@ func whyFailed(r ScaleRow) string {
 	}
 	why := fmt.Sprintf(": p99 %.1f ms, %d misses, %.2f cores", us(r.P99)/1e3, r.Misses, r.CPU)
 	if r.Roles.Samples > 0 { // measured (roles.go)
-		why += fmt.Sprintf(" (the parties %.2f, the server %.2f)", r.Roles.Pair(), r.Roles.Broker)
+		why += fmt.Sprintf(" (the parties %.2f, the server %s)", r.Roles.Pair(), serverCores(r.Roles.Broker))
 	}
 	return why + fmt.Sprintf(", run-queue p99 %.0f µs, %d stalls over %v (the worst %.1f ms)", us(r.SchedP99), r.Stalls, StallThreshold, float64(r.StallMax)/1e6)
+}
+
+// serverCores is the server's CPU for a reason string: "n/a (another
+// process)" where it was not measured.
+func serverCores(x float64) string {
+	if math.IsNaN(x) {
+		return "n/a (another process)"
+	}
+	return Cores(x)
 }
 
 // idleSummary says what the idle checks saw: "4 and 11 stalls over 5ms in

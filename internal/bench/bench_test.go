@@ -144,6 +144,22 @@ func TestScaleTargetSaysWhy(t *testing.T) {
 	}
 }
 
+// TestServerOutside: with the server in another process (duet bench
+// --nats) its share of a step and of the step's floor is not measured, and
+// a failed step's reason says so instead of a server that cost nothing.
+func TestServerOutside(t *testing.T) {
+	r := ScaleRow{Loops: 300, Persist: true, P99: 20 * time.Millisecond, CPU: 1.2,
+		Roles:      RoleCPU{Party: [2]float64{0.3, 0.3}, Broker: 0, Harness: 0.2, Samples: 700},
+		FloorRoles: RoleCPU{Party: [2]float64{0.1, 0.1}, Broker: 0, Samples: 600}}
+	r.serverOutside()
+	if !math.IsNaN(r.Roles.Broker) || !math.IsNaN(r.FloorRoles.Broker) || r.Roles.Pair() != 0.6 || r.Roles.Harness != 0.2 {
+		t.Fatalf("roles after serverOutside: %+v, floor %+v", r.Roles, r.FloorRoles)
+	}
+	if why := whyFailed(r); !strings.Contains(why, "(the parties 0.60, the server n/a (another process))") {
+		t.Errorf("whyFailed = %q", why)
+	}
+}
+
 // TestIdleSummary: one check or several, and the singular.
 func TestIdleSummary(t *testing.T) {
 	for _, c := range []struct {

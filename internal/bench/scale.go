@@ -65,6 +65,10 @@ type ScaleOptions struct {
 	WriteCoalesce time.Duration
 	// ItemsPerMsg is the sensors' items per stream message (0: the default).
 	ItemsPerMsg int
+	// ServerOutside says the NATS server at URL runs in another process
+	// (duet bench --nats): its CPU is not in this process's profile, so
+	// the server's share of a step (and of its floor) is NaN, not 0.
+	ServerOutside bool
 	// Budget stops the search before a step that would start after it has
 	// elapsed (0: no limit).
 	Budget time.Duration
@@ -74,6 +78,13 @@ type ScaleOptions struct {
 	Log        *slog.Logger
 	// OnStep, if set, is called after each step (progress).
 	OnStep func(ScaleRow)
+}
+
+// serverOutside marks the server's CPU, in the step and in its floor, as
+// not measured: a server in another process is not in this process's
+// profile (its 0 would read as a server that cost nothing).
+func (r *ScaleRow) serverOutside() {
+	r.Roles.Broker, r.FloorRoles.Broker = math.NaN(), math.NaN()
 }
 
 // ScaleRow is one step of the search.
@@ -403,6 +414,9 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, error) 
 		r.log.Warn("bench: CPU by role not measured", "loops", n, "err", err)
 	}
 	row.Roles = roles
+	if opt.ServerOutside {
+		row.serverOutside()
+	}
 	if opt.ProfileDir != "" && raw != nil {
 		if err := os.WriteFile(filepath.Join(opt.ProfileDir, name+".pprof"), raw, 0o644); err != nil {
 			return row, err
