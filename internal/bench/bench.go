@@ -52,9 +52,13 @@ type Options struct {
 	Progress io.Writer // progress lines (nil: none)
 }
 
+// Embedded is Report.Server for a run on the bench's own in-process NATS
+// server (no --nats).
+const Embedded = "embedded"
+
 // Report is everything a run measured.
 type Report struct {
-	Server  string // "embedded" or the URL
+	Server  string // Embedded or the URL
 	Quick   bool
 	Started time.Time
 	Took    time.Duration
@@ -177,7 +181,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			ns.WaitForShutdown()
 			os.RemoveAll(dir)
 		}()
-		url, rep.Server = ns.ClientURL(), "embedded"
+		url, rep.Server = ns.ClientURL(), Embedded
 	}
 	plan := PlanFor(opt.Quick)
 	if opt.Plan != nil {
@@ -432,7 +436,7 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 			loops = plan.ScaleNoPersistLoops
 		}
 		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg,
-			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != "embedded",
+			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
 				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f stolen %s | parties: %d abandoned%s, %d without item | cpu %.2f cores, stolen %s, %d GCs (%.0f ms CPU, %.0f ms of it assists), %.1f KB allocated/tick, %.2f peer messages/tick for %.2f, run-queue p99 %.0fµs (floor %.0fµs), %s syscalls/tick (floor %s) | cores by role: parties %s + %s (%s µs/tick for the pair), broker %s, harness %s, collector %s, other %s (floor: relays %s, broker %s, harness %s)  ok %v (set-up %v)",
