@@ -22,15 +22,16 @@ import (
 // loop and tick, compare-and-set on the key's last revision
 // (Nats-Expected-Last-Subject-Sequence), a burst of writes for many loops
 // in flight at once (500; 10 and 100: how a burst's size changes the cost
-// per write), then every acknowledgement awaited. Beside it: the
-// same writes without the compare-and-set ("blind": what the fence costs),
-// and the same writes as JetStream's batch publishing of nats-server 2.12+ would
-// send them (one acknowledgement per batch): atomic batches
-// (Nats-Batch-Id/-Sequence/-Commit headers, the stream's allow_atomic) and
-// fast batches (the reply-subject protocol, the stream's allow_batched).
-// It is the measurement behind README's "tried and not kept": batching the
-// acknowledgements saves nothing, because the cost is the server storing
-// each message, not answering it.
+// per write), then every acknowledgement awaited, in memory storage (as
+// duet bench persists). Beside it: the same writes without the
+// compare-and-set ("blind": what the fence costs), to file storage
+// (DUET_STATE_FILE_STORE, the services' default), and as JetStream's batch
+// publishing of nats-server 2.12+ would send them (one acknowledgement per
+// batch): atomic batches (Nats-Batch-Id/-Sequence/-Commit headers, the
+// stream's allow_atomic) and fast batches (the reply-subject protocol, the
+// stream's allow_batched). It is the measurement behind README's "tried
+// and not kept": batching the acknowledgements saves nothing, because the
+// cost is the server storing each message, not answering it.
 func BenchmarkStateWrites(b *testing.B) {
 	for _, c := range []struct {
 		name  string
@@ -42,6 +43,7 @@ func BenchmarkStateWrites(b *testing.B) {
 		{"kv-write-each-10-loops", "each", 10, 1},
 		{"kv-write-each-100-loops", "each", 100, 1},
 		{"kv-write-each-blind", "blind", 500, 1},
+		{"kv-write-each-file", "file", 500, 1},
 		{"atomic-batch-20", "atomic", 500, 20},
 		{"atomic-batch-100", "atomic", 500, 100},
 		{"fast-batch-20", "fast", 500, 20},
@@ -66,7 +68,11 @@ func benchStateWrites(b *testing.B, mode string, stateWriteLoops, batch int) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "bench-state", History: 1, Storage: jetstream.MemoryStorage})
+	storage := jetstream.MemoryStorage
+	if mode == "file" {
+		storage = jetstream.FileStorage
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "bench-state", History: 1, Storage: storage})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,7 +99,7 @@ func benchStateWrites(b *testing.B, mode string, stateWriteLoops, batch int) {
 		b.Fatalf("a batch of %d does not divide %d loops", batch, stateWriteLoops)
 	}
 	bursts := stateWriteLoops / batch
-	if mode == "each" || mode == "blind" {
+	if mode == "each" || mode == "blind" || mode == "file" {
 		bursts = stateWriteLoops
 	}
 	var acks, failed atomic.Int64
@@ -145,7 +151,7 @@ func benchStateWrites(b *testing.B, mode string, stateWriteLoops, batch int) {
 			}
 			last := pos == batch-1
 			switch mode {
-			case "each", "blind":
+			case "each", "blind", "file":
 				m.Reply = inbox + "." + strconv.Itoa(i)
 			case "atomic":
 				m.Header.Set("Nats-Batch-Id", "b"+strconv.Itoa(batchID))
