@@ -58,14 +58,17 @@ const Embedded = "embedded"
 
 // Report is everything a run measured.
 type Report struct {
-	Server  string // Embedded or the URL
-	Quick   bool
-	Started time.Time
-	Took    time.Duration
-	Fig5    []Fig5Row
-	Tick    []TickRow
-	Dealer  []DealerRow
-	Scale   []ScaleRow
+	Server string // Embedded or the URL
+	Quick  bool
+	// StateFileStore is Plan.StateFileStore: where the tick and scale
+	// sections persisted the parties' state.
+	StateFileStore bool
+	Started        time.Time
+	Took           time.Duration
+	Fig5           []Fig5Row
+	Tick           []TickRow
+	Dealer         []DealerRow
+	Scale          []ScaleRow
 	// ScaleFloor is the floor alone at Plan.ScaleFloorLoops.
 	ScaleFloor []ScaleFloorRow
 	// ScaleLimit is the p99 limit of the scale search.
@@ -118,6 +121,11 @@ type Plan struct {
 	// WriteCoalesce is the parties' DUET_WRITE_COALESCE in the tick and
 	// scale sections (0: the default; negative: off).
 	WriteCoalesce time.Duration
+	// StateFileStore puts the parties' persisted state in JetStream file
+	// storage in the tick and scale sections (DUET_STATE_FILE_STORE=true,
+	// the services' default); false: in memory, the bench's default, which
+	// its earlier results were measured with.
+	StateFileStore bool
 }
 
 // PlanFor returns the full or the --quick plan.
@@ -187,6 +195,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if opt.Plan != nil {
 		plan = *opt.Plan
 	}
+	rep.StateFileStore = plan.StateFileStore
 	pr := func(format string, a ...any) { fmt.Fprintf(opt.Progress, format+"\n", a...) }
 	for _, sec := range opt.Sections {
 		stop, err := startProfile(opt, sec)
@@ -360,7 +369,7 @@ func TickCases(pendulum mpc.ControllerSpec, pendulumPlant plant.Spec, ns []int) 
 
 func runTickSection(ctx context.Context, url string, plan Plan, cs mpc.ControllerSpec, ps plant.Spec, log *slog.Logger, rep *Report, pr func(string, ...any)) error {
 	for _, c := range TickCases(cs, ps, plan.TickNs) {
-		row, err := RunTick(ctx, TickOptions{URL: url, Ticks: plan.Ticks, Warmup: plan.TickWarmup, Block: plan.TickBlock, Compress: true, Log: log, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce}, c)
+		row, err := RunTick(ctx, TickOptions{URL: url, Ticks: plan.Ticks, Warmup: plan.TickWarmup, Block: plan.TickBlock, Compress: true, Log: log, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce, StateFileStore: plan.StateFileStore}, c)
 		if err != nil {
 			return fmt.Errorf("bench: tick %s: %w", c.Name, err)
 		}
@@ -435,7 +444,7 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 		if !persist {
 			loops = plan.ScaleNoPersistLoops
 		}
-		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg,
+		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg, StateFileStore: plan.StateFileStore,
 			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)

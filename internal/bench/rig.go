@@ -49,7 +49,10 @@ type rig struct {
 	// writeCoalesce is the parties' DUET_WRITE_COALESCE (0: the default,
 	// party.DefaultWriteCoalesce; negative: off).
 	writeCoalesce time.Duration
-	dealers       []func()
+	// stateFile puts the parties' state buckets in JetStream file storage
+	// (DUET_STATE_FILE_STORE, the services' default); false: memory.
+	stateFile bool
+	dealers   []func()
 }
 
 func newRig(ctx context.Context, url string, log *slog.Logger) (*rig, error) {
@@ -165,6 +168,9 @@ func (r *rig) startParty(i int, loops []string, persist bool, audit func(id int,
 			return err
 		}
 		opt.StateKey, opt.StateStorage = &key, jetstream.MemoryStorage
+		if r.stateFile {
+			opt.StateStorage = jetstream.FileStorage
+		}
 	}
 	p, err := party.New(nc, s, opt)
 	if err != nil {

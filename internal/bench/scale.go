@@ -65,6 +65,9 @@ type ScaleOptions struct {
 	WriteCoalesce time.Duration
 	// ItemsPerMsg is the sensors' items per stream message (0: the default).
 	ItemsPerMsg int
+	// StateFileStore puts the parties' persisted state in JetStream file
+	// storage (DUET_STATE_FILE_STORE, the services' default); false: memory.
+	StateFileStore bool
 	// ServerOutside says the NATS server at URL runs in another process
 	// (duet bench --nats): its CPU is not in this process's profile, so
 	// the server's share of a step (and of its floor) is NaN, not 0.
@@ -124,6 +127,9 @@ type ScaleRow struct {
 	PartyHeld int
 	// WriteCoalesce is the parties' write coalescing interval (0: off).
 	WriteCoalesce time.Duration
+	// StateFileStore: the state was persisted to JetStream file storage
+	// (false: memory, or not persisted).
+	StateFileStore bool
 	// The collector during the measurement (the whole process: server,
 	// parties, harness): completed cycles, and bytes allocated per measured
 	// tick; the CPU the collector used in the cycles that ended during the
@@ -211,7 +217,8 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, error) 
 		return row, err
 	}
 	defer r.close()
-	r.peerBatch, r.writeCoalesce = opt.PeerBatch, opt.WriteCoalesce
+	r.peerBatch, r.writeCoalesce, r.stateFile = opt.PeerBatch, opt.WriteCoalesce, opt.StateFileStore
+	row.StateFileStore = opt.StateFileStore && row.Persist
 	ticksPerLoop := int((opt.Warmup+opt.Duration)/opt.Period) + 10
 	const prefetch = 64
 	lowWater := ticksPerLoop + 2*prefetch + 32

@@ -58,6 +58,9 @@ type TickOptions struct {
 	// WriteCoalesce is the parties' DUET_WRITE_COALESCE (0: the default;
 	// negative: off).
 	WriteCoalesce time.Duration
+	// StateFileStore puts the parties' persisted state in JetStream file
+	// storage (DUET_STATE_FILE_STORE, the services' default); false: memory.
+	StateFileStore bool
 }
 
 // TickRow is a case's result.
@@ -73,6 +76,9 @@ type TickRow struct {
 	Variant    mpc.Variant
 	QueueAfter int // items left in the queue after the run (dealers idle: > 0)
 	Persist    bool
+	// StateFileStore: the state was persisted to JetStream file storage
+	// (false: memory, or not persisted).
+	StateFileStore bool
 	// Abandoned counts ticks the parties did not complete (their state
 	// version did not advance within a second); u is compared with the
 	// float64 controller only before the first one.
@@ -99,7 +105,8 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		return row, err
 	}
 	defer r.close()
-	r.peerBatch, r.writeCoalesce = opt.PeerBatch, opt.WriteCoalesce
+	r.peerBatch, r.writeCoalesce, r.stateFile = opt.PeerBatch, opt.WriteCoalesce, opt.StateFileStore
+	row.StateFileStore = opt.StateFileStore && row.Persist
 	loop := "b" + uniqueTag() // 7 characters, like "pendulum": ids travel in every header
 	total := opt.Warmup + opt.Ticks
 	const prefetch = 64 // party.Options default: items buffered ahead per party

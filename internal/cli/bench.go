@@ -33,6 +33,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	loops := fs.String("loops", "", "comma-separated loop counts for the scale search, tried in order (default: the plan's, 50 up to 1500)")
 	peerBatch := fs.Int("peer-batch", 0, "the parties' DUET_PEER_BATCH in the tick and scale sections (default: the service default; 1: no batching)")
 	coalesceFlag := fs.String("write-coalesce", "", "the parties' DUET_WRITE_COALESCE in the tick and scale sections, a duration up to 10ms (default: the service default; 0: off)")
+	stateFile := fs.Bool("state-file-store", false, "persist the parties' state to JetStream file storage in the tick and scale sections (DUET_STATE_FILE_STORE=true, the services' default; default: memory storage, as the README's results)")
 	perMsg := fs.Int("items-per-msg", 0, "the sensors' DUET_ITEMS_PER_MSG in the scale section (default: the service default)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
@@ -64,7 +65,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	var plan *bench.Plan
-	if *loops != "" || *peerBatch != 0 || *perMsg != 0 || coalesce != 0 {
+	if *loops != "" || *peerBatch != 0 || *perMsg != 0 || coalesce != 0 || *stateFile {
 		p := bench.PlanFor(*quick)
 		if *loops != "" {
 			ns, err := parseCounts(*loops)
@@ -73,7 +74,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			p.ScaleLoops, p.ScaleNoPersistLoops, p.ScaleBudget = ns, ns, 0
 		}
-		p.PeerBatch, p.ItemsPerMsg, p.WriteCoalesce = *peerBatch, *perMsg, coalesce
+		p.PeerBatch, p.ItemsPerMsg, p.WriteCoalesce, p.StateFileStore = *peerBatch, *perMsg, coalesce, *stateFile
 		plan = &p
 	}
 	lvl := slog.LevelError + 4 // silent: the services log expected rejections at set-up and shutdown
@@ -101,7 +102,7 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 	if rep.Quick {
 		mode = "quick"
 	}
-	fmt.Fprintf(w, "duet bench (%s, NATS %s)\n", mode, rep.Server)
+	fmt.Fprintf(w, "duet bench (%s, NATS %s, state persisted to %s)\n", mode, rep.Server, stateStore(rep.StateFileStore))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if len(rep.Fig5) > 0 {
 		fmt.Fprintln(w, "\nFig. 5: round trip at the client (µs); floor: same messages, no computation or encryption")
@@ -182,4 +183,12 @@ func parseCounts(s string) ([]int, error) {
 		ns = append(ns, n)
 	}
 	return ns, nil
+}
+
+// stateStore names where the bench persisted the parties' state.
+func stateStore(file bool) string {
+	if file {
+		return "JetStream file storage"
+	}
+	return "JetStream memory storage"
 }

@@ -70,3 +70,17 @@ func TestPrintSummaryIdle(t *testing.T) {
 		t.Errorf("idle section without checks:\n%s", buf.String())
 	}
 }
+
+// The summary's first line says where the parties' state was persisted.
+func TestPrintSummaryStateStore(t *testing.T) {
+	for _, c := range []struct {
+		file bool
+		want string
+	}{{false, "state persisted to JetStream memory storage"}, {true, "state persisted to JetStream file storage"}} {
+		var buf bytes.Buffer
+		printSummary(&buf, &bench.Report{Server: bench.Embedded, StateFileStore: c.file, ScaleLimit: 10 * time.Millisecond}, "out")
+		if first, _, _ := strings.Cut(buf.String(), "\n"); !strings.Contains(first, c.want) {
+			t.Errorf("StateFileStore=%v: first line %q, want %q", c.file, first, c.want)
+		}
+	}
+}
