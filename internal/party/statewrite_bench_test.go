@@ -186,5 +186,6 @@ func benchStateWrites(b *testing.B, mode string, stateWriteLoops, batch int) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N*stateWriteLoops), "cpu-ns/write")
-	b.ReportMetric(0, "ns/op")
+	// ns/op is a burst's wall time; per write, as the CPU:
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*stateWriteLoops), "ns/write")
 }
