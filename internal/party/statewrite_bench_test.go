@@ -92,6 +92,9 @@ func benchStateWrites(b *testing.B, mode string, stateWriteLoops, batch int) {
 			b.Fatal(err)
 		}
 	}
+	if stateWriteLoops%batch != 0 {
+		b.Fatalf("a batch of %d does not divide %d loops", batch, stateWriteLoops)
+	}
 	record := make([]byte, 200) // a sealed pendulum record is about this size
 	inbox := nats.NewInbox()
 	for i := 0; i < stateWriteLoops; i++ {
@@ -113,12 +116,11 @@ func benchStateWrites(b *testing.B, mode string, stateWriteLoops, batch int) {
 			journal = append(journal, m)
 		}
 	}
-	if stateWriteLoops%batch != 0 {
-		b.Fatalf("a batch of %d does not divide %d loops", batch, stateWriteLoops)
-	}
-	bursts := stateWriteLoops / batch
+	// Acknowledgements a burst waits for: one per write, or one per batch
+	// (atomic, fast) or journal message.
+	acksPerBurst := stateWriteLoops / batch
 	if mode == "each" || mode == "blind" || mode == "file" {
-		bursts = stateWriteLoops
+		acksPerBurst = stateWriteLoops
 	}
 	var acks, failed atomic.Int64
 	var lastErr atomic.Value
@@ -140,7 +142,7 @@ func benchStateWrites(b *testing.B, mode string, stateWriteLoops, batch int) {
 		case ack.Stream == "":
 			return // a fast batch's flow-control message
 		}
-		if acks.Add(1) == int64(bursts) {
+		if acks.Add(1) == int64(acksPerBurst) {
 			done <- struct{}{}
 		}
 	})
@@ -166,7 +168,7 @@ func benchStateWrites(b *testing.B, mode string, stateWriteLoops, batch int) {
 		}
 		for i, m := range msgs {
 			if mode == "journal" {
-				break
+				break // the journal messages above carry these records
 			}
 			if mode != "blind" {
 				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.Itoa(stateWriteLoops*n+i+1))
@@ -204,7 +206,7 @@ func benchStateWrites(b *testing.B, mode string, stateWriteLoops, batch int) {
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			b.Fatalf("%d of %d acknowledgements after 10 s (%d refused: %v)", acks.Load(), bursts, failed.Load(), lastErr.Load())
+			b.Fatalf("%d of %d acknowledgements after 10 s (%d refused: %v)", acks.Load(), acksPerBurst, failed.Load(), lastErr.Load())
 		}
 		if failed.Load() > 0 {
 			b.Fatalf("%d writes refused: %v", failed.Load(), lastErr.Load())
