@@ -87,6 +87,10 @@ type IdleRow struct {
 	When string // "before" the scale search, or "after" it
 	Took time.Duration
 	stall.Result
+	// CPU is the bench process's own CPU during the check, in cores: near
+	// zero when nothing of it ran (the sleeper's wake-ups and what the Go
+	// runtime and the idle NATS server still do).
+	CPU float64
 }
 
 // Plan is what a run measures: the sizes of each section.
@@ -411,11 +415,14 @@ func runScaleSection(ctx context.Context, url string, plan Plan, cs mpc.Controll
 }
 
 // idleCheck measures the machine's stalls for d with nothing of the bench
-// running (d <= 0: nothing).
+// running (d <= 0: nothing), after collecting what the sections before it
+// left behind (quiesce).
 func idleCheck(ctx context.Context, d time.Duration, when string, rep *Report, pr func(string, ...any)) error {
 	if d <= 0 {
 		return nil
 	}
+	quiesce()
+	cpu := startCPUMeter()
 	m := startStallMonitor()
 	t0 := time.Now()
 	t := time.NewTimer(d)
@@ -425,11 +432,12 @@ func idleCheck(ctx context.Context, d time.Duration, when string, rep *Report, p
 		t.Stop()
 	}
 	row := IdleRow{When: when, Took: time.Since(t0), Result: m.End()}
+	row.CPU, _ = cpu.cores(row.Took)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	rep.Idle = append(rep.Idle, row)
-	pr("  machine idle (%s the scale search): %s (%d wake-ups)", when, idleSummary([]IdleRow{row}), row.Wakeups)
+	pr("  machine idle (%s the scale search): %s (%d wake-ups; the bench process meanwhile %.3f cores)", when, idleSummary([]IdleRow{row}), row.Wakeups, row.CPU)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -91,7 +92,7 @@ func TestOtherCSVHeaders(t *testing.T) {
 	out := t.TempDir()
 	rep := &Report{Dealer: []DealerRow{{Case: "pendulum", Replicas: 1}}, Scale: []ScaleRow{{Loops: 50, P99: time.Millisecond, OK: true, Persist: true}, {Loops: 50, OK: true}}, ScaleLimit: 10 * time.Millisecond,
 		ScaleFloor: []ScaleFloorRow{{Loops: 500, Ticks: 100, Misses: 1, P99: 7 * time.Millisecond, Steal: math.NaN()}},
-		Idle:       []IdleRow{{When: "before", Took: 10 * time.Second, Result: stall.Result{Wakeups: 9000, Count: 3, Worst: 22400 * time.Microsecond}}}}
+		Idle:       []IdleRow{{When: "before", Took: 10 * time.Second, Result: stall.Result{Wakeups: 9000, Count: 3, Worst: 22400 * time.Microsecond}, CPU: 0.031}}}
 	if err := rep.write(out); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestOtherCSVHeaders(t *testing.T) {
 		t.Errorf("scale_floor.csv: %q", got)
 	}
 	if got := readCSV(t, filepath.Join(out, "machine_idle.csv")); !slices.Equal(got[0], IdleHeader) || len(got) != 2 ||
-		!slices.Equal(got[1], []string{"before", "10.0", "9000", "3", "22.4"}) {
+		!slices.Equal(got[1], []string{"before", "10.0", "9000", "3", "22.4", "0.031"}) {
 		t.Errorf("machine_idle.csv: %q", got)
 	}
 	var scale Target
@@ -195,10 +196,44 @@ func TestIdleCheck(t *testing.T) {
 	if r.When != "before" || r.Took < 60*time.Millisecond || r.Wakeups < 1 || r.Wakeups > 61 || r.Count > r.Wakeups {
 		t.Errorf("row %+v", r)
 	}
+	// The process's own CPU meanwhile: a sleeper's wake-ups, far below a core.
+	if r.CPU < 0 || r.CPU > 0.9 || math.IsNaN(r.CPU) {
+		t.Errorf("the process's CPU during the check: %v cores", r.CPU)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := idleCheck(ctx, time.Minute, "after", rep, t.Logf); !errors.Is(err, context.Canceled) || len(rep.Idle) != 1 {
 		t.Errorf("cancelled: err %v, rows %d; want context.Canceled and no new row", err, len(rep.Idle))
+	}
+}
+
+// TestIdleCheckQuiesces: what the sections before the check left behind is
+// collected and returned to the OS before the sleeper starts, so the Go
+// runtime does not do it in the background during the check (which stalled
+// the sleeper itself).
+func TestIdleCheckQuiesces(t *testing.T) {
+	const garbage = 256 << 20
+	func() {
+		keep := make([][]byte, 0, garbage>>20)
+		for i := range cap(keep) {
+			b := make([]byte, 1<<20)
+			b[0] = byte(i) // touch it: the pages are the process's
+			keep = append(keep, b)
+		}
+	}()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapIdle - ms.HeapReleased + ms.HeapInuse
+	if err := idleCheck(context.Background(), 5*time.Millisecond, "after", &Report{}, t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&ms)
+	// Held from the OS and not in use: what the scavenger would release during the check.
+	if held := ms.HeapIdle - ms.HeapReleased; held > garbage/4 {
+		t.Errorf("%d MB of free heap still held from the OS after the check started (%d MB held and in use before it)", held>>20, before>>20)
+	}
+	if ms.HeapInuse > garbage/2 {
+		t.Errorf("%d MB of heap in use after the check: the garbage was not collected", ms.HeapInuse>>20)
 	}
 }
 

@@ -211,6 +211,10 @@ func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (row ScaleRow, 
 
 func scalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, error) {
 	row := ScaleRow{Loops: n, Period: opt.Period, Persist: !opt.NoPersist, WriteCoalesce: party.WriteCoalesceFor(opt.WriteCoalesce)}
+	// Every step starts as the first one does, without the garbage of the
+	// steps before it (their rigs are closed; no deployment has it). This
+	// step's own set-up garbage, the dealers' prefilled queues, stays.
+	quiesce()
 	began := time.Now()
 	r, err := newRig(ctx, opt.URL, opt.Log)
 	if err != nil {
@@ -498,6 +502,8 @@ func RunScaleFloor(ctx context.Context, url string, cs mpc.ControllerSpec, loops
 	}
 	var rows []ScaleFloorRow
 	for _, n := range loops {
+		// A baseline: without the garbage of the steps before it.
+		quiesce()
 		m, wm := startCPUMeter(), startWaitMeter()
 		r, err := floorLoops(ctx, url, sizes, n, 40*time.Millisecond, time.Second, duration, 30*time.Millisecond)
 		if err != nil {

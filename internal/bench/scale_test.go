@@ -19,6 +19,7 @@ func TestScaleQuick(t *testing.T) {
 	url := startServer(t)
 	cs, _ := pendulum(t)
 	dir := t.TempDir()
+	quiesced := countQuiesce(t)
 	rows, err := RunScale(context.Background(), ScaleOptions{URL: url, Loops: []int{4}, Duration: 400 * time.Millisecond, Warmup: 200 * time.Millisecond,
 		Controller: cs, Variant: mpc.PerTick, Compress: true, ProfileDir: dir})
 	if err != nil {
@@ -26,6 +27,9 @@ func TestScaleQuick(t *testing.T) {
 	}
 	if len(rows) == 0 {
 		t.Fatal("no rows")
+	}
+	if *quiesced != len(rows) {
+		t.Errorf("quiesced %d times for %d steps: each step starts without the garbage of the ones before it", *quiesced, len(rows))
 	}
 	for _, r := range rows {
 		if r.Ticks < r.Loops*8 || r.Wrong != 0 {
@@ -108,12 +112,16 @@ func TestScaleQuick(t *testing.T) {
 func TestScaleFloorQuick(t *testing.T) {
 	url := startServer(t)
 	cs, _ := pendulum(t)
+	quiesced := countQuiesce(t)
 	rows, err := RunScaleFloor(context.Background(), url, cs, []int{3, 6}, 400*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rows) != 2 {
 		t.Fatalf("%d rows, want 2", len(rows))
+	}
+	if *quiesced != 2 {
+		t.Errorf("quiesced %d times for 2 steps of the floor alone: want one before each", *quiesced)
 	}
 	for _, r := range rows {
 		// 25 Hz for 0.4 s measured: about 10 ticks per loop, each completed.
@@ -202,4 +210,14 @@ func TestWriteGCSeries(t *testing.T) {
 			t.Errorf("gc series line %q (window %.1f ms)", l, window)
 		}
 	}
+}
+
+// countQuiesce counts the calls of quiesce until the test ends (the real
+// one still runs).
+func countQuiesce(t *testing.T) *int {
+	n := new(int)
+	orig := quiesce
+	quiesce = func() { *n++; orig() }
+	t.Cleanup(func() { quiesce = orig })
+	return n
 }

@@ -152,9 +152,9 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 	}
 	if len(rep.Idle) > 0 {
 		fmt.Fprintf(w, "\nThis machine with nothing of the bench running: a 1 ms sleeper's wake-ups more than %v late (a freeze past a tick's 30 ms deadline misses the ticks in flight, whatever runs)\n", bench.StallThreshold)
-		fmt.Fprintln(tw, "when\tseconds\twake-ups\tstalls\tworst ms\t")
+		fmt.Fprintln(tw, "when\tseconds\twake-ups\tstalls\tworst ms\tbench cpu cores\t")
 		for _, r := range rep.Idle {
-			fmt.Fprintf(tw, "%s the scale search\t%.1f\t%d\t%d\t%.1f\t\n", r.When, r.Took.Seconds(), r.Wakeups, r.Count, float64(r.Worst)/1e6)
+			fmt.Fprintf(tw, "%s the scale search\t%.1f\t%d\t%d\t%.1f\t%.3f\t\n", r.When, r.Took.Seconds(), r.Wakeups, r.Count, float64(r.Worst)/1e6, r.CPU)
 		}
 		tw.Flush()
 	}

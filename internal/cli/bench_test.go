@@ -48,8 +48,8 @@ func TestPrintSummaryScaleRoles(t *testing.T) {
 // when they were not run.
 func TestPrintSummaryIdle(t *testing.T) {
 	rep := &bench.Report{ScaleLimit: 10 * time.Millisecond, Idle: []bench.IdleRow{
-		{When: "before", Took: 10 * time.Second, Result: stall.Result{Wakeups: 9100, Count: 4, Worst: 22400 * time.Microsecond}},
-		{When: "after", Took: 10 * time.Second, Result: stall.Result{Wakeups: 9050, Count: 0, Worst: 3 * time.Millisecond}},
+		{When: "before", Took: 10 * time.Second, Result: stall.Result{Wakeups: 9100, Count: 4, Worst: 22400 * time.Microsecond}, CPU: 0.034},
+		{When: "after", Took: 10 * time.Second, Result: stall.Result{Wakeups: 9050, Count: 0, Worst: 3 * time.Millisecond}, CPU: 0.031},
 	}}
 	var buf bytes.Buffer
 	printSummary(&buf, rep, "out")
@@ -60,7 +60,7 @@ func TestPrintSummaryIdle(t *testing.T) {
 			rows = append(rows, f)
 		}
 	}
-	want := [][]string{{"before", "the", "scale", "search", "10.0", "9100", "4", "22.4"}, {"after", "the", "scale", "search", "10.0", "9050", "0", "3.0"}}
+	want := [][]string{{"before", "the", "scale", "search", "10.0", "9100", "4", "22.4", "0.034"}, {"after", "the", "scale", "search", "10.0", "9050", "0", "3.0", "0.031"}}
 	if !strings.Contains(out, "nothing of the bench running") || len(rows) != 2 || !slices.Equal(rows[0], want[0]) || !slices.Equal(rows[1], want[1]) {
 		t.Errorf("idle rows %q, want %q in:\n%s", rows, want, out)
 	}
