@@ -6,7 +6,8 @@
 # 127.0.0.1:
 #   1. the loop runs: the actuator reconstructs u_t every tick and the
 #      simulated pendulum stays in range (the sensor rejects no measurement);
-#   2. 30 s of steady state with no new deadline miss;
+#   2. 30 s of steady state with no new deadline miss (a window the host
+#      stalled past the 30 ms deadline is measured once more);
 #   3. dealers scaled 1 -> 3 -> 1 with duet_mismatches_total{kind="item"}
 #      unchanged at the parties (never tolerated) and at most SCALE_MAX_MISSES
 #      deadline misses and state version mismatches;
@@ -221,18 +222,32 @@ pass "loop running: $(ticks) ticks at the actuator, $(misses) start-up misses, p
 # 2. Steady state: no new deadline miss for $STEADY s. Beside it, `duet
 # stalls` measures the host: a wake-up of a sleeping thread more than 20 ms
 # late is a stall of the machine, and one longer than the 30 ms deadline
-# costs ticks whatever the stack does.
-t0=$(ticks) m0=$(misses)
-read -r q0 o0 < <(run_queue)
-stalls_out=$(mktemp)
-build/bin/duet stalls --for "${STEADY}s" --over 20ms >"$stalls_out" 2>&1 &
-stalls_pid=$!
-sleep "$STEADY"
-t1=$(ticks) m1=$(misses) r=$(range_rejects)
-read -r q1 o1 < <(run_queue)
-wait "$stalls_pid" || true
-host="host: $(cat "$stalls_out" 2>/dev/null || true)"
-rm -f "$stalls_out"
+# costs ticks whatever the stack does. A window with more than MAX_MISSES
+# misses during which the host stalled past the deadline is measured once
+# more (and reported); a second such window fails.
+steady_window() {
+	t0=$(ticks) m0=$(misses)
+	read -r q0 o0 < <(run_queue)
+	local out
+	out=$(mktemp)
+	build/bin/duet stalls --for "${STEADY}s" --over 20ms >"$out" 2>&1 &
+	local pid=$!
+	sleep "$STEADY"
+	t1=$(ticks) m1=$(misses) r=$(range_rejects)
+	read -r q1 o1 < <(run_queue)
+	wait "$pid" || true
+	host="host: $(cat "$out" 2>/dev/null || true)"
+	# the worst host stall in ms, 0 if none was measured
+	host_worst=$(sed -n 's/.*the worst \([0-9.]*\) ms late.*/\1/p' "$out" 2>/dev/null | head -n1)
+	host_worst=${host_worst:-0}
+	rm -f "$out"
+}
+past_deadline() { awk -v w="$1" 'BEGIN { exit !(w > 30) }'; }
+steady_window
+if ((m1 >= 0 && m0 >= 0 && m1 - m0 > MAX_MISSES)) && past_deadline "$host_worst"; then
+	note "NOTE  steady state: $((m1 - m0)) new deadline misses in ${STEADY} s while the host stalled past the 30 ms deadline ($host): measuring a second window"
+	steady_window
+fi
 readable "steady state" "$t0" "$m0" "$t1" "$m1" "$r" "$q0" "$o0" "$q1" "$o1"
 dt=$((t1 - t0)) dm=$((m1 - m0)) dq=$((q1 - q0)) dover=$((o1 - o0))
 min=$((STEADY * 25 * 8 / 10)) # 80% of the ticks of a 40 ms period
