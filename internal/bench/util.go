@@ -112,9 +112,9 @@ const StallThreshold = 5 * time.Millisecond
 func startStallMonitor() *stall.Monitor { return stall.Start(StallThreshold) }
 
 // quiesce collects what the bench's earlier sections left behind (hundreds
-// of MB after a scale step) and returns it to the OS at once, before a
-// baseline is measured: otherwise the Go runtime marks it and releases it in
-// the background during the measurement, which stalled a 1 ms sleeper in
-// this process up to 15 times over 5 ms in 10 s where a separate process
-// saw none.
+// of MB after a scale step) and returns it to the OS at once, before the
+// next measurement: otherwise the Go runtime marks it and releases it in the
+// background during that measurement (after a 300-loop search, a 1 ms
+// sleeper in this process was woken more than 5 ms late 14 times in 10 s,
+// and one in a separate process right after none).
 var quiesce = func() { debug.FreeOSMemory() } // a variable: the tests count the calls
