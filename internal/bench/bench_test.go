@@ -91,7 +91,7 @@ func TestRunWritesFiles(t *testing.T) {
 func TestOtherCSVHeaders(t *testing.T) {
 	out := t.TempDir()
 	rep := &Report{Dealer: []DealerRow{{Case: "pendulum", Replicas: 1}}, Scale: []ScaleRow{{Loops: 50, P99: time.Millisecond, OK: true, Persist: true}, {Loops: 50, OK: true}}, ScaleLimit: 10 * time.Millisecond,
-		ScaleFloor: []ScaleFloorRow{{Loops: 500, Ticks: 100, Misses: 1, P99: 7 * time.Millisecond, Steal: math.NaN()}},
+		ScaleFloor: []ScaleFloorRow{{Loops: 500, Ticks: 100, Misses: 1, P99: 7 * time.Millisecond, Steal: math.NaN(), Stalls: 2, StallMax: 12300 * time.Microsecond, RSS: 212.4}},
 		Idle:       []IdleRow{{When: "before", Took: 10 * time.Second, Result: stall.Result{Wakeups: 9000, Count: 3, Worst: 22400 * time.Microsecond}, CPU: 0.031}}}
 	if err := rep.write(out); err != nil {
 		t.Fatal(err)
@@ -102,7 +102,8 @@ func TestOtherCSVHeaders(t *testing.T) {
 	if got := readCSV(t, filepath.Join(out, "dealer.csv")); !slices.Equal(got[0], DealerHeader) || len(got) != 2 {
 		t.Errorf("dealer.csv: %q", got)
 	}
-	if got := readCSV(t, filepath.Join(out, "scale_floor.csv")); !slices.Equal(got[0], ScaleFloorHeader) || len(got) != 2 || got[1][0] != "500" || got[1][2] != "1" || got[1][6] != "" {
+	if got := readCSV(t, filepath.Join(out, "scale_floor.csv")); !slices.Equal(got[0], ScaleFloorHeader) || len(got) != 2 || got[1][0] != "500" || got[1][2] != "1" || got[1][6] != "" ||
+		!slices.Equal(got[1][9:], []string{"2", "12.3", "212"}) {
 		t.Errorf("scale_floor.csv: %q", got)
 	}
 	if got := readCSV(t, filepath.Join(out, "machine_idle.csv")); !slices.Equal(got[0], IdleHeader) || len(got) != 2 ||

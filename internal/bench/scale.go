@@ -117,6 +117,10 @@ type ScaleRow struct {
 	// the measurement (the floor's in FloorStalls); StallMax is the worst.
 	Stalls, FloorStalls     int
 	StallMax, FloorStallMax time.Duration
+	// RSS is the bench process's resident memory at the end of the
+	// measurement, MB (NaN: unknown): the server's queues and the parties'
+	// prefetched items of this step among it.
+	RSS float64
 	// What the parties counted during the measurement (both parties): ticks
 	// they abandoned, and ticks that found no offline item within ItemWait.
 	PartyMisses, NoItem int
@@ -416,6 +420,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, error) 
 	wall := time.Since(start)
 	st = mon.End()
 	row.Stalls, row.StallMax = st.Count, st.Worst
+	row.RSS = processRSS()
 	time.Sleep(opt.Deadline + 100*time.Millisecond)
 	row.CPU, row.Steal = cm.cores(wall)
 	roles, raw, err := prof.stop()
@@ -483,6 +488,11 @@ type ScaleFloorRow struct {
 	// whole run (warm-up included).
 	SchedP99        time.Duration
 	SyscallsPerTick float64
+	// Stalls and StallMax are as ScaleRow's, over the whole run; RSS is the
+	// process's resident memory at its end, MB (NaN: unknown).
+	Stalls   int
+	StallMax time.Duration
+	RSS      float64
 }
 
 // RunScaleFloor measures the floor alone at each of loops, with the
@@ -504,8 +514,9 @@ func RunScaleFloor(ctx context.Context, url string, cs mpc.ControllerSpec, loops
 	for _, n := range loops {
 		// A baseline: without the garbage of the steps before it.
 		quiesce()
-		m, wm := startCPUMeter(), startWaitMeter()
+		m, wm, mon := startCPUMeter(), startWaitMeter(), startStallMonitor()
 		r, err := floorLoops(ctx, url, sizes, n, 40*time.Millisecond, time.Second, duration, 30*time.Millisecond)
+		st := mon.End()
 		if err != nil {
 			return rows, fmt.Errorf("bench: floor alone with %d loops: %w", n, err)
 		}
@@ -513,7 +524,7 @@ func RunScaleFloor(ctx context.Context, url string, cs mpc.ControllerSpec, loops
 		w := wm.end()
 		s := Summarize(r.Lat)
 		rows = append(rows, ScaleFloorRow{Loops: n, Ticks: r.Sent, Misses: r.Misses, P50: s.P50, P99: s.P99, CPU: cpu, Steal: steal,
-			SchedP99: w.SchedP99, SyscallsPerTick: perTick(w.Syscalls, r.All)})
+			SchedP99: w.SchedP99, SyscallsPerTick: perTick(w.Syscalls, r.All), Stalls: st.Count, StallMax: st.Worst, RSS: processRSS()})
 	}
 	return rows, nil
 }

@@ -42,6 +42,7 @@ func TestScaleQuick(t *testing.T) {
 		checkSteal(t, fmt.Sprintf("%+v (floor)", r), r.FloorSteal)
 		checkWaits(t, fmt.Sprintf("%+v", r), r.SchedP99, r.SyscallsPerTick)
 		checkWaits(t, fmt.Sprintf("%+v (floor)", r), r.FloorSchedP99, r.FloorSyscallsPerTick)
+		checkRSS(t, fmt.Sprintf("%+v", r), r.RSS)
 		// Every tick allocates at least its messages (the server's and the
 		// clients' copies), and far less than a megabyte.
 		if r.AllocPerTick < 1000 || r.AllocPerTick > 1<<20 || r.GCs < 0 {
@@ -130,6 +131,32 @@ func TestScaleFloorQuick(t *testing.T) {
 		}
 		checkSteal(t, fmt.Sprintf("%+v", r), r.Steal)
 		checkWaits(t, fmt.Sprintf("%+v", r), r.SchedP99, r.SyscallsPerTick)
+		checkRSS(t, fmt.Sprintf("%+v", r), r.RSS)
+		// The monitor ran through the step: 0.4 s of 1 ms sleeps.
+		if r.Stalls < 0 || r.StallMax < 0 || r.StallMax > 10*time.Second {
+			t.Errorf("%+v: stalls %d, the worst %v", r, r.Stalls, r.StallMax)
+		}
+	}
+}
+
+// checkRSS checks a resident size: on Linux a process of the bench holds at
+// least a few MB and far less than the machine.
+func checkRSS(t *testing.T, what string, mb float64) {
+	t.Helper()
+	if runtime.GOOS == "linux" && (math.IsNaN(mb) || mb < 4 || mb > 1<<20) {
+		t.Errorf("%s: resident %v MB", what, mb)
+	}
+}
+
+func TestParseRSS(t *testing.T) {
+	checkParser(t, "parseRSS", parseRSS, "Name:\tduet\nVmPeak:\t 1000 kB\nVmRSS:\t  759432 kB\nRssAnon:\t 700000 kB\n", 759432, map[string]string{
+		"no VmRSS line": "Name:\tduet\nRssAnon:\t 700000 kB\n",
+		"no unit":       "VmRSS:\t759432\n",
+		"other unit":    "VmRSS:\t759432 MB\n",
+		"not a number":  "VmRSS:\tlots kB\n",
+	})
+	if mb := processRSS(); runtime.GOOS == "linux" && (math.IsNaN(mb) || mb <= 0) {
+		t.Errorf("processRSS() = %v on Linux", mb)
 	}
 }
 

@@ -64,6 +64,39 @@ func Cores(x float64) string {
 	return strconv.FormatFloat(x, 'f', 2, 64)
 }
 
+// processRSS is the bench process's resident memory in MB (Linux:
+// /proc/self/status, VmRSS); NaN where it cannot be read. On the VM the
+// bench is developed on, a process that holds much memory and wakes often
+// makes every process's wake-ups late (README, Loops per party pair), so a
+// step's figures are read beside it.
+func processRSS() float64 {
+	kb, ok := readCounter("/proc/self/status", parseRSS)
+	if !ok {
+		return math.NaN()
+	}
+	return float64(kb) / 1024
+}
+
+// parseRSS reads the VmRSS line of /proc/PID/status, in kB.
+func parseRSS(status []byte) (uint64, error) {
+	for line := range bytes.Lines(status) {
+		rest, ok := bytes.CutPrefix(line, []byte("VmRSS:"))
+		if !ok {
+			continue
+		}
+		f := bytes.Fields(rest)
+		if len(f) != 2 || string(f[1]) != "kB" {
+			return 0, fmt.Errorf("bench: /proc/self/status: VmRSS line %q, want a size in kB", bytes.TrimSpace(line))
+		}
+		v, err := strconv.ParseUint(string(f[0]), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: /proc/self/status: VmRSS: %w", err)
+		}
+		return v, nil
+	}
+	return 0, fmt.Errorf("bench: /proc/self/status has no VmRSS line")
+}
+
 // machineSteal is the machine's stolen CPU time so far in USER_HZ ticks
 // (Linux: /proc/stat); ok is false where it cannot be read.
 func machineSteal() (uint64, bool) { return readCounter("/proc/stat", parseSteal) }
