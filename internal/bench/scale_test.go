@@ -132,8 +132,9 @@ func TestScaleFloorQuick(t *testing.T) {
 		checkSteal(t, fmt.Sprintf("%+v", r), r.Steal)
 		checkWaits(t, fmt.Sprintf("%+v", r), r.SchedP99, r.SyscallsPerTick)
 		checkRSS(t, fmt.Sprintf("%+v", r), r.RSS)
-		// The monitor ran through the step: 0.4 s of 1 ms sleeps.
-		if r.Stalls < 0 || r.StallMax < 0 || r.StallMax > 10*time.Second {
+		// A stall monitor ran through the step (0.4 s of 1 ms sleeps), so
+		// its latest wake-up was late by some microseconds at least.
+		if r.Stalls < 0 || r.StallMax <= 0 || r.StallMax > 10*time.Second {
 			t.Errorf("%+v: stalls %d, the worst %v", r, r.Stalls, r.StallMax)
 		}
 	}
