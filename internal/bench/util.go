@@ -57,11 +57,17 @@ func (m cpuMeter) cores(wall time.Duration) (process, stolen float64) {
 }
 
 // Cores formats a number of cores (CPU seconds per second), "n/a" for NaN.
-func Cores(x float64) string {
+func Cores(x float64) string { return orNA(x, 2) }
+
+// Megabytes formats a resident size in MB (processRSS), "n/a" for NaN.
+func Megabytes(x float64) string { return orNA(x, 0) }
+
+// orNA formats x with prec decimals, "n/a" for NaN (unknown).
+func orNA(x float64, prec int) string {
 	if math.IsNaN(x) {
 		return "n/a"
 	}
-	return strconv.FormatFloat(x, 'f', 2, 64)
+	return strconv.FormatFloat(x, 'f', prec, 64)
 }
 
 // processRSS is the bench process's resident memory in MB (Linux:

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -138,7 +137,7 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 			fmt.Fprintf(tw, "%d\t%v\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%.2f\t%s (%s)\t%s (%s)\t%s\t%s\t%s\t%d (%.1f)\t%s\t%v\t\n", r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong,
 				us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.CPU,
 				bench.Cores(r.Roles.Pair()), bench.Cores(r.FloorRoles.Pair()), bench.Cores(r.Roles.Broker), bench.Cores(r.FloorRoles.Broker),
-				bench.Cores(r.Steal), us(r.SchedP99), bench.Cores(r.SyscallsPerTick), r.Stalls, float64(r.StallMax)/1e6, megabytes(r.RSS), r.OK)
+				bench.Cores(r.Steal), us(r.SchedP99), bench.Cores(r.SyscallsPerTick), r.Stalls, float64(r.StallMax)/1e6, bench.Megabytes(r.RSS), r.OK)
 		}
 		tw.Flush()
 	}
@@ -147,7 +146,7 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 		fmt.Fprintln(tw, "loops\tticks\tp50 µs\tp99 µs\tmisses\tcpu cores\tstolen\trun-queue p99 µs\tsyscalls/tick\tstalls (worst ms)\trss MB\t")
 		for _, r := range rep.ScaleFloor {
 			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%d (%.1f)\t%s\t\n", r.Loops, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.CPU, bench.Cores(r.Steal),
-				us(r.SchedP99), bench.Cores(r.SyscallsPerTick), r.Stalls, float64(r.StallMax)/1e6, megabytes(r.RSS))
+				us(r.SchedP99), bench.Cores(r.SyscallsPerTick), r.Stalls, float64(r.StallMax)/1e6, bench.Megabytes(r.RSS))
 		}
 		tw.Flush()
 	}
@@ -171,14 +170,6 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 		fmt.Fprintf(w, "  %s %s: %s\n", mark, t.Name, t.Got)
 	}
 	fmt.Fprintf(w, "\nwrote CSV files and plots to %s\n", out)
-}
-
-// megabytes formats a resident size in MB, n/a where unknown (NaN).
-func megabytes(mb float64) string {
-	if math.IsNaN(mb) {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.0f", mb)
 }
 
 // parseCounts parses "50,100,200": positive integers.
