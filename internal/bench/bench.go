@@ -63,12 +63,15 @@ type Report struct {
 	// StateFileStore is Plan.StateFileStore: where the tick and scale
 	// sections persisted the parties' state.
 	StateFileStore bool
-	Started        time.Time
-	Took           time.Duration
-	Fig5           []Fig5Row
-	Tick           []TickRow
-	Dealer         []DealerRow
-	Scale          []ScaleRow
+	// ScaleVariant is Plan.ScaleVariant: the Protocol 1 variant of the
+	// scale search's loops.
+	ScaleVariant mpc.Variant
+	Started      time.Time
+	Took         time.Duration
+	Fig5         []Fig5Row
+	Tick         []TickRow
+	Dealer       []DealerRow
+	Scale        []ScaleRow
 	// ScaleFloor is the floor alone at Plan.ScaleFloorLoops.
 	ScaleFloor []ScaleFloorRow
 	// ScaleLimit is the p99 limit of the scale search.
@@ -130,6 +133,10 @@ type Plan struct {
 	// the services' default); false: in memory, the bench's default, which
 	// its earlier results were measured with.
 	StateFileStore bool
+	// ScaleVariant is the Protocol 1 variant of the scale search's loops,
+	// the sensors' DUET_MASK (the zero value: per-tick, the services'
+	// default).
+	ScaleVariant mpc.Variant
 }
 
 // PlanFor returns the full or the --quick plan.
@@ -199,7 +206,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if opt.Plan != nil {
 		plan = *opt.Plan
 	}
-	rep.StateFileStore = plan.StateFileStore
+	rep.StateFileStore, rep.ScaleVariant = plan.StateFileStore, plan.ScaleVariant
 	pr := func(format string, a ...any) { fmt.Fprintf(opt.Progress, format+"\n", a...) }
 	for _, sec := range opt.Sections {
 		stop, err := startProfile(opt, sec)
@@ -453,7 +460,7 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 			loops = plan.ScaleNoPersistLoops
 		}
 		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg, StateFileStore: plan.StateFileStore,
-			Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
+			Controller: cs, Variant: plan.ScaleVariant, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
 				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f stolen %s | parties: %d abandoned%s, %d without item | cpu %.2f cores, stolen %s, %d GCs (%.0f ms CPU, %.0f ms of it assists), %.1f KB allocated/tick, %.2f peer messages/tick for %.2f, run-queue p99 %.0fµs (floor %.0fµs), %s syscalls/tick (floor %s) | cores by role: parties %s + %s (%s µs/tick for the pair), broker %s, harness %s, collector %s, other %s (floor: relays %s, broker %s, harness %s)  ok %v (set-up %v)",
@@ -538,6 +545,9 @@ func (rep *Report) Targets() []Target {
 	}
 	got = fmt.Sprintf("%d loops (largest tried %d%s); without persistence %d (largest tried %d%s)", best[1], tried[1], whyFailed(last[1]),
 		best[0], tried[0], whyFailed(last[0]))
+	if rep.ScaleVariant != mpc.PerTick {
+		got += fmt.Sprintf("; the loops with the %s mask", rep.ScaleVariant)
+	}
 	for _, f := range rep.ScaleFloor {
 		if f.Loops == 500 {
 			got += fmt.Sprintf("; the floor alone at 500 loops: p99 %.1f ms, %d misses", us(f.P99)/1e3, f.Misses)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/duet-mpc/duet/internal/stall"
+	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
 func readCSV(t *testing.T, path string) [][]string {
@@ -90,7 +91,7 @@ func TestRunWritesFiles(t *testing.T) {
 // TestOtherCSVHeaders checks the headers of the files the slow sections write.
 func TestOtherCSVHeaders(t *testing.T) {
 	out := t.TempDir()
-	rep := &Report{Dealer: []DealerRow{{Case: "pendulum", Replicas: 1}}, Scale: []ScaleRow{{Loops: 50, P99: time.Millisecond, OK: true, Persist: true}, {Loops: 50, OK: true}}, ScaleLimit: 10 * time.Millisecond,
+	rep := &Report{Dealer: []DealerRow{{Case: "pendulum", Replicas: 1}}, Scale: []ScaleRow{{Loops: 50, P99: time.Millisecond, OK: true, Persist: true}, {Loops: 50, OK: true, Variant: mpc.FixedMask}}, ScaleLimit: 10 * time.Millisecond,
 		ScaleFloor: []ScaleFloorRow{{Loops: 500, Ticks: 100, Misses: 1, P99: 7 * time.Millisecond, Steal: math.NaN(), Stalls: 2, StallMax: 12300 * time.Microsecond, RSS: 212.4}},
 		Idle:       []IdleRow{{When: "before", Took: 10 * time.Second, Result: stall.Result{Wakeups: 9000, Count: 3, Worst: 22400 * time.Microsecond}, CPU: 0.031}}}
 	if err := rep.write(out); err != nil {
@@ -105,6 +106,11 @@ func TestOtherCSVHeaders(t *testing.T) {
 	if got := readCSV(t, filepath.Join(out, "scale_floor.csv")); !slices.Equal(got[0], ScaleFloorHeader) || len(got) != 2 || got[1][0] != "500" || got[1][2] != "1" || got[1][6] != "" ||
 		!slices.Equal(got[1][9:], []string{"2", "12.3", "212"}) {
 		t.Errorf("scale_floor.csv: %q", got)
+	}
+	// The loops' variant is the last column of scale_detail.csv.
+	if got := readCSV(t, filepath.Join(out, "scale_detail.csv")); !slices.Equal(got[0], ScaleDetailHeader) || len(got) != 3 ||
+		got[0][len(got[0])-1] != "variant" || got[1][len(got[1])-1] != "per-tick" || got[2][len(got[2])-1] != "fixed" {
+		t.Errorf("scale_detail.csv: header %q, rows %q", got[0], got[1:])
 	}
 	if got := readCSV(t, filepath.Join(out, "machine_idle.csv")); !slices.Equal(got[0], IdleHeader) || len(got) != 2 ||
 		!slices.Equal(got[1], []string{"before", "10.0", "9000", "3", "22.4", "0.031"}) {
@@ -143,6 +149,13 @@ func TestScaleTargetSaysWhy(t *testing.T) {
 		"this machine idle: 4 and 11 stalls over 5ms in 2 checks of 10 s, the worst 22.4 ms"
 	if !scale.Measured || scale.Met || scale.Got != want {
 		t.Errorf("scale target: %+v\nwant Got %q", scale, want)
+	}
+	// With the fixed mask (duet bench --mask fixed) the target says so.
+	rep.ScaleVariant = mpc.FixedMask
+	for _, tg := range rep.Targets() {
+		if strings.HasPrefix(tg.Name, ">= 500 loops") && !strings.Contains(tg.Got, "; the loops with the fixed mask;") {
+			t.Errorf("fixed mask: scale target %q does not name it", tg.Got)
+		}
 	}
 }
 

@@ -134,6 +134,8 @@ type ScaleRow struct {
 	// StateFileStore: the state was persisted to JetStream file storage
 	// (false: memory, or not persisted).
 	StateFileStore bool
+	// Variant is the loops' Protocol 1 variant (the sensors' DUET_MASK).
+	Variant mpc.Variant
 	// The collector during the measurement (the whole process: server,
 	// parties, harness): completed cycles, and bytes allocated per measured
 	// tick; the CPU the collector used in the cycles that ended during the
@@ -227,6 +229,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, error) 
 	defer r.close()
 	r.peerBatch, r.writeCoalesce, r.stateFile = opt.PeerBatch, opt.WriteCoalesce, opt.StateFileStore
 	row.StateFileStore = opt.StateFileStore && row.Persist
+	row.Variant = opt.Variant
 	ticksPerLoop := int((opt.Warmup+opt.Duration)/opt.Period) + 10
 	const prefetch = 64
 	lowWater := ticksPerLoop + 2*prefetch + 32

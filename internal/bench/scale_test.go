@@ -110,6 +110,25 @@ func TestScaleQuick(t *testing.T) {
 	}
 }
 
+// TestScaleQuickFixedMask: the scale search runs its loops with the fixed
+// mask when asked (duet bench --mask fixed): every output is checked
+// against the clear controller, and the row says which variant it ran.
+func TestScaleQuickFixedMask(t *testing.T) {
+	url := startServer(t)
+	cs, _ := pendulum(t)
+	rows, err := RunScale(context.Background(), ScaleOptions{URL: url, Loops: []int{3}, Duration: 300 * time.Millisecond, Warmup: 200 * time.Millisecond,
+		Controller: cs, Variant: mpc.FixedMask, Compress: true, NoPersist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1", len(rows))
+	}
+	if r := rows[0]; r.Variant != mpc.FixedMask || r.Ticks < r.Loops*6 || r.Wrong != 0 || r.PartyMisses != 0 {
+		t.Errorf("%+v: want the fixed mask, about 7 ticks per loop, no wrong result and no miss", r)
+	}
+}
+
 func TestScaleFloorQuick(t *testing.T) {
 	url := startServer(t)
 	cs, _ := pendulum(t)

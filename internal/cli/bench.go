@@ -14,6 +14,7 @@ import (
 	"github.com/duet-mpc/duet/internal/bench"
 	"github.com/duet-mpc/duet/internal/party"
 	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
 func init() {
@@ -35,6 +36,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	coalesceFlag := fs.String("write-coalesce", "", "the parties' DUET_WRITE_COALESCE in the tick and scale sections, a duration up to 10ms (default: the service default; 0: off)")
 	stateFile := fs.Bool("state-file-store", false, "persist the parties' state to JetStream file storage in the tick and scale sections (DUET_STATE_FILE_STORE=true, the services' default; default: memory storage, as the README's results)")
 	perMsg := fs.Int("items-per-msg", 0, "the sensors' DUET_ITEMS_PER_MSG in the scale section (default: the service default)")
+	mask := fs.String("mask", "", "the sensors' DUET_MASK in the scale section: per-tick (the services' default) or fixed")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -54,6 +56,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *perMsg < 0 || *perMsg > codec.MaxItemsPerMsg {
 		return fmt.Errorf("%w: --items-per-msg %d: want 1..%d (0: the default)", ErrUsage, *perMsg, codec.MaxItemsPerMsg)
 	}
+	variant, err := mpc.ParseVariant(*mask)
+	if err != nil {
+		return fmt.Errorf("%w: --mask: %w", ErrUsage, err)
+	}
 	var coalesce time.Duration // 0: the default
 	if *coalesceFlag != "" {
 		d, err := time.ParseDuration(*coalesceFlag)
@@ -65,7 +71,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	var plan *bench.Plan
-	if *loops != "" || *peerBatch != 0 || *perMsg != 0 || coalesce != 0 || *stateFile {
+	if *loops != "" || *peerBatch != 0 || *perMsg != 0 || coalesce != 0 || *stateFile || variant != mpc.PerTick {
 		p := bench.PlanFor(*quick)
 		if *loops != "" {
 			ns, err := parseCounts(*loops)
@@ -74,7 +80,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			p.ScaleLoops, p.ScaleNoPersistLoops, p.ScaleBudget = ns, ns, 0
 		}
-		p.PeerBatch, p.ItemsPerMsg, p.WriteCoalesce, p.StateFileStore = *peerBatch, *perMsg, coalesce, *stateFile
+		p.PeerBatch, p.ItemsPerMsg, p.WriteCoalesce, p.StateFileStore, p.ScaleVariant = *peerBatch, *perMsg, coalesce, *stateFile, variant
 		plan = &p
 	}
 	lvl := slog.LevelError + 4 // silent: the services log expected rejections at set-up and shutdown
@@ -102,7 +108,7 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 	if rep.Quick {
 		mode = "quick"
 	}
-	fmt.Fprintf(w, "duet bench (%s, NATS %s, state persisted to %s)\n", mode, rep.Server, stateStore(rep.StateFileStore))
+	fmt.Fprintf(w, "duet bench (%s, NATS %s, state persisted to %s, scale loops with the %s mask)\n", mode, rep.Server, stateStore(rep.StateFileStore), rep.ScaleVariant)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if len(rep.Fig5) > 0 {
 		fmt.Fprintln(w, "\nFig. 5: round trip at the client (µs); floor: same messages, no computation or encryption")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/duet-mpc/duet/internal/bench"
 	"github.com/duet-mpc/duet/internal/stall"
+	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
 // The summary's scale table shows the parties' and the server's share of
@@ -81,6 +82,18 @@ func TestPrintSummaryStateStore(t *testing.T) {
 		printSummary(&buf, &bench.Report{Server: bench.Embedded, StateFileStore: c.file, ScaleLimit: 10 * time.Millisecond}, "out")
 		if first, _, _ := strings.Cut(buf.String(), "\n"); !strings.Contains(first, c.want) {
 			t.Errorf("StateFileStore=%v: first line %q, want %q", c.file, first, c.want)
+		}
+	}
+}
+
+// The summary's first line names the scale search's mask variant.
+func TestPrintSummaryMask(t *testing.T) {
+	for _, v := range []mpc.Variant{mpc.PerTick, mpc.FixedMask} {
+		var buf bytes.Buffer
+		printSummary(&buf, &bench.Report{Server: bench.Embedded, ScaleVariant: v, ScaleLimit: 10 * time.Millisecond}, "out")
+		want := "scale loops with the " + v.String() + " mask"
+		if first, _, _ := strings.Cut(buf.String(), "\n"); !strings.Contains(first, want) {
+			t.Errorf("%v: first line %q, want %q", v, first, want)
 		}
 	}
 }
