@@ -479,7 +479,7 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 	if len(plan.ScaleFloorLoops) == 0 {
 		return nil
 	}
-	rows, err := RunScaleFloor(ctx, url, cs, plan.ScaleFloorLoops, plan.ScaleDur)
+	rows, err := RunScaleFloor(ctx, url, cs, plan.ScaleVariant, plan.ScaleFloorLoops, plan.ScaleDur)
 	for _, r := range rows {
 		rep.ScaleFloor = append(rep.ScaleFloor, r)
 		pr("  floor alone: %5d loops  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  cpu %.2f cores  stolen %s  run-queue p99 %.0fµs  %s syscalls/tick", r.Loops, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.CPU, Cores(r.Steal),

@@ -499,17 +499,9 @@ type ScaleFloorRow struct {
 }
 
 // RunScaleFloor measures the floor alone at each of loops, with the
-// pendulum's per-tick message sizes (those of the scale search).
-func RunScaleFloor(ctx context.Context, url string, cs mpc.ControllerSpec, loops []int, duration time.Duration) ([]ScaleFloorRow, error) {
-	rz, err := cs.Resolve(mpc.PerTick)
-	if err != nil {
-		return nil, err
-	}
-	ids, err := newIdentities()
-	if err != nil {
-		return nil, err
-	}
-	sizes, err := envelopeSizes(ids, "s"+uniqueTag()+"-0", rz.Params)
+// message sizes of cs's loops in variant v (those of the scale search).
+func RunScaleFloor(ctx context.Context, url string, cs mpc.ControllerSpec, v mpc.Variant, loops []int, duration time.Duration) ([]ScaleFloorRow, error) {
+	sizes, err := loopSizes(cs, v)
 	if err != nil {
 		return nil, err
 	}
@@ -534,6 +526,20 @@ func RunScaleFloor(ctx context.Context, url string, cs mpc.ControllerSpec, loops
 
 // uniqueTag is a short random tag for loop ids (loop ids travel in every
 // header, so they are kept short, like a real deployment's).
+// loopSizes are the sealed message sizes of one tick of cs's loops in
+// variant v.
+func loopSizes(cs mpc.ControllerSpec, v mpc.Variant) (FloorSizes, error) {
+	rz, err := cs.Resolve(v)
+	if err != nil {
+		return FloorSizes{}, err
+	}
+	ids, err := newIdentities()
+	if err != nil {
+		return FloorSizes{}, err
+	}
+	return envelopeSizes(ids, "s"+uniqueTag()+"-0", rz.Params)
+}
+
 func uniqueTag() string {
 	var b [3]byte
 	_, _ = rand.Read(b[:])

@@ -129,11 +129,29 @@ func TestScaleQuickFixedMask(t *testing.T) {
 	}
 }
 
+// TestLoopSizes: the floor alone sends the scale loops' message sizes, so
+// with the fixed mask (duet bench --mask fixed) its exchange is smaller
+// (S does not travel) and the rest the same.
+func TestLoopSizes(t *testing.T) {
+	cs, _ := pendulum(t)
+	per, err := loopSizes(cs, mpc.PerTick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed, err := loopSizes(cs, mpc.FixedMask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fixed.Exchange <= 0 || fixed.Exchange >= per.Exchange || fixed.Measure != per.Measure || fixed.Output != per.Output || fixed.OneWay || per.OneWay {
+		t.Errorf("per-tick %+v, fixed %+v: want a smaller exchange with the fixed mask, the rest equal", per, fixed)
+	}
+}
+
 func TestScaleFloorQuick(t *testing.T) {
 	url := startServer(t)
 	cs, _ := pendulum(t)
 	quiesced := countQuiesce(t)
-	rows, err := RunScaleFloor(context.Background(), url, cs, []int{3, 6}, 400*time.Millisecond)
+	rows, err := RunScaleFloor(context.Background(), url, cs, mpc.PerTick, []int{3, 6}, 400*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
