@@ -137,6 +137,9 @@ type Plan struct {
 	// the sensors' DUET_MASK (the zero value: per-tick, the services'
 	// default).
 	ScaleVariant mpc.Variant
+	// ScaleRepeat is how many steps the scale search runs at each loop
+	// count; a count holds only if all of them held (0: one).
+	ScaleRepeat int
 }
 
 // PlanFor returns the full or the --quick plan.
@@ -460,9 +463,12 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 			loops = plan.ScaleNoPersistLoops
 		}
 		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg, StateFileStore: plan.StateFileStore,
-			Controller: cs, Variant: plan.ScaleVariant, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
+			Repeat: plan.ScaleRepeat, Controller: cs, Variant: plan.ScaleVariant, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
+				if plan.ScaleRepeat > 1 {
+					pr("  step %d of %d at %d loops:", r.Try, plan.ScaleRepeat, r.Loops)
+				}
 				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f stolen %s | parties: %d abandoned%s, %d without item | cpu %.2f cores, stolen %s, %d GCs (%.0f ms CPU, %.0f ms of it assists), %.1f KB allocated/tick, %.2f peer messages/tick for %.2f, run-queue p99 %.0fµs (floor %.0fµs), %s syscalls/tick (floor %s) | cores by role: parties %s + %s (%s µs/tick for the pair), broker %s, harness %s, collector %s, other %s (floor: relays %s, broker %s, harness %s)  ok %v (set-up %v)",
 					r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong, r.Stalls, r.StallMax.Round(100*time.Microsecond),
 					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond), r.FloorCPU, Cores(r.FloorSteal), r.PartyMisses, parenthesized(r.AbandonedBy()), r.NoItem,
@@ -528,23 +534,52 @@ func (rep *Report) Targets() []Target {
 	}
 	ts = append(ts, Target{Name: "Protocol 1 fixed mask d=100 p50 <= 2x floor", Measured: ok, Met: ok && ratio(f.Lat.P50, f.Floor.P50) <= 2,
 		Got: fmt.Sprintf("%.0f µs vs %.0f µs: %.2fx", us(f.Lat.P50), us(f.Floor.P50), ratio(f.Lat.P50, f.Floor.P50))})
-	var best, tried [2]int // without, with persistence
-	var last [2]ScaleRow   // the largest count tried
+	// A loop count holds if every step at it held (duet bench --repeat).
+	type count struct {
+		steps, held int
+		last        ScaleRow // its last failed step, else its last step
+	}
+	var counts [2]map[int]*count // without, with persistence
 	measured := false
 	for _, s := range rep.Scale {
 		i := 0
 		if s.Persist {
 			i, measured = 1, true
 		}
-		if s.Loops > tried[i] {
-			tried[i], last[i] = s.Loops, s
+		if counts[i] == nil {
+			counts[i] = map[int]*count{}
 		}
+		c := counts[i][s.Loops]
+		if c == nil {
+			c = &count{}
+			counts[i][s.Loops] = c
+		}
+		c.steps++
 		if s.OK {
-			best[i] = max(best[i], s.Loops)
+			c.held++
+		}
+		if !s.OK || c.last.OK || c.last.Loops == 0 {
+			c.last = s
 		}
 	}
-	got = fmt.Sprintf("%d loops (largest tried %d%s); without persistence %d (largest tried %d%s)", best[1], tried[1], whyFailed(last[1]),
-		best[0], tried[0], whyFailed(last[0]))
+	var best, tried [2]int
+	var why [2]string
+	for i := range counts {
+		for n, c := range counts[i] {
+			if c.held == c.steps {
+				best[i] = max(best[i], n)
+			}
+			tried[i] = max(tried[i], n)
+		}
+		if c := counts[i][tried[i]]; c != nil {
+			if c.steps > 1 {
+				why[i] = fmt.Sprintf(", held in %d of %d steps", c.held, c.steps)
+			}
+			why[i] += whyFailed(c.last)
+		}
+	}
+	got = fmt.Sprintf("%d loops (largest tried %d%s); without persistence %d (largest tried %d%s)", best[1], tried[1], why[1],
+		best[0], tried[0], why[0])
 	if rep.ScaleVariant != mpc.PerTick {
 		got += fmt.Sprintf("; the loops with the %s mask", rep.ScaleVariant)
 	}

@@ -91,7 +91,7 @@ func TestRunWritesFiles(t *testing.T) {
 // TestOtherCSVHeaders checks the headers of the files the slow sections write.
 func TestOtherCSVHeaders(t *testing.T) {
 	out := t.TempDir()
-	rep := &Report{Dealer: []DealerRow{{Case: "pendulum", Replicas: 1}}, Scale: []ScaleRow{{Loops: 50, P99: time.Millisecond, OK: true, Persist: true}, {Loops: 50, OK: true, Variant: mpc.FixedMask}}, ScaleLimit: 10 * time.Millisecond,
+	rep := &Report{Dealer: []DealerRow{{Case: "pendulum", Replicas: 1}}, Scale: []ScaleRow{{Loops: 50, P99: time.Millisecond, OK: true, Persist: true}, {Loops: 50, OK: true, Variant: mpc.FixedMask, Try: 2}}, ScaleLimit: 10 * time.Millisecond,
 		ScaleFloor: []ScaleFloorRow{{Loops: 500, Ticks: 100, Misses: 1, P99: 7 * time.Millisecond, Steal: math.NaN(), Stalls: 2, StallMax: 12300 * time.Microsecond, RSS: 212.4}},
 		Idle:       []IdleRow{{When: "before", Took: 10 * time.Second, Result: stall.Result{Wakeups: 9000, Count: 3, Worst: 22400 * time.Microsecond}, CPU: 0.031}}}
 	if err := rep.write(out); err != nil {
@@ -107,10 +107,13 @@ func TestOtherCSVHeaders(t *testing.T) {
 		!slices.Equal(got[1][9:], []string{"2", "12.3", "212"}) {
 		t.Errorf("scale_floor.csv: %q", got)
 	}
-	// The loops' variant is the last column of scale_detail.csv.
-	if got := readCSV(t, filepath.Join(out, "scale_detail.csv")); !slices.Equal(got[0], ScaleDetailHeader) || len(got) != 3 ||
-		got[0][len(got[0])-1] != "variant" || got[1][len(got[1])-1] != "per-tick" || got[2][len(got[2])-1] != "fixed" {
-		t.Errorf("scale_detail.csv: header %q, rows %q", got[0], got[1:])
+	// scale_detail.csv records each step's variant and its try at its
+	// loop count (1 where the row does not say).
+	if got := readCSV(t, filepath.Join(out, "scale_detail.csv")); !slices.Equal(got[0], ScaleDetailHeader) || len(got) != 3 {
+		t.Errorf("scale_detail.csv: header %q, %d rows", got[0], len(got)-1)
+	} else if v, try := slices.Index(got[0], "variant"), slices.Index(got[0], "try"); v < 0 || try < 0 ||
+		got[1][v] != "per-tick" || got[2][v] != "fixed" || got[1][try] != "1" || got[2][try] != "2" {
+		t.Errorf("scale_detail.csv: variant and try columns in %q, rows %q", got[0], got[1:])
 	}
 	if got := readCSV(t, filepath.Join(out, "machine_idle.csv")); !slices.Equal(got[0], IdleHeader) || len(got) != 2 ||
 		!slices.Equal(got[1], []string{"before", "10.0", "9000", "3", "22.4", "0.031"}) {
@@ -156,6 +159,29 @@ func TestScaleTargetSaysWhy(t *testing.T) {
 		if strings.HasPrefix(tg.Name, ">= 500 loops") && !strings.Contains(tg.Got, "; the loops with the fixed mask;") {
 			t.Errorf("fixed mask: scale target %q does not name it", tg.Got)
 		}
+	}
+}
+
+// TestScaleTargetRepeats: with several steps per loop count (duet bench
+// --repeat) a count holds only if every step at it held, and the target
+// says how many did at the largest count tried.
+func TestScaleTargetRepeats(t *testing.T) {
+	rep := &Report{ScaleLimit: 10 * time.Millisecond, Scale: []ScaleRow{
+		{Loops: 50, Persist: true, OK: true, Try: 1}, {Loops: 50, Persist: true, OK: true, Try: 2},
+		{Loops: 100, Persist: true, OK: true, Try: 1},
+		{Loops: 100, Persist: true, P99: 12 * time.Millisecond, Misses: 3, CPU: 1.9, Try: 2},
+		{Loops: 100, Persist: true, OK: true, Try: 3},
+		{Loops: 50, OK: true, Try: 1}, {Loops: 50, OK: true, Try: 2}}}
+	var scale Target
+	for _, tg := range rep.Targets() {
+		if strings.HasPrefix(tg.Name, ">= 500 loops") {
+			scale = tg
+		}
+	}
+	want := "50 loops (largest tried 100, held in 2 of 3 steps: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 0 µs, 0 stalls over 5ms (the worst 0.0 ms)); " +
+		"without persistence 50 (largest tried 50, held in 2 of 2 steps)"
+	if !scale.Measured || scale.Met || scale.Got != want {
+		t.Errorf("scale target: %+v\nwant Got %q", scale, want)
 	}
 }
 

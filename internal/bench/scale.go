@@ -72,11 +72,15 @@ type ScaleOptions struct {
 	// (duet bench --nats): its CPU is not in this process's profile, so
 	// the server's share of a step (and of its floor) is NaN, not 0.
 	ServerOutside bool
-	// Budget stops the search before a step that would start after it has
-	// elapsed (0: no limit).
+	// Budget stops the search before a loop count that would start after
+	// it has elapsed (0: no limit).
 	Budget time.Duration
+	// Repeat is how many steps run at each loop count (0: one). A count
+	// holds only if every one of them held; the search stops after the
+	// first count that did not.
+	Repeat int
 	// ProfileDir, if set, receives a CPU profile of each step's measurement
-	// window (scale-<loops>[-persist].pprof).
+	// window (scale-<loops>[-persist][-try<k>].pprof; -try<k> with Repeat > 1).
 	ProfileDir string
 	Log        *slog.Logger
 	// OnStep, if set, is called after each step (progress).
@@ -136,6 +140,8 @@ type ScaleRow struct {
 	StateFileStore bool
 	// Variant is the loops' Protocol 1 variant (the sensors' DUET_MASK).
 	Variant mpc.Variant
+	// Try numbers the steps at one loop count, from 1 (ScaleOptions.Repeat).
+	Try int
 	// The collector during the measurement (the whole process: server,
 	// parties, harness): completed cycles, and bytes allocated per measured
 	// tick; the CPU the collector used in the cycles that ended during the
@@ -193,15 +199,19 @@ func RunScale(ctx context.Context, opt ScaleOptions) ([]ScaleRow, error) {
 		if opt.Budget > 0 && time.Since(began) > opt.Budget {
 			break
 		}
-		row, err := runScalePoint(ctx, opt, n)
-		if err != nil {
-			return rows, fmt.Errorf("bench: scale with %d loops: %w", n, err)
+		held := true
+		for try := 1; try <= max(opt.Repeat, 1); try++ {
+			row, err := runScalePoint(ctx, opt, n, try)
+			if err != nil {
+				return rows, fmt.Errorf("bench: scale with %d loops (try %d): %w", n, try, err)
+			}
+			rows = append(rows, row)
+			if opt.OnStep != nil {
+				opt.OnStep(row)
+			}
+			held = held && row.OK
 		}
-		rows = append(rows, row)
-		if opt.OnStep != nil {
-			opt.OnStep(row)
-		}
-		if !row.OK {
+		if !held {
 			break
 		}
 	}
@@ -210,13 +220,13 @@ func RunScale(ctx context.Context, opt ScaleOptions) ([]ScaleRow, error) {
 
 // runScalePoint runs one step; its goroutines are the harness's (roles.go)
 // but for the parties', the dealers' and the server's.
-func runScalePoint(ctx context.Context, opt ScaleOptions, n int) (row ScaleRow, err error) {
-	withRole(ctx, RoleHarness, func(ctx context.Context) { row, err = scalePoint(ctx, opt, n) })
+func runScalePoint(ctx context.Context, opt ScaleOptions, n, try int) (row ScaleRow, err error) {
+	withRole(ctx, RoleHarness, func(ctx context.Context) { row, err = scalePoint(ctx, opt, n, try) })
 	return row, err
 }
 
-func scalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, error) {
-	row := ScaleRow{Loops: n, Period: opt.Period, Persist: !opt.NoPersist, WriteCoalesce: party.WriteCoalesceFor(opt.WriteCoalesce)}
+func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, error) {
+	row := ScaleRow{Loops: n, Try: try, Period: opt.Period, Persist: !opt.NoPersist, WriteCoalesce: party.WriteCoalesceFor(opt.WriteCoalesce)}
 	// Every step starts as the first one does, without the garbage of the
 	// steps before it (their rigs are closed; no deployment has it). This
 	// step's own set-up garbage, the dealers' prefilled queues, stays.
@@ -350,10 +360,13 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n int) (ScaleRow, error) 
 			return row, err
 		}
 	}
-	// The step's profile and tick series: scale-<loops>[-persist].*
+	// The step's profile and tick series: scale-<loops>[-persist][-try<k>].*
 	name := fmt.Sprintf("scale-%d", n)
 	if !opt.NoPersist {
 		name += "-persist"
+	}
+	if opt.Repeat > 1 {
+		name += fmt.Sprintf("-try%d", try)
 	}
 	// The CPU by role (roles.go) from a profile of the measured ticks
 	// (warm-up included); with ProfileDir the profile and the extras of

@@ -129,6 +129,27 @@ func TestScaleQuickFixedMask(t *testing.T) {
 	}
 }
 
+// TestScaleRepeat: with Repeat the search runs that many steps at each
+// loop count, numbered, each with its own profile.
+func TestScaleRepeat(t *testing.T) {
+	url := startServer(t)
+	cs, _ := pendulum(t)
+	dir := t.TempDir()
+	rows, err := RunScale(context.Background(), ScaleOptions{URL: url, Loops: []int{2}, Duration: 200 * time.Millisecond, Warmup: 100 * time.Millisecond,
+		Controller: cs, Variant: mpc.PerTick, Compress: true, NoPersist: true, Repeat: 2, ProfileDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].Try != 1 || rows[1].Try != 2 || rows[0].Loops != 2 || rows[1].Loops != 2 {
+		t.Fatalf("rows %+v: want two steps at 2 loops, tries 1 and 2", rows)
+	}
+	for _, name := range []string{"scale-2-try1.pprof", "scale-2-try2.pprof"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 // TestLoopSizes: the floor alone sends the scale loops' message sizes, so
 // with the fixed mask (duet bench --mask fixed) its exchange is smaller
 // (S does not travel) and the rest the same.

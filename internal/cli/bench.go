@@ -36,6 +36,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	coalesceFlag := fs.String("write-coalesce", "", "the parties' DUET_WRITE_COALESCE in the tick and scale sections, a duration up to 10ms (default: the service default; 0: off)")
 	stateFile := fs.Bool("state-file-store", false, "persist the parties' state to JetStream file storage in the tick and scale sections (DUET_STATE_FILE_STORE=true, the services' default; default: memory storage, as the README's results)")
 	perMsg := fs.Int("items-per-msg", 0, "the sensors' DUET_ITEMS_PER_MSG in the scale section (default: the service default)")
+	repeat := fs.Int("repeat", 0, "steps of the scale search at each loop count; a count holds only if every one of them held (default 1)")
 	mask := fs.String("mask", "", "the sensors' DUET_MASK in the scale section: per-tick (the services' default) or fixed")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
@@ -56,6 +57,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *perMsg < 0 || *perMsg > codec.MaxItemsPerMsg {
 		return fmt.Errorf("%w: --items-per-msg %d: want 1..%d (0: the default)", ErrUsage, *perMsg, codec.MaxItemsPerMsg)
 	}
+	if *repeat < 0 || *repeat > maxRepeat {
+		return fmt.Errorf("%w: --repeat %d: want 1..%d (0: one)", ErrUsage, *repeat, maxRepeat)
+	}
 	variant, err := mpc.ParseVariant(*mask)
 	if err != nil {
 		return fmt.Errorf("%w: --mask: %w", ErrUsage, err)
@@ -71,7 +75,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	var plan *bench.Plan
-	if *loops != "" || *peerBatch != 0 || *perMsg != 0 || coalesce != 0 || *stateFile || variant != mpc.PerTick {
+	if *loops != "" || *peerBatch != 0 || *perMsg != 0 || coalesce != 0 || *stateFile || variant != mpc.PerTick || *repeat != 0 {
 		p := bench.PlanFor(*quick)
 		if *loops != "" {
 			ns, err := parseCounts(*loops)
@@ -81,6 +85,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			p.ScaleLoops, p.ScaleNoPersistLoops, p.ScaleBudget = ns, ns, 0
 		}
 		p.PeerBatch, p.ItemsPerMsg, p.WriteCoalesce, p.StateFileStore, p.ScaleVariant = *peerBatch, *perMsg, coalesce, *stateFile, variant
+		p.ScaleRepeat = *repeat
 		plan = &p
 	}
 	lvl := slog.LevelError + 4 // silent: the services log expected rejections at set-up and shutdown
@@ -95,6 +100,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	return err
 }
+
+// maxRepeat bounds duet bench --repeat: each step takes about 10 s.
+const maxRepeat = 20
 
 func printSummary(w io.Writer, rep *bench.Report, out string) {
 	us := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e3) }
@@ -138,9 +146,9 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 	}
 	if len(rep.Scale) > 0 {
 		fmt.Fprintf(w, "\nConcurrent 25 Hz loops on one P0/P1 pair (ok: p99 < %v, no misses); floor: same loops, no computation or encryption; parties and server: their share of the cpu cores (the floor's relays and server in parentheses)\n", rep.ScaleLimit)
-		fmt.Fprintln(tw, "loops\tpersist\tticks\tp50 µs\tp99 µs\tmisses\twrong\tfloor p50\tfloor p99\tfloor misses\tcpu cores\tparties (floor)\tserver (floor)\tstolen\trun-queue p99 µs\tsyscalls/tick\tstalls (worst ms)\trss MB\tok\t")
+		fmt.Fprintln(tw, "loops\ttry\tpersist\tticks\tp50 µs\tp99 µs\tmisses\twrong\tfloor p50\tfloor p99\tfloor misses\tcpu cores\tparties (floor)\tserver (floor)\tstolen\trun-queue p99 µs\tsyscalls/tick\tstalls (worst ms)\trss MB\tok\t")
 		for _, r := range rep.Scale {
-			fmt.Fprintf(tw, "%d\t%v\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%.2f\t%s (%s)\t%s (%s)\t%s\t%s\t%s\t%d (%.1f)\t%s\t%v\t\n", r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong,
+			fmt.Fprintf(tw, "%d\t%d\t%v\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%.2f\t%s (%s)\t%s (%s)\t%s\t%s\t%s\t%d (%.1f)\t%s\t%v\t\n", r.Loops, max(r.Try, 1), r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong,
 				us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.CPU,
 				bench.Cores(r.Roles.Pair()), bench.Cores(r.FloorRoles.Pair()), bench.Cores(r.Roles.Broker), bench.Cores(r.FloorRoles.Broker),
 				bench.Cores(r.Steal), us(r.SchedP99), bench.Cores(r.SyscallsPerTick), r.Stalls, float64(r.StallMax)/1e6, bench.Megabytes(r.RSS), r.OK)

@@ -21,7 +21,7 @@ func TestPrintSummaryScaleRoles(t *testing.T) {
 		{Loops: 200, Persist: true, Ticks: 30000, CPU: 1.52, OK: true,
 			Roles:      bench.RoleCPU{Party: [2]float64{0.26, 0.33}, Broker: 0.61, Samples: 900},
 			FloorRoles: bench.RoleCPU{Party: [2]float64{0.13, 0.16}, Broker: 0.52, Samples: 700}},
-		{Loops: 300, Ticks: 45000, CPU: 1.45,
+		{Loops: 300, Ticks: 45000, CPU: 1.45, Try: 2,
 			Roles:      bench.RoleCPU{Party: [2]float64{nan, nan}, Broker: nan},
 			FloorRoles: bench.RoleCPU{Party: [2]float64{nan, nan}, Broker: nan}},
 	}}
@@ -42,6 +42,10 @@ func TestPrintSummaryScaleRoles(t *testing.T) {
 	}
 	if !strings.Contains(rows[1], "n/a (n/a)") {
 		t.Errorf("300 loops, not measured: want n/a: %q", rows[1])
+	}
+	// The second column is the step's try at its loop count (1 where unset).
+	if f0, f1 := strings.Fields(rows[0]), strings.Fields(rows[1]); f0[1] != "1" || f1[1] != "2" {
+		t.Errorf("try column: %q and %q, want 1 and 2", rows[0], rows[1])
 	}
 }
 

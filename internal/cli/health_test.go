@@ -66,6 +66,8 @@ func TestBenchUsage(t *testing.T) {
 		{"bench", "--out", out, "--write-coalesce", "11ms"},
 		{"bench", "--out", out, "--write-coalesce", "soon"},
 		{"bench", "--out", out, "--mask", "sometimes"},
+		{"bench", "--out", out, "--repeat", "-1"},
+		{"bench", "--out", out, "--repeat", "21"},
 		{"bench", "--out", out, "extra"},
 	} {
 		if err := Run(ctx, args, io.Discard, io.Discard); !errors.Is(err, ErrUsage) {
