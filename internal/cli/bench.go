@@ -74,34 +74,31 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			coalesce = -1 // off
 		}
 	}
-	var plan *bench.Plan
-	if *loops != "" || *peerBatch != 0 || *perMsg != 0 || coalesce != 0 || *stateFile || variant != mpc.PerTick || *repeat != 0 {
-		p := bench.PlanFor(*quick)
-		if *loops != "" {
-			ns, err := parseCounts(*loops)
-			if err != nil {
-				return fmt.Errorf("%w: --loops: %w", ErrUsage, err)
-			}
-			p.ScaleLoops, p.ScaleNoPersistLoops, p.ScaleBudget = ns, ns, 0
+	// The plan Run would pick (full or quick), with the flags' settings.
+	plan := bench.PlanFor(*quick)
+	if *loops != "" {
+		ns, err := parseCounts(*loops)
+		if err != nil {
+			return fmt.Errorf("%w: --loops: %w", ErrUsage, err)
 		}
-		p.PeerBatch, p.ItemsPerMsg, p.WriteCoalesce, p.StateFileStore, p.ScaleVariant = *peerBatch, *perMsg, coalesce, *stateFile, variant
-		p.ScaleRepeat = *repeat
-		plan = &p
+		plan.ScaleLoops, plan.ScaleNoPersistLoops, plan.ScaleBudget = ns, ns, 0
 	}
+	plan.PeerBatch, plan.ItemsPerMsg, plan.WriteCoalesce, plan.StateFileStore = *peerBatch, *perMsg, coalesce, *stateFile
+	plan.ScaleVariant, plan.ScaleRepeat = variant, *repeat
 	lvl := slog.LevelError + 4 // silent: the services log expected rejections at set-up and shutdown
 	if *verbose {
 		lvl = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 	rep, err := bench.Run(ctx, bench.Options{Quick: *quick, URL: *url, Out: *out, Sections: sections, Examples: *examples,
-		Profile: *profile, Plan: plan, Log: log, Progress: stderr})
+		Profile: *profile, Plan: &plan, Log: log, Progress: stderr})
 	if rep != nil {
 		printSummary(stdout, rep, *out)
 	}
 	return err
 }
 
-// maxRepeat bounds duet bench --repeat: each step takes about 10 s.
+// maxRepeat bounds duet bench --repeat: each step takes 20-30 s here.
 const maxRepeat = 20
 
 func printSummary(w io.Writer, rep *bench.Report, out string) {
