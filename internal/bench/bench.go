@@ -66,12 +66,16 @@ type Report struct {
 	// ScaleVariant is Plan.ScaleVariant: the Protocol 1 variant of the
 	// scale search's loops.
 	ScaleVariant mpc.Variant
-	Started      time.Time
-	Took         time.Duration
-	Fig5         []Fig5Row
-	Tick         []TickRow
-	Dealer       []DealerRow
-	Scale        []ScaleRow
+	// ScalePartyBin is Plan.ScalePartyBin: the party binary the scale
+	// search ran the parties as, in processes of their own ("": inside the
+	// bench).
+	ScalePartyBin string
+	Started       time.Time
+	Took          time.Duration
+	Fig5          []Fig5Row
+	Tick          []TickRow
+	Dealer        []DealerRow
+	Scale         []ScaleRow
 	// ScaleFloor is the floor alone at Plan.ScaleFloorLoops.
 	ScaleFloor []ScaleFloorRow
 	// ScaleLimit is the p99 limit of the scale search.
@@ -140,6 +144,10 @@ type Plan struct {
 	// ScaleRepeat is how many steps the scale search runs at each loop
 	// count; a count holds only if all of them held (0: one).
 	ScaleRepeat int
+	// ScalePartyBin, if set, runs the scale search's parties as this
+	// binary (a build of cmd/party), each in its own process
+	// (ScaleOptions.PartyBin); "": inside the bench.
+	ScalePartyBin string
 }
 
 // PlanFor returns the full or the --quick plan.
@@ -209,7 +217,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if opt.Plan != nil {
 		plan = *opt.Plan
 	}
-	rep.StateFileStore, rep.ScaleVariant = plan.StateFileStore, plan.ScaleVariant
+	rep.StateFileStore, rep.ScaleVariant, rep.ScalePartyBin = plan.StateFileStore, plan.ScaleVariant, plan.ScalePartyBin
 	pr := func(format string, a ...any) { fmt.Fprintf(opt.Progress, format+"\n", a...) }
 	for _, sec := range opt.Sections {
 		stop, err := startProfile(opt, sec)
@@ -463,7 +471,7 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 			loops = plan.ScaleNoPersistLoops
 		}
 		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg, StateFileStore: plan.StateFileStore,
-			Repeat: plan.ScaleRepeat, Controller: cs, Variant: plan.ScaleVariant, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
+			Repeat: plan.ScaleRepeat, PartyBin: plan.ScalePartyBin, Controller: cs, Variant: plan.ScaleVariant, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
 				if plan.ScaleRepeat > 1 {
@@ -582,6 +590,9 @@ func (rep *Report) Targets() []Target {
 		best[0], tried[0], why[0])
 	if rep.ScaleVariant != mpc.PerTick {
 		got += fmt.Sprintf("; the loops with the %s mask", rep.ScaleVariant)
+	}
+	if rep.ScalePartyBin != "" {
+		got += "; the parties in processes of their own"
 	}
 	for _, f := range rep.ScaleFloor {
 		if f.Loops == 500 {

@@ -53,6 +53,11 @@ type rig struct {
 	// (DUET_STATE_FILE_STORE, the services' default); false: memory.
 	stateFile bool
 	dealers   []func()
+	// partyBin, if set, runs each party as this binary in its own process
+	// (partyproc.go); procs are those processes, keysDir their keys.
+	partyBin string
+	procs    []*partyProc
+	keysDir  string
 }
 
 func newRig(ctx context.Context, url string, log *slog.Logger) (*rig, error) {
@@ -148,6 +153,12 @@ func (r *rig) startParties(loops []string, persist bool, audit func(id int, loop
 
 // startParty starts party i.
 func (r *rig) startParty(i int, loops []string, persist bool, audit func(id int, loop string, tick, item uint64)) error {
+	if r.partyBin != "" {
+		if audit != nil {
+			return fmt.Errorf("bench: a party process cannot report the items it uses (audit)")
+		}
+		return r.startPartyProc(i, loops, persist)
+	}
 	nc, err := r.connect(fmt.Sprintf("party%d", i), bus.CoalesceWrites(party.WriteCoalesceFor(r.writeCoalesce)))
 	if err != nil {
 		return err
@@ -218,6 +229,9 @@ func (r *rig) startDealers(k, lowWater int, poll time.Duration) (func(), error) 
 
 // partiesReady reports whether both parties finished every loop's set-up.
 func (r *rig) partiesReady() bool {
+	if r.partyBin != "" {
+		return r.procsReady()
+	}
 	return r.parties[0] != nil && r.parties[1] != nil && r.parties[0].Ready() && r.parties[1].Ready()
 }
 
@@ -282,6 +296,7 @@ func (r *rig) close() {
 	}
 	r.mu.Unlock()
 	r.cancel()
+	r.stopProcs()
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	select {

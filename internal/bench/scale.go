@@ -79,6 +79,13 @@ type ScaleOptions struct {
 	// holds only if every one of them held; the search stops after the
 	// first count that did not.
 	Repeat int
+	// PartyBin, if set, runs the two parties as this binary (a build of
+	// cmd/party), each in its own process configured by its DUET_
+	// variables, instead of inside this process (partyproc.go): the
+	// deployment's shape. Their CPU is read from /proc and added to the
+	// step's; the profile, the collector's and the run-queue figures are
+	// this process's (server and harness) only.
+	PartyBin string
 	// ProfileDir, if set, receives a CPU profile of each step's measurement
 	// window (scale-<loops>[-persist][-try<k>].pprof; -try<k> with Repeat > 1).
 	ProfileDir string
@@ -142,6 +149,9 @@ type ScaleRow struct {
 	Variant mpc.Variant
 	// Try numbers the steps at one loop count, from 1 (ScaleOptions.Repeat).
 	Try int
+	// PartyProcs: the parties ran as processes of their own
+	// (ScaleOptions.PartyBin).
+	PartyProcs bool
 	// The collector during the measurement (the whole process: server,
 	// parties, harness): completed cycles, and bytes allocated per measured
 	// tick; the CPU the collector used in the cycles that ended during the
@@ -238,6 +248,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	}
 	defer r.close()
 	r.peerBatch, r.writeCoalesce, r.stateFile = opt.PeerBatch, opt.WriteCoalesce, opt.StateFileStore
+	r.partyBin, row.PartyProcs = opt.PartyBin, opt.PartyBin != ""
 	row.StateFileStore = opt.StateFileStore && row.Persist
 	row.Variant = opt.Variant
 	ticksPerLoop := int((opt.Warmup+opt.Duration)/opt.Period) + 10
@@ -293,7 +304,12 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	if err != nil {
 		return row, err
 	}
-	if err := waitFor(ctx, 5*time.Minute, "parties' set-up", r.partiesReady); err != nil {
+	// A party process that exits (a wrong binary, a configuration it
+	// refuses) ends the wait at once, with its output.
+	if err := waitFor(ctx, 5*time.Minute, "parties' set-up", func() bool { return r.procExited() != nil || r.partiesReady() }); err != nil {
+		return row, err
+	}
+	if err := r.procExited(); err != nil {
 		return row, err
 	}
 	if err := r.waitQueues(ctx, loops, lowWater, 10*time.Minute); err != nil {
@@ -387,9 +403,20 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		alloc                uint64
 		gcCPU, gcAssist      float64 // seconds
 	}
+	var readErr error // a party process's counters could not be read
 	read := func() (c counts) {
 		c.abandoned = map[string]float64{}
+		if r.partyBin != "" {
+			pc, err := r.procCounts(ctx)
+			if err != nil && readErr == nil {
+				readErr = err
+			}
+			c.misses, c.noItem, c.held, c.abandoned, c.peerMsgs, c.envs = pc.misses, pc.noItem, pc.held, pc.abandoned, pc.peerMsgs, pc.envs
+		}
 		for _, m := range r.pm {
+			if m == nil { // a party process's (above)
+				continue
+			}
 			c.misses += int(metrics.Sum(m.Misses))
 			for reason, v := range metrics.SumBy(m.Abandoned, "reason") {
 				c.abandoned[reason] += v
@@ -408,7 +435,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		c.gcCPU, c.gcAssist = gcSeconds(gc[2]), gcSeconds(gc[3])
 		return
 	}
-	cm := startCPUMeter()
+	cm, procCPU0 := startCPUMeter(), r.procCPU()
 	mon = startStallMonitor()
 	var wm waitMeter
 	start := time.Now()
@@ -446,6 +473,14 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		r.log.Warn("bench: CPU by role not measured", "loops", n, "err", err)
 	}
 	row.Roles = roles
+	if r.partyBin != "" {
+		// The parties' CPU is their processes', not this one's.
+		procCPU1 := r.procCPU()
+		for i := range row.Roles.Party {
+			row.Roles.Party[i] = (procCPU1[i] - procCPU0[i]) / wall.Seconds()
+			row.CPU += row.Roles.Party[i] // NaN if unreadable: then unknown
+		}
+	}
 	if opt.ServerOutside {
 		row.serverOutside()
 	}
@@ -455,6 +490,9 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		}
 	}
 	c1 := read()
+	if readErr != nil {
+		return row, readErr
+	}
 	row.PartyMisses, row.NoItem, row.PartyHeld = c1.misses-c0.misses, c1.noItem-c0.noItem, c1.held-c0.held
 	row.PartyAbandoned = map[string]int{}
 	for reason, v := range c1.abandoned {

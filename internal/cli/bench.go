@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -38,6 +39,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	perMsg := fs.Int("items-per-msg", 0, "the sensors' DUET_ITEMS_PER_MSG in the scale section (default: the service default)")
 	repeat := fs.Int("repeat", 0, "steps of the scale search at each loop count; a count holds only if every one of them held (default 1)")
 	mask := fs.String("mask", "", "the sensors' DUET_MASK in the scale section: per-tick (the services' default) or fixed")
+	partyBin := fs.String("party-bin", "", "run the scale section's two parties as this party binary (a build of cmd/party), each in its own process, instead of inside the bench")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -59,6 +61,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *repeat < 0 || *repeat > maxRepeat {
 		return fmt.Errorf("%w: --repeat %d: want 1..%d (0: one)", ErrUsage, *repeat, maxRepeat)
+	}
+	if *partyBin != "" {
+		if err := checkExecutable(*partyBin); err != nil {
+			return fmt.Errorf("%w: --party-bin: %w", ErrUsage, err)
+		}
 	}
 	variant, err := mpc.ParseVariant(*mask)
 	if err != nil {
@@ -84,7 +91,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		plan.ScaleLoops, plan.ScaleNoPersistLoops, plan.ScaleBudget = ns, ns, 0
 	}
 	plan.PeerBatch, plan.ItemsPerMsg, plan.WriteCoalesce, plan.StateFileStore = *peerBatch, *perMsg, coalesce, *stateFile
-	plan.ScaleVariant, plan.ScaleRepeat = variant, *repeat
+	plan.ScaleVariant, plan.ScaleRepeat, plan.ScalePartyBin = variant, *repeat, *partyBin
 	lvl := slog.LevelError + 4 // silent: the services log expected rejections at set-up and shutdown
 	if *verbose {
 		lvl = slog.LevelInfo
@@ -96,6 +103,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		printSummary(stdout, rep, *out)
 	}
 	return err
+}
+
+// checkExecutable says why path is not a file this user can execute.
+func checkExecutable(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not executable", path)
+	}
+	return nil
 }
 
 // maxRepeat bounds duet bench --repeat: each step takes 20-30 s here.
@@ -113,7 +135,11 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 	if rep.Quick {
 		mode = "quick"
 	}
-	fmt.Fprintf(w, "duet bench (%s, NATS %s, state persisted to %s, scale loops with the %s mask)\n", mode, rep.Server, stateStore(rep.StateFileStore), rep.ScaleVariant)
+	procs := ""
+	if rep.ScalePartyBin != "" {
+		procs = ", the scale search's parties as processes of " + rep.ScalePartyBin
+	}
+	fmt.Fprintf(w, "duet bench (%s, NATS %s, state persisted to %s, scale loops with the %s mask%s)\n", mode, rep.Server, stateStore(rep.StateFileStore), rep.ScaleVariant, procs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if len(rep.Fig5) > 0 {
 		fmt.Fprintln(w, "\nFig. 5: round trip at the client (µs); floor: same messages, no computation or encryption")

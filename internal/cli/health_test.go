@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +57,10 @@ func TestHealth(t *testing.T) {
 func TestBenchUsage(t *testing.T) {
 	ctx := context.Background()
 	out := t.TempDir()
+	notExec := filepath.Join(out, "party")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{
 		{"bench"}, // no --out
 		{"bench", "--out", out, "--peer-batch", "-1"},
@@ -68,6 +74,9 @@ func TestBenchUsage(t *testing.T) {
 		{"bench", "--out", out, "--mask", "sometimes"},
 		{"bench", "--out", out, "--repeat", "-1"},
 		{"bench", "--out", out, "--repeat", "21"},
+		{"bench", "--out", out, "--party-bin", filepath.Join(out, "missing")},
+		{"bench", "--out", out, "--party-bin", notExec},
+		{"bench", "--out", out, "--party-bin", out}, // a directory
 		{"bench", "--out", out, "extra"},
 	} {
 		if err := Run(ctx, args, io.Discard, io.Discard); !errors.Is(err, ErrUsage) {

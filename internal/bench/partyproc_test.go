@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+func TestParsePidStatCPU(t *testing.T) {
+	// 52 fields as the kernel writes them; utime 150 and stime 50 ticks.
+	rest := " S 1 100 100 0 -1 4194560 2000 0 0 0 150 50 0 0 20 0 9 0 1234 2000000 500 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0"
+	for _, tc := range []struct {
+		line string
+		want float64
+		ok   bool
+	}{
+		{"4242 (party)" + rest, 2.0, true},
+		{"4242 (a (b) c)" + rest, 2.0, true}, // a name with spaces and parentheses
+		{"4242 (party) S 1 100", 0, false},   // too few fields
+		{"4242 party" + rest, 0, false},      // no name
+		{"4242 (party)" + strings.Replace(rest, " 150 ", " x ", 1), 0, false},
+	} {
+		got, err := parsePidStatCPU(tc.line)
+		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
+			t.Errorf("parsePidStatCPU(%.30q...) = %v, %v; want %v (ok %v)", tc.line, got, err, tc.want, tc.ok)
+		}
+	}
+	// This process's own line parses, and its CPU does not go backwards.
+	a, err := pidCPU(os.Getpid())
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	for end := time.Now().Add(30 * time.Millisecond); time.Now().Before(end); {
+	}
+	if b, err := pidCPU(os.Getpid()); err != nil || b < a {
+		t.Errorf("pidCPU: %v then %v (%v)", a, b, err)
+	}
+}
+
+// partyCounts reads the counters a step needs from a party's exposition,
+// summed over loops, the abandoned ticks by reason.
+func TestPartyCountsAdd(t *testing.T) {
+	text := `# TYPE duet_deadline_misses_total counter
+duet_deadline_misses_total{loop="a"} 2
+duet_deadline_misses_total{loop="b"} 3
+# TYPE duet_ticks_abandoned_total counter
+duet_ticks_abandoned_total{loop="a",reason="late"} 1
+duet_ticks_abandoned_total{loop="b",reason="late"} 1
+duet_ticks_abandoned_total{loop="b",reason="no_item"} 3
+# TYPE duet_queue_low_water_total counter
+duet_queue_low_water_total{loop="a"} 4
+# TYPE duet_measurements_held_total counter
+duet_measurements_held_total{loop="a"} 5
+# TYPE duet_peer_messages_total counter
+duet_peer_messages_total 70
+# TYPE duet_peer_envelopes_total counter
+duet_peer_envelopes_total 90
+# TYPE duet_other_total counter
+duet_other_total 1000
+`
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := partyCounts{abandoned: map[string]float64{}}
+	c.add(mfs)
+	c.add(mfs) // the other party
+	if c.misses != 10 || c.noItem != 8 || c.held != 10 || c.peerMsgs != 140 || c.envs != 180 ||
+		c.abandoned["late"] != 4 || c.abandoned["no_item"] != 6 || len(c.abandoned) != 2 {
+		t.Errorf("%+v", c)
+	}
+}
+
+// buildParty builds cmd/party into a temporary directory.
+func buildParty(t *testing.T) string {
+	t.Helper()
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goBin); err != nil {
+		if goBin, err = exec.LookPath("go"); err != nil {
+			t.Skip("no go command to build cmd/party with")
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "party")
+	cmd := exec.Command(goBin, "build", "-o", bin, "github.com/duet-mpc/duet/cmd/party")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building cmd/party: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// running reports whether a process runs the executable bin.
+func running(t *testing.T, bin string) bool {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, e := range ents {
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == bin {
+			return true
+		}
+	}
+	return false
+}
+
+// TestScalePartyProcs: a real step with the parties as the real party
+// service's processes: every output right, the parties' counters read from
+// their /metrics and their CPU from /proc, and the processes gone after.
+func TestScalePartyProcs(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the party processes' CPU is read from /proc")
+	}
+	bin := buildParty(t)
+	url := startServer(t)
+	cs, _ := pendulum(t)
+	rows, err := RunScale(context.Background(), ScaleOptions{URL: url, Loops: []int{3}, Duration: 400 * time.Millisecond, Warmup: 200 * time.Millisecond,
+		Controller: cs, Compress: true, PartyBin: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1", len(rows))
+	}
+	r := rows[0]
+	if !r.PartyProcs || !r.Persist || r.Ticks < r.Loops*8 || r.Wrong != 0 {
+		t.Errorf("%+v: want the parties as processes, persisted, about 10 ticks per loop and no wrong result", r)
+	}
+	// Both parties send the other a message per tick: read from their
+	// /metrics, so non-zero only if the counters were read.
+	if r.PeerMsgsPerTick < 0.5 || r.PeerEnvsPerTick < 0.5 {
+		t.Errorf("peer messages %.2f, envelopes %.2f per tick: the party processes' counters were not read", r.PeerMsgsPerTick, r.PeerEnvsPerTick)
+	}
+	if !(r.Roles.Party[0] > 0 && r.Roles.Party[1] > 0) || !(r.CPU > r.Roles.Pair()) {
+		t.Errorf("parties' cores %v, step's %v: want both parties' CPU measured and in the step's", r.Roles.Party, r.CPU)
+	}
+	if running(t, bin) {
+		t.Errorf("a party process still runs after the step")
+	}
+}
+
+// A party process that exits ends the step at once with its output, not
+// after the set-up's timeout.
+func TestScalePartyProcExits(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "party")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho 'party: config: bad news' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	url := startServer(t)
+	cs, _ := pendulum(t)
+	began := time.Now()
+	_, err := RunScale(context.Background(), ScaleOptions{URL: url, Loops: []int{2}, Duration: 200 * time.Millisecond, Warmup: 100 * time.Millisecond,
+		Controller: cs, Compress: true, NoPersist: true, PartyBin: bin})
+	if err == nil || !strings.Contains(err.Error(), "bad news") || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("err = %v, want the process's exit status and output", err)
+	}
+	if took := time.Since(began); took > time.Minute {
+		t.Errorf("took %v to notice", took)
+	}
+}
