@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -63,9 +64,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: --repeat %d: want 1..%d (0: one)", ErrUsage, *repeat, maxRepeat)
 	}
 	if *partyBin != "" {
-		if err := checkExecutable(*partyBin); err != nil {
+		abs, err := executablePath(*partyBin)
+		if err != nil {
 			return fmt.Errorf("%w: --party-bin: %w", ErrUsage, err)
 		}
+		*partyBin = abs
 	}
 	variant, err := mpc.ParseVariant(*mask)
 	if err != nil {
@@ -105,19 +108,25 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return err
 }
 
-// checkExecutable says why path is not a file this user can execute.
-func checkExecutable(path string) error {
-	fi, err := os.Stat(path)
+// executablePath is path made absolute, or why it is not a file this user
+// can execute. Absolute, because a bare name would be looked up in PATH when
+// the bench starts it, which may not be the file checked here.
+func executablePath(path string) (string, error) {
+	abs, err := filepath.Abs(path)
 	if err != nil {
-		return err
+		return "", err
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return "", err
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file", path)
+		return "", fmt.Errorf("%s is not a regular file", path)
 	}
 	if fi.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("%s is not executable", path)
+		return "", fmt.Errorf("%s is not executable", path)
 	}
-	return nil
+	return abs, nil
 }
 
 // maxRepeat bounds duet bench --repeat: each step takes 20-30 s here.

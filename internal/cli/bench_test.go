@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -112,5 +114,20 @@ func TestPrintSummaryPartyBin(t *testing.T) {
 		if got := strings.Contains(first, "parties as processes of "+bin); got != (bin != "") || (bin == "" && strings.Contains(first, "processes")) {
 			t.Errorf("party binary %q: first line %q", bin, first)
 		}
+	}
+}
+
+// --party-bin is made absolute: a bare name would otherwise be looked up in
+// PATH when the bench starts it, not taken from the directory it was
+// checked in.
+func TestExecutablePath(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "party"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	got, err := executablePath("party")
+	if want := filepath.Join(dir, "party"); err != nil || got != want {
+		t.Errorf("executablePath(party) = %q, %v; want %q", got, err, want)
 	}
 }
