@@ -23,7 +23,6 @@ import (
 
 	"github.com/duet-mpc/duet/internal/keys"
 	"github.com/duet-mpc/duet/internal/party"
-	"github.com/duet-mpc/duet/pkg/codec"
 )
 
 // The parties in their own processes (ScaleOptions.PartyBin, duet bench
@@ -68,26 +67,16 @@ func (t *tailBuffer) String() string {
 	return strings.TrimSpace(string(t.buf))
 }
 
-// writeKeysDir writes the rig's identities as `duet keys` does: <role>.seed
-// (0600) and <role>.pub for every role.
+// writeKeysDir writes the rig's identities into a new directory as `duet
+// keys` lays them out (keys.Write).
 func (r *rig) writeKeysDir() (string, error) {
 	dir, err := os.MkdirTemp("", "duet-bench-keys-")
 	if err != nil {
 		return "", err
 	}
-	for _, role := range codec.AllRoles {
-		id := r.ids.ids[role]
-		seed, err := id.Seed()
-		if err == nil {
-			err = os.WriteFile(keys.SeedPath(dir, role), append(seed, '\n'), 0o600)
-		}
-		if err == nil {
-			err = os.WriteFile(keys.PubPath(dir, role), []byte(id.PublicKey()+"\n"), 0o644)
-		}
-		if err != nil {
-			os.RemoveAll(dir)
-			return "", err
-		}
+	if err := keys.Write(dir, r.ids.ids); err != nil {
+		os.RemoveAll(dir)
+		return "", err
 	}
 	return dir, nil
 }

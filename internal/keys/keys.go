@@ -55,6 +55,25 @@ func Generate(dir string, force bool) error {
 			return fmt.Errorf("%w: %s (use force to replace)", ErrExist, strings.Join(existing, ", "))
 		}
 	}
+	ids := map[codec.Role]*codec.Identity{}
+	for _, r := range codec.AllRoles {
+		id, err := codec.GenerateIdentity()
+		if err != nil {
+			return fmt.Errorf("keys: %s: %w", r, err)
+		}
+		ids[r] = id
+	}
+	return write(dir, ids, force)
+}
+
+// Write writes the given identities into dir, which must exist, as Generate
+// writes fresh ones (refusing to replace a file): for a harness that holds
+// its identities in memory and starts services that read a keys directory.
+func Write(dir string, ids map[codec.Role]*codec.Identity) error { return write(dir, ids, false) }
+
+// write writes every role's seed and public key files, each exactly with
+// its mode; with replace, over existing files.
+func write(dir string, ids map[codec.Role]*codec.Identity, replace bool) error {
 	type file struct {
 		path string
 		data []byte
@@ -62,9 +81,9 @@ func Generate(dir string, force bool) error {
 	}
 	var files []file
 	for _, r := range codec.AllRoles {
-		id, err := codec.GenerateIdentity()
-		if err != nil {
-			return fmt.Errorf("keys: %s: %w", r, err)
+		id := ids[r]
+		if id == nil {
+			return fmt.Errorf("keys: no identity for %s", r)
 		}
 		seed, err := id.Seed()
 		if err != nil {
@@ -75,7 +94,7 @@ func Generate(dir string, force bool) error {
 			file{PubPath(dir, r), []byte(id.PublicKey() + "\n"), pubMode})
 	}
 	for _, f := range files {
-		if err := writeFile(f.path, f.data, f.mode, force); err != nil {
+		if err := writeFile(f.path, f.data, f.mode, replace); err != nil {
 			return err
 		}
 	}

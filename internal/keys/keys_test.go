@@ -303,3 +303,37 @@ func TestLoadSymlinkedSeed(t *testing.T) {
 		t.Errorf("loose symlink target: %v", err)
 	}
 }
+
+// Write lays out identities held in memory as Generate does: each role's
+// seed loads back as the same identity, and an existing file is not
+// replaced.
+func TestWrite(t *testing.T) {
+	dir := t.TempDir()
+	ids := map[codec.Role]*codec.Identity{}
+	for _, r := range codec.AllRoles {
+		id, err := codec.GenerateIdentity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[r] = id
+	}
+	if err := Write(dir, ids); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range codec.AllRoles {
+		id, pubs, err := Load(dir, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id.PublicKey() != ids[r].PublicKey() || pubs[r] != ids[r].PublicKey() {
+			t.Errorf("%s: loaded %s, want %s", r, id.PublicKey(), ids[r].PublicKey())
+		}
+	}
+	if err := Write(dir, ids); err == nil {
+		t.Error("Write over existing files succeeded")
+	}
+	delete(ids, codec.RoleDealer)
+	if err := Write(t.TempDir(), ids); err == nil || !strings.Contains(err.Error(), "dealer") {
+		t.Errorf("Write without the dealer's identity: %v", err)
+	}
+}
