@@ -610,8 +610,9 @@ func (rep *Report) Targets() []Target {
 }
 
 // whyFailed describes a failed scale step for the targets' summary: its
-// p99 and misses, and the process's CPU and run-queue wait p99, which say
-// whether the host ran out of cores (waits.go); "" for a step that held.
+// p99 and misses, the process's CPU and run-queue wait p99, which say
+// whether the host ran out of cores (waits.go), its stalls, and the same for
+// the step's floor; "" for a step that held.
 func whyFailed(r ScaleRow) string {
 	if r.OK || r.Loops == 0 {
 		return ""
@@ -620,7 +621,15 @@ func whyFailed(r ScaleRow) string {
 	if r.Roles.Samples > 0 { // measured (roles.go)
 		why += fmt.Sprintf(" (the parties %.2f, the server %s)", r.Roles.Pair(), serverCores(r.Roles.Broker))
 	}
-	return why + fmt.Sprintf(", run-queue p99 %.0f µs, %d stalls over %v (the worst %.1f ms)", us(r.SchedP99), r.Stalls, StallThreshold, float64(r.StallMax)/1e6)
+	why += fmt.Sprintf(", run-queue p99 %.0f µs, %d stalls over %v (the worst %.1f ms)", us(r.SchedP99), r.Stalls, StallThreshold, float64(r.StallMax)/1e6)
+	if r.FloorTicks > 0 {
+		// The step's floor ran just before it, on the same server beside the
+		// set-up parties: whether the bare messaging stalled as well says
+		// whether the step failed on the pipeline or on the machine.
+		why += fmt.Sprintf("; its floor: p99 %.1f ms, %d misses, %d stalls over %v (the worst %.1f ms)",
+			us(r.FloorP99)/1e3, r.FloorMisses, r.FloorStalls, StallThreshold, float64(r.FloorStallMax)/1e6)
+	}
+	return why
 }
 
 // serverCores is the server's CPU for a reason string: "n/a (another

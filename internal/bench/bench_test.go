@@ -135,7 +135,8 @@ func TestOtherCSVHeaders(t *testing.T) {
 func TestScaleTargetSaysWhy(t *testing.T) {
 	rep := &Report{ScaleLimit: 10 * time.Millisecond, Scale: []ScaleRow{
 		{Loops: 50, Persist: true, OK: true},
-		{Loops: 100, Persist: true, P99: 12 * time.Millisecond, Misses: 3, CPU: 1.9, SchedP99: 1500 * time.Microsecond, Stalls: 7, StallMax: 31200 * time.Microsecond},
+		{Loops: 100, Persist: true, P99: 12 * time.Millisecond, Misses: 3, CPU: 1.9, SchedP99: 1500 * time.Microsecond, Stalls: 7, StallMax: 31200 * time.Microsecond,
+			FloorTicks: 15000, FloorP99: 8400 * time.Microsecond, FloorMisses: 2, FloorStalls: 5, FloorStallMax: 26500 * time.Microsecond},
 		{Loops: 50, OK: true},
 		{Loops: 100, P99: 11 * time.Millisecond, CPU: 1.5, SchedP99: 900 * time.Microsecond,
 			Roles: RoleCPU{Party: [2]float64{0.3, 0.4}, Broker: 0.5, Samples: 120}}},
@@ -147,7 +148,7 @@ func TestScaleTargetSaysWhy(t *testing.T) {
 			scale = tg
 		}
 	}
-	want := "50 loops (largest tried 100: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 1500 µs, 7 stalls over 5ms (the worst 31.2 ms)); " +
+	want := "50 loops (largest tried 100: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 1500 µs, 7 stalls over 5ms (the worst 31.2 ms); its floor: p99 8.4 ms, 2 misses, 5 stalls over 5ms (the worst 26.5 ms)); " +
 		"without persistence 50 (largest tried 100: p99 11.0 ms, 0 misses, 1.50 cores (the parties 0.70, the server 0.50), run-queue p99 900 µs, 0 stalls over 5ms (the worst 0.0 ms)); " +
 		"this machine idle: 4 and 11 stalls over 5ms in 2 checks of 10 s, the worst 22.4 ms"
 	if !scale.Measured || scale.Met || scale.Got != want {

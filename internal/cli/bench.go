@@ -178,10 +178,10 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 	}
 	if len(rep.Scale) > 0 {
 		fmt.Fprintf(w, "\nConcurrent 25 Hz loops on one P0/P1 pair (ok: p99 < %v, no misses); floor: same loops, no computation or encryption; parties and server: their share of the cpu cores (the floor's relays and server in parentheses)\n", rep.ScaleLimit)
-		fmt.Fprintln(tw, "loops\ttry\tpersist\tticks\tp50 µs\tp99 µs\tmisses\twrong\tfloor p50\tfloor p99\tfloor misses\tcpu cores\tparties (floor)\tserver (floor)\tstolen\trun-queue p99 µs\tsyscalls/tick\tstalls (worst ms)\trss MB\tok\t")
+		fmt.Fprintln(tw, "loops\ttry\tpersist\tticks\tp50 µs\tp99 µs\tmisses\twrong\tfloor p50\tfloor p99\tfloor misses\tfloor stalls (worst ms)\tcpu cores\tparties (floor)\tserver (floor)\tstolen\trun-queue p99 µs\tsyscalls/tick\tstalls (worst ms)\trss MB\tok\t")
 		for _, r := range rep.Scale {
-			fmt.Fprintf(tw, "%d\t%d\t%v\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%.2f\t%s (%s)\t%s (%s)\t%s\t%s\t%s\t%d (%.1f)\t%s\t%v\t\n", r.Loops, max(r.Try, 1), r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong,
-				us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.CPU,
+			fmt.Fprintf(tw, "%d\t%d\t%v\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%d (%.1f)\t%.2f\t%s (%s)\t%s (%s)\t%s\t%s\t%s\t%d (%.1f)\t%s\t%v\t\n", r.Loops, max(r.Try, 1), r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong,
+				us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, float64(r.FloorStallMax)/1e6, r.CPU,
 				bench.Cores(r.Roles.Pair()), bench.Cores(r.FloorRoles.Pair()), bench.Cores(r.Roles.Broker), bench.Cores(r.FloorRoles.Broker),
 				bench.Cores(r.Steal), us(r.SchedP99), bench.Cores(r.SyscallsPerTick), r.Stalls, float64(r.StallMax)/1e6, bench.Megabytes(r.RSS), r.OK)
 		}

@@ -16,11 +16,12 @@ import (
 )
 
 // The summary's scale table shows the parties' and the server's share of
-// the CPU beside the floor's, and n/a where the split was not measured.
+// the CPU beside the floor's, and n/a where the split was not measured, and
+// the floor's stalls beside the step's.
 func TestPrintSummaryScaleRoles(t *testing.T) {
 	nan := math.NaN()
 	rep := &bench.Report{ScaleLimit: 10 * time.Millisecond, Scale: []bench.ScaleRow{
-		{Loops: 200, Persist: true, Ticks: 30000, CPU: 1.52, OK: true,
+		{Loops: 200, Persist: true, Ticks: 30000, CPU: 1.52, OK: true, Stalls: 3, StallMax: 7100 * time.Microsecond, FloorStalls: 9, FloorStallMax: 23800 * time.Microsecond,
 			Roles:      bench.RoleCPU{Party: [2]float64{0.26, 0.33}, Broker: 0.61, Samples: 900},
 			FloorRoles: bench.RoleCPU{Party: [2]float64{0.13, 0.16}, Broker: 0.52, Samples: 700}},
 		{Loops: 300, Ticks: 45000, CPU: 1.45, Try: 2,
@@ -44,6 +45,10 @@ func TestPrintSummaryScaleRoles(t *testing.T) {
 	}
 	if !strings.Contains(rows[1], "n/a (n/a)") {
 		t.Errorf("300 loops, not measured: want n/a: %q", rows[1])
+	}
+	// The step's stalls beside its floor's, each with the worst.
+	if !strings.Contains(rows[0], "9 (23.8)") || !strings.Contains(rows[0], "3 (7.1)") || !strings.Contains(out, "floor stalls (worst ms)") {
+		t.Errorf("200 loops: want the floor's 9 stalls (worst 23.8 ms) and the step's 3 (7.1): %q", rows[0])
 	}
 	// The second column is the step's try at its loop count (1 where unset).
 	if f0, f1 := strings.Fields(rows[0]), strings.Fields(rows[1]); f0[1] != "1" || f1[1] != "2" {
