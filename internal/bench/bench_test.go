@@ -41,6 +41,7 @@ func TestRunWritesFiles(t *testing.T) {
 	url := startServer(t)
 	out := t.TempDir()
 	plan := Plan{Fig5Ds: []int{10}, Fig5Reps: 5, Fig5Warmup: 1, Ticks: 10, TickWarmup: 5, TickBlock: 5, TickNs: []int{4, 16, 32, 64}}
+	quiesced := countQuiesce(t)
 	rep, err := Run(context.Background(), Options{URL: url, Out: out, Sections: []string{SectionFig5, SectionTick},
 		Examples: "../../examples/qube-servo2", Plan: &plan})
 	if err != nil {
@@ -82,6 +83,11 @@ func TestRunWritesFiles(t *testing.T) {
 			t.Errorf("%s: %d ticks + %d misses, %d floor ticks, max |u - uplain| %g (bound %g)", r.Case, r.Lat.N, r.Misses, r.Floor.N, r.MaxDiff, r.Bound)
 		}
 		checkSteal(t, r.Case, r.Steal)
+	}
+	// Every Fig. 5 point and every tick case starts without the garbage
+	// of the ones before it.
+	if want := len(rep.Fig5) + len(rep.Tick); *quiesced != want {
+		t.Errorf("quiesced %d times for %d Fig. 5 points and %d tick cases", *quiesced, len(rep.Fig5), len(rep.Tick))
 	}
 	if len(rep.Targets()) != 5 {
 		t.Errorf("%d targets, want 5", len(rep.Targets()))

@@ -12,6 +12,7 @@ import (
 func TestDealerQuick(t *testing.T) {
 	url := startServer(t)
 	cs, _ := pendulum(t)
+	quiesced := countQuiesce(t)
 	rows, err := RunDealer(context.Background(), DealerOptions{URL: url, Items: 1000, Replicas: []int{1, 3}, Variants: []mpc.Variant{mpc.FixedMask}, Compress: []bool{true}},
 		[]DealerCase{{Name: "pendulum", Controller: cs}})
 	if err != nil {
@@ -20,6 +21,9 @@ func TestDealerQuick(t *testing.T) {
 	// Replicas 1 and 3, each with 8 items per stream message and with 1.
 	if len(rows) != 4 {
 		t.Fatalf("%d rows, want 4", len(rows))
+	}
+	if *quiesced != len(rows) {
+		t.Errorf("quiesced %d times for %d points: each point starts without the garbage of the ones before it", *quiesced, len(rows))
 	}
 	for i, r := range rows {
 		if want := []int{8, 8, 1, 1}[i]; r.PerMsg != want || r.Items%want != 0 {
