@@ -106,11 +106,7 @@ func runDealerPoint(ctx context.Context, opt DealerOptions, c DealerCase, v mpc.
 		return row, err
 	}
 	row.PayloadBytes = mpc.DealerBytesPerTick(rz.Params, compress)
-	// Unlike the latency sections, the points are not quiesced between
-	// them: a dealer replica runs for hours with its memory mapped, and on
-	// this VM (a page fault 11 µs) returning the memory to the OS before
-	// each point halved the measured rates (two alternating pairs of
-	// --only dealer runs).
+	// Not quiesced: a dealer runs with its memory mapped (see quiesce).
 	// Envelope, framing and stream overhead: a few hundred bytes per item.
 	est := int64(row.PayloadBytes) + 512
 	n := int(min(int64(opt.Items), opt.MaxBytes/est))

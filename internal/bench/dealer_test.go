@@ -23,7 +23,7 @@ func TestDealerQuick(t *testing.T) {
 		t.Fatalf("%d rows, want 4", len(rows))
 	}
 	if *quiesced != 0 {
-		t.Errorf("quiesced %d times for %d points: a dealer is measured as it runs, with its memory mapped", *quiesced, len(rows))
+		t.Errorf("quiesced %d times for %d points: a dealer is measured as it runs, with its memory mapped (quiesce)", *quiesced, len(rows))
 	}
 	for i, r := range rows {
 		if want := []int{8, 8, 1, 1}[i]; r.PerMsg != want || r.Items%want != 0 {

@@ -155,7 +155,6 @@ type partyLogic interface {
 
 func runFig5Point(ctx context.Context, opt Fig5Options, ids *identities, s Series, d int) (Fig5Row, error) {
 	row := Fig5Row{Series: s, D: d}
-	quiesce() // each point without the garbage of the ones before it
 	total := opt.Warmup + opt.Reps
 	nonce := [16]byte{byte(s.Protocol), byte(s.Variant), byte(d), byte(d >> 8)}
 	rng := mpc.NewPRG(opt.Seed, nonce)

@@ -100,9 +100,6 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		opt.Block = 100
 	}
 	row := TickRow{Case: c.Name, Variant: c.Variant, Persist: !c.NoPersist}
-	// Each case starts as the first does, without the garbage of the
-	// sections and cases before it (as each scale step does).
-	quiesce()
 	r, err := newRig(ctx, opt.URL, opt.Log)
 	if err != nil {
 		return row, err

@@ -156,4 +156,12 @@ func startStallMonitor() *stall.Monitor { return stall.Start(StallThreshold) }
 // background during that measurement (after a 300-loop search, a 1 ms
 // sleeper in this process was woken more than 5 ms late 14 times in 10 s,
 // and one in a separate process right after none).
+//
+// It is for the scale search and the idle checks only, whose processes are
+// large: the Fig. 5 points, tick cases and dealer points run in a warm
+// process, as a service does after its first minutes. Quiescing before each
+// of them (tried in the eighteenth session) made them slower, not cleaner:
+// on this VM a page fault costs about 11 µs, and a point that starts with
+// its memory returned to the OS faults it in again, so the dealer's rates
+// halved and Protocol 1's Fig. 5 means rose 1.3-2x.
 var quiesce = func() { debug.FreeOSMemory() } // a variable: the tests count the calls
