@@ -161,7 +161,7 @@ func startStallMonitor() *stall.Monitor { return stall.Start(StallThreshold) }
 // large: the Fig. 5 points, tick cases and dealer points run in a warm
 // process, as a service does after its first minutes. Quiescing before each
 // of them (tried in the eighteenth session) made them slower, not cleaner:
-// on this VM a page fault costs about 11 µs, and a point that starts with
+// on this VM a page fault cost 11-15 µs that day, and a point that starts with
 // its memory returned to the OS faults it in again, so the dealer's rates
 // halved and Protocol 1's Fig. 5 means rose 1.3-2x.
 var quiesce = func() { debug.FreeOSMemory() } // a variable: the tests count the calls
