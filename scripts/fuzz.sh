@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every fuzz target for a short fixed amount of work each (default
 # 20000 inputs): the decoders of everything that arrives from outside (wire
-# format, spec files, moduli). Usage: scripts/fuzz.sh [N]
+# format, the parties' batches, JetStream's acknowledgements of state writes,
+# spec files, moduli). Usage: scripts/fuzz.sh [N]
 #
 # A fixed input count rather than a duration: Go's fuzzer can end a timed run
 # with a spurious "context deadline exceeded" when the machine is loaded and a
@@ -15,6 +16,8 @@ targets=(
   "./pkg/codec FuzzUnmarshalPayloads"
   "./pkg/codec FuzzMatrixDecode"
   "./pkg/codec FuzzPeekItems"
+  "./pkg/codec FuzzSplitBatch"
+  "./internal/party FuzzPubAck"
   "./pkg/mpc FuzzElemFromBytes"
   "./pkg/mpc FuzzParseModulus"
   "./pkg/mpc FuzzParseControllerSpec"

@@ -173,7 +173,9 @@ func parsePubAck(m *nats.Msg) ackResult {
 }
 
 // pubAckSeq reads N from an acknowledgement of exactly the form
-// {"stream":"<name>","seq":N}; ok is false for any other.
+// {"stream":"<name>","seq":N}; ok is false for any other. It takes only
+// what JSON reads the same way: a name without escapes or control
+// characters, and N without leading zeros (FuzzPubAck).
 func pubAckSeq(b []byte) (seq uint64, ok bool) {
 	const head, key = `{"stream":"`, `","seq":`
 	if !bytes.HasPrefix(b, []byte(head)) {
@@ -184,12 +186,17 @@ func pubAckSeq(b []byte) (seq uint64, ok bool) {
 	if i <= 0 || !bytes.HasPrefix(b[i:], []byte(key)) {
 		return 0, false
 	}
+	for _, c := range b[:i] {
+		if c < 0x20 || c == '\\' {
+			return 0, false
+		}
+	}
 	b = b[i+len(key):]
 	if len(b) < 2 || b[len(b)-1] != '}' {
 		return 0, false
 	}
 	digits := b[:len(b)-1]
-	if len(digits) > 19 { // 19 digits always fit in 64 bits
+	if len(digits) > 19 || digits[0] == '0' { // 19 digits always fit in 64 bits
 		return 0, false
 	}
 	for _, c := range digits {

@@ -138,6 +138,9 @@ func TestPubAckSeq(t *testing.T) {
 		{`{"stream":"s","seq":4x2}`, 0, false},
 		{`{"stream":"","seq":42}`, 0, false},
 		{`{"stream":"s","seq":}`, 0, false},
+		{`{"stream":"s","seq":0042}`, 0, false},        // leading zeros: not JSON
+		{`{"stream":"a\","seq":5}`, 0, false},          // an escaped quote: the name does not end there
+		{"{\"stream\":\"a\x01\",\"seq\":5}", 0, false}, // a control character: not JSON
 		{`{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 1"}}`, 0, false},
 	} {
 		seq, ok := pubAckSeq([]byte(c.in))

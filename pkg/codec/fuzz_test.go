@@ -203,3 +203,59 @@ func FuzzPeekItems(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSplitBatch: a batch arrives from the broker before anything in it is
+// authenticated. SplitBatch never panics; what it accepts is MaxBatchEnvelopes
+// or fewer non-empty envelopes that are sub-slices of the input, in order,
+// with nothing between them but their length prefixes, so re-encoding them
+// is no longer than the input; what it refuses, it refuses whole.
+func FuzzSplitBatch(f *testing.F) {
+	f.Add(AppendBatch(AppendBatch(nil, []byte("one")), []byte("two")))
+	f.Add([]byte{BatchMagic})
+	f.Add([]byte{BatchMagic, 0x80, 0x00})                // an overlong zero length
+	f.Add([]byte{BatchMagic, 0x81, 0x00, 'x'})           // an overlong length of one
+	f.Add([]byte{BatchMagic, 0xff, 0xff, 0xff, 0x0f, 1}) // a length past the end
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var envs [][]byte
+		err := SplitBatch(data, func(env []byte) { envs = append(envs, env) })
+		if err != nil {
+			if len(envs) != 0 {
+				t.Fatalf("refused (%v) after delivering %d envelopes", err, len(envs))
+			}
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("error %v is neither ErrMalformed nor ErrTooLarge", err)
+			}
+			return
+		}
+		if len(envs) == 0 || len(envs) > MaxBatchEnvelopes || data[0] != BatchMagic {
+			t.Fatalf("accepted %d envelopes from a batch starting %#x", len(envs), data[0])
+		}
+		var again []byte
+		end := 1 // the end of the previous envelope in data
+		for i, e := range envs {
+			if len(e) == 0 {
+				t.Fatalf("envelope %d is empty", i)
+			}
+			// A sub-slice of data shares its backing array: its offset is
+			// the difference of the capacities.
+			off := cap(data) - cap(e)
+			if off <= end || off+len(e) > len(data) || &data[off] != &e[0] {
+				t.Fatalf("envelope %d is not in data after envelope %d's end and a length prefix", i, i-1)
+			}
+			end = off + len(e)
+			again = AppendBatch(again, e)
+		}
+		if end != len(data) || len(again) > len(data) {
+			t.Fatalf("envelopes end at %d of %d bytes (re-encoded: %d bytes)", end, len(data), len(again))
+		}
+		var back [][]byte
+		if err := SplitBatch(again, func(env []byte) { back = append(back, env) }); err != nil || len(back) != len(envs) {
+			t.Fatalf("re-encoded batch: %v, %d envelopes, want %d", err, len(back), len(envs))
+		}
+		for i := range envs {
+			if !bytes.Equal(back[i], envs[i]) {
+				t.Fatalf("envelope %d changed when re-encoded", i)
+			}
+		}
+	})
+}
