@@ -71,6 +71,13 @@ type Options struct {
 	// service's default; negative: off).
 	WriteCoalesce time.Duration
 	Log           *slog.Logger
+	// Sink, if set, receives every tick's record in tick order once the
+	// tick is settleLag ticks behind the newest tick applied, and settles
+	// its item audit then too; the cluster then forgets the tick, so a run
+	// of any length holds a bounded window of records. Records returns only
+	// the ticks not yet handed over, and Settle hands over the rest. Nil
+	// (the tests): every record is kept until Close.
+	Sink func(TickRecord)
 }
 
 // TickRecord is everything observed about one tick.
@@ -107,6 +114,8 @@ type Cluster struct {
 	audit     [2]map[uint64]uint64 // tick -> item, per party
 	used      [2]map[uint64]uint64 // item -> tick, per party (reuse detection)
 	reuse     int
+	live      liveStats
+	settle    settleState
 	dealers   map[string]context.CancelFunc
 	nDealer   int
 	partyStop [2]func()

@@ -9,7 +9,63 @@ import (
 	"github.com/duet-mpc/duet/internal/actuator"
 )
 
+// settleLag is how far behind the newest applied tick a tick is handed to
+// Options.Sink: 1,024 ticks, 41 s at the pendulum's 25 Hz and about a second
+// back to back with --fast, far more than any tick's deadline, so a tick's
+// late events (a party's audit comes after its output share, so it can follow
+// the actuator's reconstruction) have all arrived.
+const settleLag = 1024
+
+// liveWindow is how many of the latest applied, in-time ticks the live
+// progress line takes its latency percentiles over.
+const liveWindow = 1024
+
+// liveStats is what the live progress line shows, kept as ticks are applied
+// so that drawing it costs the same at tick 100 as at tick 1,000,000.
+type liveStats struct {
+	applied, misses int
+	last            TickRecord // the latest applied tick
+	lat             []time.Duration
+	next            int // ring position in lat
+}
+
+func (l *liveStats) add(r *TickRecord) {
+	l.applied++
+	if r.Tick >= l.last.Tick {
+		l.last = *r
+	}
+	if r.Miss {
+		l.misses++
+		return
+	}
+	if len(l.lat) < liveWindow {
+		l.lat = append(l.lat, r.Latency)
+		return
+	}
+	l.lat[l.next] = r.Latency
+	l.next = (l.next + 1) % liveWindow
+}
+
+// settleState tracks what has been handed to Options.Sink.
+type settleState struct {
+	started bool
+	next    uint64 // lowest tick not yet settled
+	newest  uint64 // newest tick applied
+	late    int    // events for ticks already settled (dropped)
+	audit   Audit  // settled ticks' audit
+}
+
+// rec returns tick t's record, or nil if t was already handed to the sink.
 func (c *Cluster) rec(t uint64) *TickRecord {
+	if c.opt.Sink != nil {
+		if !c.settle.started {
+			c.settle.started, c.settle.next = true, t
+		}
+		if t < c.settle.next {
+			c.late(t)
+			return nil
+		}
+	}
 	r := c.records[t]
 	if r == nil {
 		r = &TickRecord{Tick: t}
@@ -18,10 +74,18 @@ func (c *Cluster) rec(t uint64) *TickRecord {
 	return r
 }
 
+func (c *Cluster) late(t uint64) {
+	c.settle.late++
+	c.opt.Log.Warn("demo: event for a tick already settled, dropped from the trace", "tick", t)
+}
+
 func (c *Cluster) onTick(t uint64, y, uplain []float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.rec(t)
+	if r == nil {
+		return
+	}
 	r.Y = append([]float64(nil), y...)
 	r.UPlain = append([]float64(nil), uplain...)
 }
@@ -30,7 +94,76 @@ func (c *Cluster) onApply(a actuator.Applied) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.rec(a.Tick)
+	if r == nil {
+		return
+	}
 	r.U, r.Latency, r.Miss, r.Item0, r.Item1, r.Applied = a.U, a.Latency, a.Miss, a.Item0, a.Item1, true
+	c.live.add(r)
+	if c.opt.Sink == nil {
+		return
+	}
+	c.settle.newest = max(c.settle.newest, a.Tick)
+	for c.settle.next+settleLag <= c.settle.newest {
+		c.settleTick(c.settle.next)
+		c.settle.next++
+	}
+}
+
+// settleTick hands tick t's record to the sink and folds its audit into
+// the settled totals.
+func (c *Cluster) settleTick(t uint64) {
+	if r := c.records[t]; r != nil {
+		delete(c.records, t)
+		c.opt.Sink(*r)
+	}
+	i0, ok0 := c.audit[0][t]
+	i1, ok1 := c.audit[1][t]
+	delete(c.audit[0], t)
+	delete(c.audit[1], t)
+	switch {
+	case ok0 && ok1:
+		c.settle.audit.Ticks++
+		if i0 != i1 {
+			c.settle.audit.Mismatched++
+		}
+	case ok0 || ok1:
+		c.settle.audit.OneSided++
+	}
+}
+
+// Settle hands every remaining tick to Options.Sink, in tick order (no-op
+// without a sink). Events arriving for those ticks afterwards are dropped
+// and counted (Late).
+func (c *Cluster) Settle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.opt.Sink == nil {
+		return
+	}
+	ticks := make([]uint64, 0, len(c.records)+len(c.audit[0])+len(c.audit[1]))
+	for t := range c.records {
+		ticks = append(ticks, t)
+	}
+	for i := range c.audit {
+		for t := range c.audit[i] {
+			ticks = append(ticks, t)
+		}
+	}
+	sort.Slice(ticks, func(i, j int) bool { return ticks[i] < ticks[j] })
+	for _, t := range ticks {
+		if t >= c.settle.next {
+			c.settleTick(t)
+			c.settle.next = t + 1
+		}
+	}
+	c.settle.started = true
+}
+
+// Late is how many events arrived for ticks already handed to the sink.
+func (c *Cluster) Late() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.settle.late
 }
 
 func (c *Cluster) onAudit(id int, tick, item uint64) {
@@ -41,10 +174,15 @@ func (c *Cluster) onAudit(id int, tick, item uint64) {
 		c.opt.Log.Error("item reused", "party", id, "item", item, "ticks", fmt.Sprint(prev, ",", tick))
 	}
 	c.used[id][item] = tick
+	if c.opt.Sink != nil && c.settle.started && tick < c.settle.next {
+		c.late(tick)
+		return
+	}
 	c.audit[id][tick] = item
 }
 
-// Records returns the tick records in tick order.
+// Records returns the tick records in tick order (with Options.Sink, those
+// not yet handed to it).
 func (c *Cluster) Records() []TickRecord {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -68,7 +206,8 @@ type Audit struct {
 func (c *Cluster) Audit() Audit {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a := Audit{Reused: c.reuse}
+	a := c.settle.audit
+	a.Reused = c.reuse
 	for t, i0 := range c.audit[0] {
 		i1, ok := c.audit[1][t]
 		if !ok {
@@ -97,26 +236,42 @@ type Summary struct {
 
 // Summarize computes a summary of the records.
 func Summarize(recs []TickRecord) Summary {
-	var s Summary
-	var lats []time.Duration
-	for _, r := range recs {
-		s.Ticks++
-		if !r.Applied {
-			continue
-		}
-		s.Applied++
-		if r.Miss {
-			s.Misses++
-			continue
-		}
-		lats = append(lats, r.Latency)
-		for i := range r.U {
-			if i < len(r.UPlain) {
-				s.MaxDiff = math.Max(s.MaxDiff, math.Abs(r.U[i]-r.UPlain[i]))
-			}
+	var sm summer
+	for i := range recs {
+		sm.add(&recs[i])
+	}
+	return sm.summary()
+}
+
+// summer builds a Summary one record at a time (keeping 8 bytes a tick,
+// the latency, for the percentiles).
+type summer struct {
+	s    Summary
+	lats []time.Duration
+}
+
+func (sm *summer) add(r *TickRecord) {
+	s := &sm.s
+	s.Ticks++
+	if !r.Applied {
+		return
+	}
+	s.Applied++
+	if r.Miss {
+		s.Misses++
+		return
+	}
+	sm.lats = append(sm.lats, r.Latency)
+	for i := range r.U {
+		if i < len(r.UPlain) {
+			s.MaxDiff = math.Max(s.MaxDiff, math.Abs(r.U[i]-r.UPlain[i]))
 		}
 	}
-	s.P50, s.P99 = Percentile(lats, 0.50), Percentile(lats, 0.99)
+}
+
+func (sm *summer) summary() Summary {
+	s := sm.s
+	s.P50, s.P99 = Percentile(sm.lats, 0.50), Percentile(sm.lats, 0.99)
 	return s
 }
 

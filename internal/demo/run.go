@@ -24,12 +24,17 @@ type RunOptions struct {
 type Result struct {
 	Summary  Summary
 	Audit    Audit
-	Records  []TickRecord
 	Balanced bool    // |α| < 1.5° from 3 s on (pendulum)
 	MaxAlpha float64 // max |α| from 3 s on
+	Late     int     // events that arrived after their tick was written out
 }
 
 // Run executes the demo: start, wait for the queue, run, write outputs.
+//
+// Each tick is summarized and written to trace.csv as it settles (a second
+// or more behind the newest tick, see settleLag), so the run's memory does not
+// grow with its length beyond the plotted points and latencies (under 100
+// bytes a tick) and the items' reuse check.
 func Run(ctx context.Context, ro RunOptions) (Result, error) {
 	var res Result
 	o := ro.Cluster
@@ -42,6 +47,13 @@ func Run(ctx context.Context, ro RunOptions) (Result, error) {
 	if o.Period <= 0 {
 		o.Period = 40 * time.Millisecond
 	}
+	from := uint64(math.Ceil(3 * float64(time.Second) / float64(o.Period)))
+	out, err := newRunOutput(ro.Out, o.Period, from)
+	if err != nil {
+		return res, err
+	}
+	defer out.close()
+	o.Sink = out.add
 	c, err := Start(ctx, o)
 	if err != nil {
 		return res, err
@@ -81,38 +93,108 @@ loop:
 		c.progress(ro.Progress, ticks)
 		fmt.Fprintln(ro.Progress)
 	}
-	res.Records = c.Records()
-	res.Summary = Summarize(res.Records)
+	c.Settle()
+	res.Summary = out.sum.summary()
 	res.Audit = c.Audit()
-	from := uint64(math.Ceil(3 * float64(time.Second) / float64(o.Period)))
-	seen := uint64(0)
-	for _, r := range res.Records {
-		if r.Tick >= from && len(r.Y) > 1 {
-			res.MaxAlpha = math.Max(res.MaxAlpha, math.Abs(r.Y[1]))
-			seen++
-		}
-	}
+	res.Late = c.Late()
+	res.MaxAlpha = out.maxAlpha
 	// Every tick from 3 s on must have been measured (an unencodable
 	// measurement is a failure too).
-	res.Balanced = res.MaxAlpha < 1.5 && ticks > from && seen == ticks-from+1
-	if ro.Out != "" {
-		if err := writeOutputs(ro.Out, res.Records, o.Period); err != nil {
-			return res, err
-		}
+	res.Balanced = res.MaxAlpha < 1.5 && ticks > from && out.seen == ticks-from+1
+	if err := out.finish(); err != nil {
+		return res, err
 	}
 	return res, nil
 }
 
-func (c *Cluster) progress(w io.Writer, total uint64) {
-	recs := c.Records()
-	if len(recs) == 0 {
+// runOutput takes the settled records in tick order: the summary, the
+// balance check, and (with a directory) trace.csv and the plots.
+type runOutput struct {
+	dir      string
+	from     uint64 // first tick of the balance check
+	sum      summer
+	plots    plotSeries
+	maxAlpha float64
+	seen     uint64 // ticks from `from` on with α measured
+	f        *os.File
+	tw       *trace.Writer
+	err      error // the first write error
+}
+
+// newRunOutput creates dir and trace.csv up front, so that a directory that
+// cannot be written fails the run before it starts.
+func newRunOutput(dir string, period time.Duration, from uint64) (*runOutput, error) {
+	o := &runOutput{dir: dir, from: from, plots: plotSeries{period: period.Seconds(), alphaIndex: 1}}
+	if dir == "" {
+		return o, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(dir, "trace.csv"))
+	if err != nil {
+		return nil, err
+	}
+	o.f = f
+	return o, nil
+}
+
+func (o *runOutput) add(r TickRecord) {
+	o.sum.add(&r)
+	if r.Tick >= o.from && len(r.Y) > 1 {
+		o.maxAlpha = math.Max(o.maxAlpha, math.Abs(r.Y[1]))
+		o.seen++
+	}
+	if o.dir == "" {
 		return
 	}
-	last := recs[len(recs)-1]
-	for i := len(recs) - 1; i >= 0 && !last.Applied; i-- {
-		last = recs[i]
+	o.plots.add(&r)
+	if o.err != nil || !r.Applied || r.Y == nil {
+		return
 	}
-	s := Summarize(recs)
+	if o.tw == nil {
+		if o.tw, o.err = trace.NewWriter(o.f, len(r.Y), len(r.U)); o.err != nil {
+			return
+		}
+	}
+	o.err = o.tw.Row(int(r.Tick)-1, r.Y, r.U, r.UPlain)
+}
+
+// finish flushes trace.csv and writes the plots.
+func (o *runOutput) finish() error {
+	if o.dir == "" {
+		return nil
+	}
+	if o.err == nil && o.tw != nil {
+		o.err = o.tw.Flush()
+	}
+	if o.err == nil {
+		o.err = o.f.Close()
+		o.f = nil
+	}
+	if o.err != nil {
+		return fmt.Errorf("demo: writing %s: %w", filepath.Join(o.dir, "trace.csv"), o.err)
+	}
+	return o.plots.write(o.dir)
+}
+
+func (o *runOutput) close() {
+	if o.f != nil {
+		o.f.Close()
+	}
+}
+
+// progress draws the live line from counters kept as ticks are applied: its
+// latency percentiles are over the latest liveWindow in-time ticks.
+func (c *Cluster) progress(w io.Writer, total uint64) {
+	c.mu.Lock()
+	l := c.live
+	lat := append([]time.Duration(nil), l.lat...)
+	c.mu.Unlock()
+	if l.applied == 0 {
+		return
+	}
+	last := l.last
 	alpha, u := math.NaN(), math.NaN()
 	if len(last.Y) > 1 {
 		alpha = last.Y[1]
@@ -120,37 +202,7 @@ func (c *Cluster) progress(w io.Writer, total uint64) {
 	if len(last.U) > 0 {
 		u = last.U[0]
 	}
-	fmt.Fprintf(w, "\rtick %5d/%d  α %+7.3f°  u %+7.3f V  latency p50 %6.0fµs p99 %6.0fµs  misses %d  queue %d   ",
-		last.Tick, total, alpha, u, float64(s.P50.Microseconds()), float64(s.P99.Microseconds()), s.Misses, c.QueueDepth())
-}
-
-func writeOutputs(dir string, recs []TickRecord, period time.Duration) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(filepath.Join(dir, "trace.csv"))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	var tw *trace.Writer
-	for _, r := range recs {
-		if !r.Applied || r.Y == nil {
-			continue
-		}
-		if tw == nil {
-			if tw, err = trace.NewWriter(f, len(r.Y), len(r.U)); err != nil {
-				return err
-			}
-		}
-		if err := tw.Row(int(r.Tick)-1, r.Y, r.U, r.UPlain); err != nil {
-			return err
-		}
-	}
-	if tw != nil {
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-	}
-	return WritePlots(dir, recs, period.Seconds(), 1)
+	p50, p99 := Percentile(lat, 0.50), Percentile(lat, 0.99)
+	fmt.Fprintf(w, "\rtick %5d/%d  α %+7.3f°  u %+7.3f V  latency p50 %6.0fµs p99 %6.0fµs (last %d)  misses %d  queue %d   ",
+		last.Tick, total, alpha, u, float64(p50.Microseconds()), float64(p99.Microseconds()), len(lat), l.misses, c.QueueDepth())
 }

@@ -1,0 +1,179 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/duet-mpc/duet/internal/actuator"
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// TestRunWritesTraceAsTicksSettle runs `duet demo`'s Run for more than two
+// settle windows and checks that what it wrote as the ticks settled is the
+// whole run: one trace row per applied tick in order, a summary that agrees
+// with the trace, the plots, and the live progress line.
+func TestRunWritesTraceAsTicksSettle(t *testing.T) {
+	cs, ps := pendulum(t)
+	const ticks = 2*settleLag + 300
+	dir := filepath.Join(t.TempDir(), "out")
+	var prog bytes.Buffer
+	res, err := Run(context.Background(), RunOptions{
+		Cluster:  Options{Controller: cs, Plant: ps, Variant: mpc.PerTick, Compress: true, Fast: true, Deadline: 250 * time.Millisecond, Dealers: 2},
+		Duration: ticks * 40 * time.Millisecond, Out: dir, Progress: &prog,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Summary
+	if s.Ticks != ticks || s.Applied < ticks-5 {
+		t.Fatalf("summary: %d ticks, %d applied; want %d ticks, nearly all applied", s.Ticks, s.Applied, ticks)
+	}
+	if res.Audit.Mismatched != 0 || res.Audit.Reused != 0 || res.Audit.Ticks < ticks-5 {
+		t.Fatalf("audit %+v over %d ticks", res.Audit, ticks)
+	}
+	if !res.Balanced || res.Late != 0 {
+		t.Fatalf("balanced %v (max |α| %.2f°), %d late events", res.Balanced, res.MaxAlpha, res.Late)
+	}
+	f, err := os.Open(filepath.Join(dir, "trace.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(rows) - 1; got != s.Applied {
+		t.Fatalf("trace.csv has %d rows, the summary %d applied ticks", got, s.Applied)
+	}
+	// step, y0, y1, u0, uplain0 for the pendulum.
+	if strings.Join(rows[0], ",") != "step,y0,y1,u0,uplain0" {
+		t.Fatalf("trace header %q", rows[0])
+	}
+	prev, maxDiff := -1, 0.0
+	for _, r := range rows[1:] {
+		step, err := strconv.Atoi(r[0])
+		if err != nil || step <= prev {
+			t.Fatalf("trace step %q after %d", r[0], prev)
+		}
+		prev = step
+		u, err1 := strconv.ParseFloat(r[3], 64)
+		up, err2 := strconv.ParseFloat(r[4], 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("trace row %q", r)
+		}
+		maxDiff = math.Max(maxDiff, math.Abs(u-up))
+	}
+	// Missed ticks are in the trace but not in MaxDiff.
+	if s.Misses == 0 && math.Abs(maxDiff-s.MaxDiff) > 1e-12 {
+		t.Fatalf("max |u - uplain| %.6g in trace.csv, %.6g in the summary", maxDiff, s.MaxDiff)
+	}
+	for _, name := range []string{"alpha.png", "input.png", "latency.png"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	line := prog.String()
+	if i := strings.LastIndex(line, "\r"); i >= 0 {
+		line = line[i+1:]
+	}
+	if !strings.Contains(line, strconv.Itoa(ticks)+"/"+strconv.Itoa(ticks)) || !strings.Contains(line, "(last 1024)") {
+		t.Fatalf("last progress line %q", line)
+	}
+}
+
+// TestRunRefusesUnwritableOut: an output directory that cannot be created
+// is an error naming it.
+func TestRunRefusesUnwritableOut(t *testing.T) {
+	cs, ps := pendulum(t)
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Run(context.Background(), RunOptions{Cluster: Options{Controller: cs, Plant: ps, Fast: true}, Duration: time.Second, Out: filepath.Join(file, "out")})
+	if err == nil || !strings.Contains(err.Error(), "not a directory") || !strings.Contains(err.Error(), file) {
+		t.Fatalf("err = %v, want one naming the output directory", err)
+	}
+}
+
+// TestSinkBoundsRecords: with a sink, the cluster holds at most a settle
+// window of records, hands every tick over once and in order, keeps the
+// audit's totals across the handover, and drops (and counts) events that
+// arrive for a tick already handed over without disturbing the reuse check.
+func TestSinkBoundsRecords(t *testing.T) {
+	cs, ps := pendulum(t)
+	var mu sync.Mutex
+	var got []uint64
+	c := startWith(t, Options{Controller: cs, Plant: ps, Variant: mpc.FixedMask, Compress: true, Fast: true,
+		Period: 40 * time.Millisecond, Deadline: 250 * time.Millisecond, Dealers: 2, LowWater: 100,
+		Sink: func(r TickRecord) {
+			mu.Lock()
+			got = append(got, r.Tick)
+			mu.Unlock()
+		}}, 50)
+	const ticks = 2*settleLag + 200
+	if err := c.RunTicks(context.Background(), ticks); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := len(c.Records()); n > settleLag+1 {
+		t.Fatalf("%d records held, want at most %d", n, settleLag+1)
+	}
+	mu.Lock()
+	handed := len(got)
+	mu.Unlock()
+	if handed < ticks-settleLag-5 {
+		t.Fatalf("%d ticks handed over during the run, want about %d", handed, ticks-settleLag)
+	}
+	c.Settle()
+	if n := len(c.Records()); n != 0 {
+		t.Fatalf("%d records left after Settle", n)
+	}
+	mu.Lock()
+	for i, tick := range got {
+		if tick != uint64(i+1) {
+			mu.Unlock()
+			t.Fatalf("sink got tick %d at position %d", tick, i)
+		}
+	}
+	n := len(got)
+	mu.Unlock()
+	if n != ticks {
+		t.Fatalf("sink got %d ticks, want %d", n, ticks)
+	}
+	checkAudit(t, c, ticks-5)
+	a := c.Audit()
+	if a.Ticks > ticks || a.OneSided > 5 {
+		t.Fatalf("audit %+v over %d ticks", a, ticks)
+	}
+	if c.Late() != 0 {
+		t.Fatalf("%d late events in a clean run", c.Late())
+	}
+
+	// A late actuator event and a late audit are dropped and counted; an
+	// item used again is still caught.
+	c.onApply(actuator.Applied{Tick: 1})
+	c.mu.Lock()
+	var item uint64
+	for it := range c.used[0] {
+		item = it
+		break
+	}
+	c.mu.Unlock()
+	c.onAudit(0, 2, item)
+	if c.Late() != 2 || len(c.Records()) != 0 {
+		t.Fatalf("late %d, %d records after two late events", c.Late(), len(c.Records()))
+	}
+	if b := c.Audit(); b.Reused != 1 || b.Ticks != a.Ticks || b.Mismatched != 0 {
+		t.Fatalf("audit after a late reuse %+v, before %+v", b, a)
+	}
+}
