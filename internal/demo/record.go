@@ -103,10 +103,45 @@ func (c *Cluster) onApply(a actuator.Applied) {
 		return
 	}
 	c.settle.newest = max(c.settle.newest, a.Tick)
-	for c.settle.next+settleLag <= c.settle.newest {
-		c.settleTick(c.settle.next)
-		c.settle.next++
+	if c.settle.newest >= settleLag {
+		c.settleBelow(c.settle.newest - settleLag + 1)
 	}
+}
+
+// settleBelow settles every tick below limit, in tick order.
+func (c *Cluster) settleBelow(limit uint64) {
+	if limit <= c.settle.next {
+		return
+	}
+	if limit-c.settle.next <= 4*settleLag {
+		for ; c.settle.next < limit; c.settle.next++ {
+			c.settleTick(c.settle.next)
+		}
+		return
+	}
+	// A jump in the tick numbers, or the end of the run: visit the ticks
+	// held rather than every number in between.
+	var ticks []uint64
+	held := func(t uint64) {
+		if t >= c.settle.next && t < limit {
+			ticks = append(ticks, t)
+		}
+	}
+	for t := range c.records {
+		held(t)
+	}
+	for i := range c.audit {
+		for t := range c.audit[i] {
+			held(t)
+		}
+	}
+	sort.Slice(ticks, func(i, j int) bool { return ticks[i] < ticks[j] })
+	for i, t := range ticks {
+		if i == 0 || t != ticks[i-1] {
+			c.settleTick(t)
+		}
+	}
+	c.settle.next = limit
 }
 
 // settleTick hands tick t's record to the sink and folds its audit into
@@ -140,23 +175,17 @@ func (c *Cluster) Settle() {
 	if c.opt.Sink == nil {
 		return
 	}
-	ticks := make([]uint64, 0, len(c.records)+len(c.audit[0])+len(c.audit[1]))
+	limit := c.settle.next
 	for t := range c.records {
-		ticks = append(ticks, t)
+		limit = max(limit, t+1)
 	}
 	for i := range c.audit {
 		for t := range c.audit[i] {
-			ticks = append(ticks, t)
-		}
-	}
-	sort.Slice(ticks, func(i, j int) bool { return ticks[i] < ticks[j] })
-	for _, t := range ticks {
-		if t >= c.settle.next {
-			c.settleTick(t)
-			c.settle.next = t + 1
+			limit = max(limit, t+1)
 		}
 	}
 	c.settle.started = true
+	c.settleBelow(limit)
 }
 
 // Late is how many events arrived for ticks already handed to the sink.

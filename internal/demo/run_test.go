@@ -176,4 +176,19 @@ func TestSinkBoundsRecords(t *testing.T) {
 	if b := c.Audit(); b.Reused != 1 || b.Ticks != a.Ticks || b.Mismatched != 0 {
 		t.Fatalf("audit after a late reuse %+v, before %+v", b, a)
 	}
+
+	// A jump in the tick numbers settles the ticks held, not every number
+	// in between.
+	far := uint64(1) << 40
+	c.onApply(actuator.Applied{Tick: far})
+	if n := len(c.Records()); n != 1 {
+		t.Fatalf("%d records held after the jump, want the one tick", n)
+	}
+	c.Settle()
+	mu.Lock()
+	last := got[len(got)-1]
+	mu.Unlock()
+	if last != far || len(c.Records()) != 0 {
+		t.Fatalf("last tick handed over %d, want %d", last, far)
+	}
 }
