@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -50,7 +51,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			Deadline: *deadline, Dealers: *dealers, Log: log},
 		Duration: *dur, Out: *out, Progress: stderr,
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, demo.ErrInterrupted) {
 		return err
 	}
 	s := res.Summary
@@ -60,6 +61,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "items: %d ticks paired, %d mismatched, %d reused\n", res.Audit.Ticks, res.Audit.Mismatched, res.Audit.Reused)
 	if *out != "" {
 		fmt.Fprintf(stdout, "wrote %s/trace.csv, alpha.png, input.png, latency.png\n", *out)
+	}
+	if err != nil { // interrupted: the summary above covers the ticks that ran
+		return err
 	}
 	if res.Audit.Mismatched > 0 || res.Audit.Reused > 0 {
 		return fmt.Errorf("demo: offline items mismatched or reused")

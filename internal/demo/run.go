@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -28,6 +29,10 @@ type Result struct {
 	MaxAlpha float64 // max |α| from 3 s on
 	Late     int     // events that arrived after their tick was written out
 }
+
+// ErrInterrupted is Run's error when its context ends during the ticks: the
+// result and the outputs then cover the ticks that ran.
+var ErrInterrupted = errors.New("demo: interrupted")
 
 // Run executes the demo: start, wait for the queue, run, write outputs.
 //
@@ -87,6 +92,8 @@ loop:
 	if err != nil {
 		return res, err
 	}
+	// The sensor stops quietly when ctx ends (Ctrl-C); what ran is kept.
+	interrupted := ctx.Err() != nil
 	// Let the last tick land.
 	time.Sleep(2 * o.Deadline)
 	if ro.Progress != nil {
@@ -100,9 +107,16 @@ loop:
 	res.MaxAlpha = out.maxAlpha
 	// Every tick from 3 s on must have been measured (an unencodable
 	// measurement is a failure too).
-	res.Balanced = res.MaxAlpha < 1.5 && ticks > from && out.seen == ticks-from+1
+	ran := ticks
+	if interrupted {
+		ran = out.lastY
+	}
+	res.Balanced = res.MaxAlpha < 1.5 && ran > from && out.seen == ran-from+1
 	if err := out.finish(); err != nil {
 		return res, err
+	}
+	if interrupted {
+		return res, fmt.Errorf("%w after tick %d of %d (the summary and the outputs cover the ticks that ran)", ErrInterrupted, out.lastY, ticks)
 	}
 	return res, nil
 }
@@ -116,6 +130,7 @@ type runOutput struct {
 	plots    plotSeries
 	maxAlpha float64
 	seen     uint64 // ticks from `from` on with α measured
+	lastY    uint64 // the latest tick measured
 	f        *os.File
 	tw       *trace.Writer
 	err      error // the first write error
@@ -141,6 +156,9 @@ func newRunOutput(dir string, period time.Duration, from uint64) (*runOutput, er
 
 func (o *runOutput) add(r TickRecord) {
 	o.sum.add(&r)
+	if r.Y != nil {
+		o.lastY = max(o.lastY, r.Tick)
+	}
 	if r.Tick >= o.from && len(r.Y) > 1 {
 		o.maxAlpha = math.Max(o.maxAlpha, math.Abs(r.Y[1]))
 		o.seen++
