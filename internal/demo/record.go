@@ -52,6 +52,7 @@ type settleState struct {
 	next    uint64 // lowest tick not yet settled
 	newest  uint64 // newest tick applied
 	late    int    // events for ticks already settled (dropped)
+	closed  bool   // Settle ran: the sink is not called again
 	audit   Audit  // settled ticks' audit
 }
 
@@ -61,7 +62,7 @@ func (c *Cluster) rec(t uint64) *TickRecord {
 		if !c.settle.started {
 			c.settle.started, c.settle.next = true, t
 		}
-		if t < c.settle.next {
+		if c.settle.closed || t < c.settle.next {
 			c.late(t)
 			return nil
 		}
@@ -167,8 +168,8 @@ func (c *Cluster) settleTick(t uint64) {
 }
 
 // Settle hands every remaining tick to Options.Sink, in tick order (no-op
-// without a sink). Events arriving for those ticks afterwards are dropped
-// and counted (Late).
+// without a sink), and closes it: the sink is not called again, and every
+// later event is dropped and counted (Late).
 func (c *Cluster) Settle() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -184,7 +185,7 @@ func (c *Cluster) Settle() {
 			limit = max(limit, t+1)
 		}
 	}
-	c.settle.started = true
+	c.settle.started, c.settle.closed = true, true
 	c.settleBelow(limit)
 }
 
@@ -203,7 +204,7 @@ func (c *Cluster) onAudit(id int, tick, item uint64) {
 		c.opt.Log.Error("item reused", "party", id, "item", item, "ticks", fmt.Sprint(prev, ",", tick))
 	}
 	c.used[id][item] = tick
-	if c.opt.Sink != nil && c.settle.started && tick < c.settle.next {
+	if c.opt.Sink != nil && (c.settle.closed || c.settle.started && tick < c.settle.next) {
 		c.late(tick)
 		return
 	}
