@@ -78,6 +78,9 @@ type Options struct {
 	// the ticks not yet handed over, and Settle hands over the rest. Nil
 	// (the tests): every record is kept until Close.
 	Sink func(TickRecord)
+	// PlantLate leaves the plant to StartPlant, as when a deployment's
+	// sensor starts before its plant.
+	PlantLate bool
 }
 
 // TickRecord is everything observed about one tick.
@@ -297,28 +300,12 @@ func (c *Cluster) startAll() error {
 	if err := c.Sensor.Setup(c.ctx); err != nil {
 		return err
 	}
-	pl, err := plant.New(o.Plant)
-	if err != nil {
-		return err
+	if !o.PlantLate {
+		if err := c.StartPlant(); err != nil {
+			return err
+		}
 	}
-	if pl.Outputs() != c.Sensor.Resolved().Params.P || pl.Inputs() != c.Sensor.Resolved().Params.M {
-		return fmt.Errorf("demo: plant has %d outputs and %d inputs, the controller expects p=%d, m=%d",
-			pl.Outputs(), pl.Inputs(), c.Sensor.Resolved().Params.P, c.Sensor.Resolved().Params.M)
-	}
-	nc, s, m, err := c.conn("plant")
-	if err != nil {
-		return err
-	}
-	wait := 2 * o.Deadline
-	if wait <= 0 {
-		wait = 100 * time.Millisecond
-	}
-	ps, err := plantsvc.New(nc, s, plantsvc.Options{Loop: o.Loop, Plant: pl, Wait: wait, Log: o.Log, Metrics: m})
-	if err != nil {
-		return err
-	}
-	c.goRun("plant", ps.Run)
-	nc, s, m, err = c.conn("actuator")
+	nc, s, m, err := c.conn("actuator")
 	if err != nil {
 		return err
 	}
@@ -368,6 +355,34 @@ func (c *Cluster) startSensor() error {
 		Period: o.Period, Fast: o.Fast, QueueMax: o.QueueMax, ItemsPerMsg: o.ItemsPerMsg, FileStore: o.FileStore, Log: o.Log, Metrics: m, OnTick: c.onTick,
 		StateKey: &key})
 	return err
+}
+
+// StartPlant starts the simulated plant (once; Start does it unless
+// Options.PlantLate).
+func (c *Cluster) StartPlant() error {
+	o := c.opt
+	pl, err := plant.New(o.Plant)
+	if err != nil {
+		return err
+	}
+	if pl.Outputs() != c.Sensor.Resolved().Params.P || pl.Inputs() != c.Sensor.Resolved().Params.M {
+		return fmt.Errorf("demo: plant has %d outputs and %d inputs, the controller expects p=%d, m=%d",
+			pl.Outputs(), pl.Inputs(), c.Sensor.Resolved().Params.P, c.Sensor.Resolved().Params.M)
+	}
+	nc, s, m, err := c.conn("plant")
+	if err != nil {
+		return err
+	}
+	wait := 2 * o.Deadline
+	if wait <= 0 {
+		wait = 100 * time.Millisecond
+	}
+	ps, err := plantsvc.New(nc, s, plantsvc.Options{Loop: o.Loop, Plant: pl, Wait: wait, Log: o.Log, Metrics: m})
+	if err != nil {
+		return err
+	}
+	c.goRun("plant", ps.Run)
+	return nil
 }
 
 // RestartSensor replaces the sensor with a new instance, as after a crash;

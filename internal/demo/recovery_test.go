@@ -390,3 +390,39 @@ func testSensorRestart(t *testing.T, before, configured, kept int) {
 		t.Errorf("queue holds %d messages after the restart, want %d (%d items of %d)", got, want, queueMax, kept)
 	}
 }
+
+// TestSensorWaitsForThePlant: a real-time sensor that starts before its
+// plant (as in a deployment, where nothing orders them) waits for the plant's
+// first answer instead of counting every period until then as a miss and
+// burning its tick number; the loop then starts at tick 1.
+func TestSensorWaitsForThePlant(t *testing.T) {
+	cs, ps := pendulum(t)
+	c := startWith(t, Options{Controller: cs, Plant: ps, Variant: mpc.FixedMask, Compress: true,
+		Period: 40 * time.Millisecond, Deadline: 30 * time.Millisecond, Dealers: 1, LowWater: 300, PlantLate: true}, 300)
+	const ticks = 20
+	done := make(chan error, 1)
+	go func() { done <- c.RunTicks(context.Background(), ticks) }()
+	time.Sleep(400 * time.Millisecond) // ten periods without a plant
+	if err := c.StartPlant(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	misses := testutil.ToFloat64(c.Metrics["sensor"].Misses.WithLabelValues(c.opt.Loop))
+	recs := c.Records()
+	if misses != 0 {
+		t.Fatalf("the sensor counted %v misses while the plant was starting", misses)
+	}
+	if len(recs) != ticks || recs[0].Tick != 1 || recs[ticks-1].Tick != ticks {
+		var first uint64
+		if len(recs) > 0 {
+			first = recs[0].Tick
+		}
+		t.Fatalf("%d ticks recorded, the first %d; want ticks 1..%d", len(recs), first, ticks)
+	}
+	if s := Summarize(recs); s.Applied < ticks-1 {
+		t.Fatalf("%d of %d ticks applied once the plant answered", s.Applied, ticks)
+	}
+}

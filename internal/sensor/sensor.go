@@ -62,6 +62,10 @@ type Sensor struct {
 	next   uint64 // next tick number
 	ticker *time.Ticker
 	kv     jetstream.KeyValue
+	// plantUp: the plant has answered once since this sensor started.
+	// Until then "no responders" means the loop has not started (the
+	// plant's process is still starting), not a miss.
+	plantUp bool
 }
 
 // New resolves the controller (sizing the modulus) and prepares the sensor.
@@ -237,6 +241,7 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 	if s.next == 0 {
 		s.next = 1
 	}
+	waitLogged := false
 	for sent := uint64(0); n == 0 || sent < n; sent++ {
 		t := s.next
 		s.next++
@@ -254,24 +259,37 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if s.ticker == nil && errors.Is(err, nats.ErrNoResponders) {
-				// Back to back the plant paces the ticks. "No responders"
-				// (the plant not yet resubscribed after a reconnect) means
-				// the request reached no plant, so the same tick is asked
-				// again after a pause, instead of burning hundreds of tick
-				// numbers in a millisecond.
+			if errors.Is(err, nats.ErrNoResponders) && (s.ticker == nil || !s.plantUp) {
+				// The request reached no plant, so the same tick is asked
+				// again instead of being counted lost: back to back (the
+				// plant paces the ticks; it has not yet resubscribed after
+				// a reconnect) after a pause, instead of burning hundreds of
+				// tick numbers in a millisecond; in real time before the
+				// plant first answers (the loop has not started: in a
+				// deployment the sensor often starts first) at the next
+				// period. Once it has answered, a plant that stops
+				// answering in real time costs ticks, counted as misses.
+				if s.ticker != nil {
+					if !waitLogged {
+						s.opt.Log.Info("waiting for the plant to answer", "loop", s.opt.Loop, "tick", t)
+						waitLogged = true
+					}
+					s.next, sent = t, sent-1 // the loop's sent++ makes it even
+					continue
+				}
 				select {
 				case <-ctx.Done():
 					return nil
 				case <-time.After(fastRetry):
 				}
-				s.next, sent = t, sent-1 // the loop's sent++ makes it even
+				s.next, sent = t, sent-1
 				continue
 			}
 			s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
 			s.opt.Log.Warn("plant read failed", "loop", s.opt.Loop, "tick", t, "err", err)
 			continue
 		}
+		s.plantUp = true
 		if err := f.EcdInto(yEnc.Data, y, prm.K, prm.L); err != nil {
 			s.opt.Metrics.Rejects.WithLabelValues("range").Inc()
 			s.opt.Log.Warn("measurement cannot be encoded", "loop", s.opt.Loop, "tick", t, "err", err)
