@@ -60,7 +60,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "max |u - uplain| %.3g V\n", s.MaxDiff)
 	fmt.Fprintf(stdout, "items: %d ticks paired, %d mismatched, %d reused\n", res.Audit.Ticks, res.Audit.Mismatched, res.Audit.Reused)
 	if res.Late > 0 {
-		fmt.Fprintf(stdout, "%d events arrived more than 1,024 ticks after their tick and are not in the summary or trace.csv\n", res.Late)
+		fmt.Fprintf(stdout, "%d events came after their tick was written out and are not in the summary or trace.csv\n", res.Late)
 	}
 	if *out != "" {
 		fmt.Fprintf(stdout, "wrote %s/trace.csv, alpha.png, input.png, latency.png\n", *out)
