@@ -8,6 +8,7 @@ package demo
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -117,6 +118,7 @@ type Cluster struct {
 	audit     [2]map[uint64]uint64 // tick -> item, per party
 	used      [2]map[uint64]uint64 // item -> tick, per party (reuse detection)
 	reuse     int
+	plantUp   bool // StartPlant ran
 	live      liveStats
 	settle    settleState
 	dealers   map[string]context.CancelFunc
@@ -357,10 +359,17 @@ func (c *Cluster) startSensor() error {
 	return err
 }
 
-// StartPlant starts the simulated plant (once; Start does it unless
-// Options.PlantLate).
+// StartPlant starts the simulated plant (Start does it unless
+// Options.PlantLate); a second call is an error.
 func (c *Cluster) StartPlant() error {
 	o := c.opt
+	c.mu.Lock()
+	started := c.plantUp
+	c.plantUp = true
+	c.mu.Unlock()
+	if started {
+		return errors.New("demo: the plant is already started")
+	}
 	pl, err := plant.New(o.Plant)
 	if err != nil {
 		return err

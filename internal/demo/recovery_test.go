@@ -406,6 +406,9 @@ func TestSensorWaitsForThePlant(t *testing.T) {
 	if err := c.StartPlant(); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.StartPlant(); err == nil || !strings.Contains(err.Error(), "already started") {
+		t.Fatalf("a second StartPlant: %v, want an error", err)
+	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
