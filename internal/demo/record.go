@@ -56,16 +56,20 @@ type settleState struct {
 	audit   Audit  // settled ticks' audit
 }
 
+// settled reports whether tick t was already handed to the sink (or Settle
+// closed it): its events are then late.
+func (c *Cluster) settled(t uint64) bool {
+	return c.opt.Sink != nil && (c.settle.closed || c.settle.started && t < c.settle.next)
+}
+
 // rec returns tick t's record, or nil if t was already handed to the sink.
 func (c *Cluster) rec(t uint64) *TickRecord {
-	if c.opt.Sink != nil {
-		if !c.settle.started {
-			c.settle.started, c.settle.next = true, t
-		}
-		if c.settle.closed || t < c.settle.next {
-			c.late(t)
-			return nil
-		}
+	if c.opt.Sink != nil && !c.settle.started {
+		c.settle.started, c.settle.next = true, t
+	}
+	if c.settled(t) {
+		c.late(t)
+		return nil
 	}
 	r := c.records[t]
 	if r == nil {
@@ -204,7 +208,7 @@ func (c *Cluster) onAudit(id int, tick, item uint64) {
 		c.opt.Log.Error("item reused", "party", id, "item", item, "ticks", fmt.Sprint(prev, ",", tick))
 	}
 	c.used[id][item] = tick
-	if c.opt.Sink != nil && (c.settle.closed || c.settle.started && tick < c.settle.next) {
+	if c.settled(tick) {
 		c.late(tick)
 		return
 	}
