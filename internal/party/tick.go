@@ -51,6 +51,11 @@ const (
 	missError   = "error" // a computation failed on accepted input
 )
 
+// AbandonReasons are the values of duet_ticks_abandoned_total's reason label
+// (for dashboards and alert rules; deploy/prometheus checks its rules against
+// them).
+var AbandonReasons = []string{missLate, missPersist, missNoItem, missItem, missVersion, missError}
+
 func (w *worker) miss(reason, why string) {
 	w.s.opt.Metrics.Misses.WithLabelValues(w.loop).Inc()
 	w.s.opt.Metrics.Abandoned.WithLabelValues(w.loop, reason).Inc()
