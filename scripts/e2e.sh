@@ -49,7 +49,7 @@ read -r -a DC <<<"$COMPOSE"
 DC+=(-p "$PROJECT" -f docker-compose.yml -f scripts/e2e.compose.yml)
 
 # Host ports published by docker-compose.yml (127.0.0.1 only).
-P_SENSOR=19101 P_PARTY0=19102 P_PARTY1=19103 P_ACTUATOR=19104 P_NATS=18222
+P_SENSOR=19101 P_PARTY0=19102 P_PARTY1=19103 P_ACTUATOR=19104 P_PLANT=19105 P_NATS=18222
 
 T0=$SECONDS
 declare -a SUMMARY=()
@@ -218,6 +218,16 @@ sleep 3
 r=$(range_rejects)
 ((r == 0)) || fail "the pendulum left the measurable range during start-up ($r measurements rejected)"
 pass "loop running: $(ticks) ticks at the actuator, $(misses) start-up misses, pendulum in range"
+
+# Every service labels its metrics with its role: the alert rules in
+# deploy/prometheus select by it (service="party0", ...), and their test
+# checks them against the roles.
+for sp in sensor:$P_SENSOR party0:$P_PARTY0 party1:$P_PARTY1 actuator:$P_ACTUATOR plant:$P_PLANT; do
+	body=$(curl -fsS --max-time 3 "http://127.0.0.1:${sp#*:}/metrics" 2>/dev/null) || body=
+	[[ $body == *"duet_nats_reconnects_total{service=\"${sp%%:*}\"}"* ]] ||
+		fail "${sp%%:*}'s metrics are not labelled service=\"${sp%%:*}\" (the alert rules select by role)"
+done
+pass "metrics labelled by role (sensor, party0, party1, actuator, plant)"
 
 # 2. Steady state: no new deadline miss for $STEADY s. Beside it, `duet
 # stalls` measures the host: a wake-up of a sleeping thread more than 20 ms

@@ -40,7 +40,8 @@ type Set struct {
 // LatencyBuckets end at the 40 ms tick period and its deadline.
 var LatencyBuckets = []float64{50e-6, 100e-6, 150e-6, 200e-6, 300e-6, 500e-6, 750e-6, 1e-3, 2e-3, 5e-3, 10e-3, 20e-3, 30e-3, 40e-3, 80e-3}
 
-// New creates the metrics for a service.
+// New creates the metrics for a service; service, the value of every duet_
+// metric's service label, is its role ("party0", "actuator", ...).
 func New(service string) *Set {
 	reg := prometheus.NewRegistry()
 	c := func(name, help string, labels ...string) *prometheus.CounterVec {

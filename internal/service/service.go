@@ -74,7 +74,7 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 	if err != nil {
 		return err
 	}
-	m := metrics.New(name)
+	m := metrics.New(role.String()) // the service label: party0 and party1, not "party"
 	opts := []nats.Option{nats.CustomInboxPrefix(acl.Inbox(role))}
 	if common.Creds != "" {
 		u, err := acl.LoadUser(common.Creds, role)
