@@ -2,8 +2,10 @@
 // Prometheus server: the file decodes strictly as a Prometheus rule file,
 // every expression parses as PromQL (Prometheus's own parser), every metric
 // it selects is one the services export, with the labels it matches and
-// groups by, every label value it matches is one the services set, and every
-// annotation is a valid template that names only labels the alert carries.
+// groups by, every label value it matches is one the services set (a service
+// only among those that set that metric), and every annotation is a valid
+// template that names only labels the alert carries. scripts/e2e.sh checks
+// that the running services label their metrics with their roles.
 package alerts_test
 
 import (
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"text/template"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/yaml"
@@ -75,8 +78,8 @@ func exported(t *testing.T) map[string][]string {
 			}
 		}
 		names = append(names, targetLabels...)
-		switch f.GetType().String() {
-		case "HISTOGRAM":
+		switch f.GetType() {
+		case dto.MetricType_HISTOGRAM:
 			out[f.GetName()+"_bucket"] = append(slices.Clone(names), "le")
 			out[f.GetName()+"_count"] = names
 			out[f.GetName()+"_sum"] = names
@@ -87,13 +90,9 @@ func exported(t *testing.T) map[string][]string {
 	return out
 }
 
-// knownValues are the values a label can take, where duet sets them: by
-// metric name ("" for every duet_ metric) and label name.
+// knownValues are the values a label other than service can take, where
+// duet sets them: by metric name and label name (service: setters).
 func knownValues() map[string]map[string][]string {
-	var services []string
-	for _, r := range codec.AllRoles {
-		services = append(services, r.String())
-	}
 	rejects := []string{"other", "overload", "late"} // the services' own labels
 	for _, err := range []error{codec.ErrTooLarge, codec.ErrMalformed, codec.ErrVersion, codec.ErrKind,
 		codec.ErrRole, codec.ErrRecipient, codec.ErrUnknownSender, codec.ErrAuth, codec.ErrHeader,
@@ -101,7 +100,6 @@ func knownValues() map[string]map[string][]string {
 		rejects = append(rejects, codec.Reason(err))
 	}
 	return map[string]map[string][]string{
-		"":                           {"service": services},
 		"duet_rejects_total":         {"reason": rejects},
 		"duet_ticks_abandoned_total": {"reason": party.AbandonReasons},
 		"duet_mismatches_total":      {"kind": {"item", "version"}},
@@ -263,11 +261,8 @@ func checkSelectors(t *testing.T, expr parser.Expr, series map[string][]string, 
 				continue
 			}
 			allowed := values[vs.Name][m.Name]
-			if allowed == nil && strings.HasPrefix(vs.Name, "duet_") {
-				allowed = values[""][m.Name]
-				if m.Name == "service" {
-					allowed = setters()[baseName(vs.Name)]
-				}
+			if m.Name == "service" {
+				allowed = setters()[baseName(vs.Name)]
 			}
 			if allowed == nil {
 				continue
