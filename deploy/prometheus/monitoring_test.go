@@ -1,14 +1,16 @@
-// Package alerts_test checks deploy/prometheus/duet-alerts.yaml without a
-// Prometheus server: the file decodes strictly as a Prometheus rule file,
+// Package monitoring_test checks deploy/prometheus/duet-alerts.yaml (and, the
+// same way, the Grafana dashboard duet-dashboard.json) without a Prometheus
+// server: the file decodes strictly as a Prometheus rule file,
 // every expression parses as PromQL (Prometheus's own parser), every metric
 // it selects is one the services export, with the labels it matches and
 // groups by, every label value it matches is one the services set (a service
 // only among those that set that metric), and every annotation is a valid
 // template that names only labels the alert carries. scripts/e2e.sh checks
 // that the running services label their metrics with their roles.
-package alerts_test
+package monitoring_test
 
 import (
+	"encoding/json"
 	"maps"
 	"os"
 	"regexp"
@@ -382,5 +384,110 @@ func checkAnnotations(t *testing.T, r rule, out []string, known bool) {
 				t.Errorf("annotation %s names $labels.%s, but the alert's series carry only %v", k, m[1], out)
 			}
 		}
+	}
+}
+
+const dashboardFile = "duet-dashboard.json"
+
+type dashboard struct {
+	Title         string `json:"title"`
+	UID           string `json:"uid"`
+	SchemaVersion int    `json:"schemaVersion"`
+	Templating    struct {
+		List []struct {
+			Name       string `json:"name"`
+			Type       string `json:"type"`
+			Definition string `json:"definition"`
+		} `json:"list"`
+	} `json:"templating"`
+	Panels []struct {
+		ID      int    `json:"id"`
+		Type    string `json:"type"`
+		Title   string `json:"title"`
+		GridPos struct {
+			X, Y, W, H int
+		} `json:"gridPos"`
+		Targets []struct {
+			RefID        string `json:"refId"`
+			Expr         string `json:"expr"`
+			LegendFormat string `json:"legendFormat"`
+		} `json:"targets"`
+	} `json:"panels"`
+}
+
+// grafanaVars stand in for the dashboard's variables so that its queries
+// parse as the PromQL Grafana sends.
+var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "$loop", ".+")
+
+var legendRef = regexp.MustCompile(`\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}`)
+
+// TestDashboard checks deploy/prometheus/duet-dashboard.json as the alert
+// rules are checked: every panel query parses, selects what the services
+// export by labels and values they set, and its legend names only labels its
+// series carry; the loop variable's query reads a label that exists.
+func TestDashboard(t *testing.T) {
+	b, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	if d.Title == "" || d.UID == "" || d.SchemaVersion == 0 || len(d.Panels) == 0 {
+		t.Fatalf("%s: title %q, uid %q, schemaVersion %d, %d panels: all are required", dashboardFile, d.Title, d.UID, d.SchemaVersion, len(d.Panels))
+	}
+	series := exported(t)
+	values := knownValues()
+	p := parser.NewParser(parser.Options{})
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		m := regexp.MustCompile(`^label_values\((.+), *([a-zA-Z_]+)\)$`).FindStringSubmatch(v.Definition)
+		if m == nil {
+			t.Errorf("variable %s: query %q is not label_values(selector, label)", v.Name, v.Definition)
+			continue
+		}
+		e, err := p.ParseExpr(m[1])
+		if err != nil {
+			t.Errorf("variable %s: %v", v.Name, err)
+			continue
+		}
+		checkSelectors(t, e, series, values)
+		if l, _ := outputLabels(e, series); !slices.Contains(l, m[2]) {
+			t.Errorf("variable %s: %s has no label %q", v.Name, m[1], m[2])
+		}
+	}
+	ids := map[int]bool{}
+	for _, pn := range d.Panels {
+		t.Run(pn.Title, func(t *testing.T) {
+			if pn.Title == "" || ids[pn.ID] || pn.GridPos.W == 0 || pn.GridPos.H == 0 || len(pn.Targets) == 0 {
+				t.Fatalf("panel %d: a title, a unique id, a size and a query are required", pn.ID)
+			}
+			ids[pn.ID] = true
+			refs := map[string]bool{}
+			for _, tg := range pn.Targets {
+				if tg.RefID == "" || refs[tg.RefID] {
+					t.Errorf("refId %q empty or used twice", tg.RefID)
+				}
+				refs[tg.RefID] = true
+				e, err := p.ParseExpr(grafanaVars.Replace(tg.Expr))
+				if err != nil {
+					t.Errorf("%s: %v", tg.Expr, err)
+					continue
+				}
+				checkSelectors(t, e, series, values)
+				out, known := outputLabels(e, series)
+				if !known {
+					continue
+				}
+				for _, m := range legendRef.FindAllStringSubmatch(tg.LegendFormat, -1) {
+					if !slices.Contains(out, m[1]) {
+						t.Errorf("legend %q names %s, but %s carries only %v", tg.LegendFormat, m[1], tg.Expr, out)
+					}
+				}
+			}
+		})
 	}
 }
