@@ -2,6 +2,7 @@
 #
 #   make up      build everything and start the stack (the one command on a fresh clone)
 #   make e2e     end-to-end test of the stack (scripts/e2e.sh)
+#   make alerts-test  promtool checks and unit tests of the alert rules (deploy/prometheus)
 #   make down    stop the stack and delete its volumes (keys, JetStream data)
 #
 # Nothing is pulled from a registry: the binaries are built here with
@@ -27,7 +28,7 @@ SHELL       := bash
 
 export IMAGE_TAG
 
-.PHONY: all build images keys up down e2e ps logs k8s-secrets clean
+.PHONY: all build images keys up down e2e alerts-test ps logs k8s-secrets clean
 
 all: build
 
@@ -79,6 +80,16 @@ logs:
 ## e2e: the end-to-end test against a real stack (builds images; always tears down)
 e2e: images
 	COMPOSE='$(COMPOSE)' SKIP_BUILD=1 scripts/e2e.sh
+
+## alerts-test: Prometheus's own promtool checks the alert rules and runs their unit tests
+## (deploy/prometheus/duet-alerts.test.yaml); promtool is built once into build/tools
+PROMTOOL_VERSION ?= v0.316.0
+PROMTOOL         := build/tools/promtool
+$(PROMTOOL):
+	GOBIN=$(CURDIR)/build/tools $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+alerts-test: $(PROMTOOL)
+	$(PROMTOOL) check rules deploy/prometheus/duet-alerts.yaml
+	$(PROMTOOL) test rules deploy/prometheus/duet-alerts.test.yaml
 
 ## k8s-secrets: the Secrets and the ConfigMap that k8s/ mounts, from `duet keys`
 ## (generated once into K8S_KEYS; keep that directory offline and out of git):
