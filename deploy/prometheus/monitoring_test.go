@@ -175,16 +175,22 @@ func matchedValues(t *testing.T, m string, typ string, v string) []string {
 	return strings.Split(v, "|")
 }
 
-func loadRules(t *testing.T) []rule {
+// decodeFile reads a file of this directory and decodes it into v.
+func decodeFile(t *testing.T, name string, v any, decode func([]byte, any) error) {
 	t.Helper()
-	b, err := os.ReadFile(rulesFile)
+	b, err := os.ReadFile(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f ruleFile
-	if err := yaml.UnmarshalStrict(b, &f); err != nil {
-		t.Fatalf("%s: %v", rulesFile, err)
+	if err := decode(b, v); err != nil {
+		t.Fatalf("%s: %v", name, err)
 	}
+}
+
+func loadRules(t *testing.T) []rule {
+	t.Helper()
+	var f ruleFile
+	decodeFile(t, rulesFile, &f, func(b []byte, v any) error { return yaml.UnmarshalStrict(b, v) })
 	var rules []rule
 	for _, g := range f.Groups {
 		if g.Name == "" || len(g.Rules) == 0 {
@@ -426,14 +432,8 @@ var legendRef = regexp.MustCompile(`\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}`)
 // export by labels and values they set, and its legend names only labels its
 // series carry; the loop variable's query reads a label that exists.
 func TestDashboard(t *testing.T) {
-	b, err := os.ReadFile(dashboardFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var d dashboard
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatalf("%s: %v", dashboardFile, err)
-	}
+	decodeFile(t, dashboardFile, &d, json.Unmarshal)
 	if d.Title == "" || d.UID == "" || d.SchemaVersion == 0 || len(d.Panels) == 0 {
 		t.Fatalf("%s: title %q, uid %q, schemaVersion %d, %d panels: all are required", dashboardFile, d.Title, d.UID, d.SchemaVersion, len(d.Panels))
 	}
