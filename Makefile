@@ -16,6 +16,11 @@ IMAGE_TAG ?= latest
 DEALERS   ?= 2
 
 SERVICES  := sensor party actuator dealer plant
+# Prometheus's promtool (make alerts-test) and server (make e2e), built from
+# the Go module proxy into build/tools.
+PROMTOOL_VERSION ?= v0.316.0
+PROMTOOL         := build/tools/promtool
+PROMETHEUS       := build/tools/prometheus
 IMAGES    := $(SERVICES) nats tools
 BIN       := build/bin
 CTX       := build/ctx
@@ -78,15 +83,16 @@ logs:
 	$(COMPOSE) -p $(PROJECT) logs --tail=50
 
 ## e2e: the end-to-end test against a real stack (builds images; always tears down)
-e2e: images
-	COMPOSE='$(COMPOSE)' SKIP_BUILD=1 scripts/e2e.sh
+e2e: images $(PROMETHEUS)
+	COMPOSE='$(COMPOSE)' SKIP_BUILD=1 PROMETHEUS=$(CURDIR)/$(PROMETHEUS) scripts/e2e.sh
 
 ## alerts-test: Prometheus's own promtool checks the alert rules and runs their unit tests
 ## (deploy/prometheus/duet-alerts.test.yaml); promtool is built once into build/tools
-PROMTOOL_VERSION ?= v0.316.0
-PROMTOOL         := build/tools/promtool
 $(PROMTOOL):
 	GOBIN=$(CURDIR)/build/tools $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+# The e2e test's Prometheus (scrapes the stack with the alert rules loaded).
+$(PROMETHEUS):
+	GOBIN=$(CURDIR)/build/tools $(GO) install github.com/prometheus/prometheus/cmd/prometheus@$(PROMTOOL_VERSION)
 alerts-test: $(PROMTOOL)
 	$(PROMTOOL) check rules deploy/prometheus/duet-alerts.yaml
 	$(PROMTOOL) test rules deploy/prometheus/duet-alerts.test.yaml

@@ -5,7 +5,8 @@
 # compose project and checks, reading the services' Prometheus metrics on
 # 127.0.0.1:
 #   1. the loop runs: the actuator reconstructs u_t every tick and the
-#      simulated pendulum stays in range (the sensor rejects no measurement);
+#      simulated pendulum stays in range (the sensor rejects no measurement),
+#      and every service labels its metrics with its role;
 #   2. 30 s of steady state with no new deadline miss (a window the host
 #      stalled past the 30 ms deadline is measured once more);
 #   3. dealers scaled 1 -> 3 -> 1 with duet_mismatches_total{kind="item"}
@@ -14,13 +15,17 @@
 #   4. party0 cut off the network for 2 s: the loop resumes and balances the
 #      pendulum again;
 #   5. party1 killed (SIGKILL) and started again: the same (needs the parties'
-#      crash recovery: state shares persisted in JetStream).
+#      crash recovery: state shares persisted in JetStream);
+#   6. with PROMETHEUS (a prometheus binary; make e2e builds one), a real
+#      Prometheus scrapes every service with deploy/prometheus/duet-alerts.yaml
+#      loaded: every rule evaluates and none fires that a healthy stack must
+#      not (TestLivePrometheus in deploy/prometheus).
 # The stack is always torn down (trap). Exits non-zero on any failure, after a
 # summary of what it saw.
 #
 # Environment: COMPOSE (default: `docker compose` if present, else
 # docker-compose), E2E_PROJECT (default duet-e2e), SKIP_BUILD=1, STEADY (30),
-# MAX_MISSES (default 0: deadline misses, and state version mismatches, that
+# PROMETHEUS, E2E_PROMETHEUS_PORT (19190), MAX_MISSES (default 0: deadline misses, and state version mismatches, that
 # a phase tolerates; a machine busy with other work starves the loop of CPU
 # for more than a period now and then, and item mismatches are never
 # tolerated), SKIP="partition kill" (phases to leave out), KEEP=1 (leave the
@@ -50,6 +55,7 @@ DC+=(-p "$PROJECT" -f docker-compose.yml -f scripts/e2e.compose.yml)
 
 # Host ports published by docker-compose.yml (127.0.0.1 only).
 P_SENSOR=19101 P_PARTY0=19102 P_PARTY1=19103 P_ACTUATOR=19104 P_PLANT=19105 P_NATS=18222
+P_PROM=${E2E_PROMETHEUS_PORT:-19190} # the e2e step's own Prometheus
 
 T0=$SECONDS
 declare -a SUMMARY=()
@@ -74,6 +80,7 @@ dump() {
 
 cleanup() {
 	local rc=$?
+	[[ -n "${PROM_PID:-}" ]] && kill "$PROM_PID" 2>/dev/null
 	[[ $rc -ne 0 ]] && FAILED=1
 	if [[ $FAILED -ne 0 ]]; then dump; fi
 	if [[ "${KEEP:-}" == 1 ]]; then
@@ -370,6 +377,41 @@ else
 	restored=$(docker logs "$p1" 2>&1 | grep '"state restored"' | tail -1 | grep -o '"version":[0-9]*,"tick":[0-9]*' || true)
 	[[ -n $restored ]] || fail "party1 restart: ticks resumed, but party1 did not log \"state restored\" (crash recovery off?)"
 	pass "party1 kill + restart: state share restored from JetStream KV ($restored), loop resumed ($RECOVERED)"
+fi
+
+# 6. A real Prometheus scrapes the stack, after the drills, with the alert
+# rules loaded (make e2e builds one and passes PROMETHEUS; without it the step
+# is skipped; it runs last so that its load does not touch the drills):
+# TestLivePrometheus checks that every rule evaluates, every role is scraped,
+# the loop runs at its rate and nothing fires that a healthy stack must not.
+if [[ -n "${PROMETHEUS:-}" ]]; then
+	[[ -x $PROMETHEUS ]] || fail "PROMETHEUS=$PROMETHEUS is not an executable"
+	PROM_DIR=$(mktemp -d)
+	dealer=$("${DC[@]}" port --index 1 dealer 9100 2>/dev/null | tail -1) || dealer=
+	[[ -n $dealer ]] || fail "the dealer's metrics port is not published"
+	cat >"$PROM_DIR/prometheus.yml" <<-EOF
+		global: {scrape_interval: 5s, evaluation_interval: 5s}
+		rule_files: ['$PWD/deploy/prometheus/duet-alerts.yaml']
+		scrape_configs:
+		  - job_name: duet
+		    static_configs:
+		      - targets: ['127.0.0.1:$P_SENSOR', '127.0.0.1:$P_PARTY0', '127.0.0.1:$P_PARTY1', '127.0.0.1:$P_ACTUATOR', '127.0.0.1:$P_PLANT', '$dealer']
+	EOF
+	"$PROMETHEUS" --config.file="$PROM_DIR/prometheus.yml" --storage.tsdb.path="$PROM_DIR/data" \
+		--web.listen-address="127.0.0.1:$P_PROM" >"$PROM_DIR/log" 2>&1 &
+	PROM_PID=$!
+	if out=$(DUET_PROMETHEUS_URL="http://127.0.0.1:$P_PROM" go test -count=1 -run TestLivePrometheus -v ./deploy/prometheus 2>&1); then
+		active=$(grep -o 'alert Duet[A-Za-z]* [a-z]*' <<<"$out" | cut -d' ' -f2,3 | paste -sd, - || true)
+		pass "Prometheus scraped every service and evaluated every alert rule (active: ${active:-none})"
+	else
+		tail -20 <<<"$out"
+		tail -5 "$PROM_DIR/log"
+		fail "Prometheus against the stack: $(grep -m1 -E 'live_test.go|FAIL' <<<"$out")"
+	fi
+	kill "$PROM_PID" 2>/dev/null || true
+	wait "$PROM_PID" 2>/dev/null || true
+	PROM_PID=
+	rm -rf "$PROM_DIR"
 fi
 
 note "INFO  totals at the actuator: $(ticks) ticks, $(misses) misses; party mismatches $(mismatches)"
