@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/duet-mpc/duet/pkg/codec"
 )
 
 // healthyQuiet are the alerts a healthy stack must not fire (the deadline
@@ -34,14 +32,10 @@ func TestLivePrometheus(t *testing.T) {
 	for _, r := range loadRules(t) {
 		want = append(want, r.Alert)
 	}
-	var roles []string
-	for _, r := range codec.AllRoles {
-		roles = append(roles, r.String())
-	}
 	deadline := time.Now().Add(90 * time.Second)
 	var why string
 	for {
-		why = liveProblem(base, want, roles)
+		why = liveProblem(base, want, allRoles)
 		if why == "" || time.Now().After(deadline) {
 			break
 		}

@@ -108,40 +108,44 @@ func knownValues() map[string]map[string][]string {
 	}
 }
 
+// allRoles are every role's name, the values of the service label.
+var allRoles = func() []string {
+	var out []string
+	for _, r := range codec.AllRoles {
+		out = append(out, r.String())
+	}
+	return out
+}()
+
+var parties = []string{"party0", "party1"}
+
 // setters are the roles whose services set each duet_ metric (a histogram
 // by its base name), from the services' code: an alert that selects a metric
 // by a service that never sets it would never fire.
-func setters() map[string][]string {
-	parties := []string{"party0", "party1"}
-	var all []string
-	for _, r := range codec.AllRoles {
-		all = append(all, r.String())
-	}
-	return map[string][]string{
-		"duet_rejects_total":           all,
-		"duet_nats_reconnects_total":   all,
-		"duet_ticks_total":             {"sensor", "party0", "party1", "actuator"},
-		"duet_deadline_misses_total":   {"sensor", "party0", "party1", "actuator", "plant"},
-		"duet_ticks_abandoned_total":   parties,
-		"duet_measurements_held_total": parties,
-		"duet_mismatches_total":        {"party0", "party1", "actuator"},
-		"duet_items_consumed_total":    parties,
-		"duet_items_prepared_total":    parties,
-		"duet_items_discarded_total":   parties,
-		"duet_peer_messages_total":     parties,
-		"duet_peer_envelopes_total":    parties,
-		"duet_items_published_total":   {"dealer"},
-		"duet_queue_depth":             {"dealer"},
-		"duet_queue_low_water_total":   {"dealer", "party0", "party1"},
-		"duet_tick_latency_seconds":    {"actuator"},
-	}
+var setters = map[string][]string{
+	"duet_rejects_total":           allRoles,
+	"duet_nats_reconnects_total":   allRoles,
+	"duet_ticks_total":             {"sensor", "party0", "party1", "actuator"},
+	"duet_deadline_misses_total":   {"sensor", "party0", "party1", "actuator", "plant"},
+	"duet_ticks_abandoned_total":   parties,
+	"duet_measurements_held_total": parties,
+	"duet_mismatches_total":        {"party0", "party1", "actuator"},
+	"duet_items_consumed_total":    parties,
+	"duet_items_prepared_total":    parties,
+	"duet_items_discarded_total":   parties,
+	"duet_peer_messages_total":     parties,
+	"duet_peer_envelopes_total":    parties,
+	"duet_items_published_total":   {"dealer"},
+	"duet_queue_depth":             {"dealer"},
+	"duet_queue_low_water_total":   {"dealer", "party0", "party1"},
+	"duet_tick_latency_seconds":    {"actuator"},
 }
 
 // baseName strips a histogram series' suffix.
 func baseName(series string) string {
 	for _, suf := range []string{"_bucket", "_count", "_sum"} {
 		if b, ok := strings.CutSuffix(series, suf); ok {
-			if _, known := setters()[b]; known {
+			if _, known := setters[b]; known {
 				return b
 			}
 		}
@@ -152,11 +156,11 @@ func baseName(series string) string {
 // TestSettersCoverEveryMetric keeps the table above complete: a new duet_
 // metric needs a row.
 func TestSettersCoverEveryMetric(t *testing.T) {
-	set := setters()
+	set := setters
 	for name := range exported(t) {
 		if strings.HasPrefix(name, "duet_") {
 			if _, ok := set[baseName(name)]; !ok {
-				t.Errorf("%s: add the roles that set it to setters()", name)
+				t.Errorf("%s: add the roles that set it to setters", name)
 			}
 		}
 	}
@@ -270,7 +274,7 @@ func checkSelectors(t *testing.T, expr parser.Expr, series map[string][]string, 
 			}
 			allowed := values[vs.Name][m.Name]
 			if m.Name == "service" {
-				allowed = setters()[baseName(vs.Name)]
+				allowed = setters[baseName(vs.Name)]
 			}
 			if allowed == nil {
 				continue
