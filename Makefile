@@ -33,7 +33,7 @@ SHELL       := bash
 
 export IMAGE_TAG
 
-.PHONY: all build images keys up down e2e alerts-test ps logs k8s-secrets clean
+.PHONY: all build images keys up down e2e alerts-test ps logs k8s-secrets k8s-monitoring k8s-dashboard clean
 
 all: build
 
@@ -125,6 +125,19 @@ k8s-secrets: build
 	  --dry-run=client -o yaml | $(KUBECTL) apply -f -
 	$(KUBECTL) -n $(K8S_NS) create secret generic duet-controller --from-file=controller.json=$(CONTROLLER) \
 	  --dry-run=client -o yaml | $(KUBECTL) apply -f -
+
+## k8s-monitoring: regenerate k8s/monitoring/prometheusrule.yaml from the
+## alerting rules, deploy/prometheus/duet-alerts.yaml (go test ./k8s checks it).
+k8s-monitoring:
+	$(GO) test ./k8s -run TestPrometheusRuleGenerated -count=1 -args -update
+
+## k8s-dashboard: the Grafana dashboard as a ConfigMap for Grafana's dashboard
+## sidecar (kube-prometheus-stack's watches the label grafana_dashboard=1).
+GRAFANA_NS ?= monitoring
+k8s-dashboard:
+	$(KUBECTL) -n $(GRAFANA_NS) create configmap duet-dashboard \
+	  --from-file=duet-dashboard.json=deploy/prometheus/duet-dashboard.json --dry-run=client -o yaml \
+	  | $(KUBECTL) label --local -f - grafana_dashboard=1 -o yaml | $(KUBECTL) apply -f -
 
 clean:
 	rm -rf build

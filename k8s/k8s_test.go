@@ -3,7 +3,9 @@
 // k8s.io/api type, and checks the deployment's security and availability
 // rules; it also checks that every DUET_ variable given to a service, here
 // and in docker-compose.yml, is one of that service's configuration fields
-// with a valid value. No cluster, Docker or network is needed.
+// with a valid value, and that k8s/monitoring (the Prometheus Operator's
+// PodMonitor and PrometheusRule) matches the deployment and the alerting
+// rules. No cluster, Docker or network is needed.
 package k8s_test
 
 import (
@@ -16,6 +18,7 @@ import (
 	"strings"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -63,6 +66,9 @@ var kinds = map[string]struct {
 	"HorizontalPodAutoscaler": {"autoscaling/v2", func() any { return &autoscalingv2.HorizontalPodAutoscaler{} }},
 	"PodDisruptionBudget":     {"policy/v1", func() any { return &policyv1.PodDisruptionBudget{} }},
 	"NetworkPolicy":           {"networking.k8s.io/v1", func() any { return &networkingv1.NetworkPolicy{} }},
+	// k8s/monitoring, for the Prometheus Operator.
+	"PrometheusRule": {"monitoring.coreos.com/v1", func() any { return &monitoringv1.PrometheusRule{} }},
+	"PodMonitor":     {"monitoring.coreos.com/v1", func() any { return &monitoringv1.PodMonitor{} }},
 }
 
 // builds are the kustomizations rendered: the base and every overlay.
@@ -100,14 +106,26 @@ type workload struct {
 	replicas   int32
 	tpl        *corev1.PodTemplateSpec
 	sts        *appsv1.StatefulSet
+	namespace  string
 }
 
 func (w workload) String() string { return w.kind + "/" + w.name }
 func (w workload) role() string   { return w.tpl.Labels[roleLabel] }
 
 // render runs kustomize on dir and decodes every object strictly: an unknown
-// or misspelled field, or a kind or API version not in kinds, fails.
+// or misspelled field, or a kind or API version not in kinds, fails; so does
+// a deployment without a workload.
 func render(t *testing.T, dir string) *rendered {
+	t.Helper()
+	r := renderObjects(t, dir)
+	if len(r.workloads) == 0 {
+		t.Fatalf("%s renders no workload", dir)
+	}
+	return r
+}
+
+// renderObjects is render for any kustomization.
+func renderObjects(t *testing.T, dir string) *rendered {
 	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
 	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
@@ -128,9 +146,9 @@ func render(t *testing.T, dir string) *rendered {
 		r.objects = append(r.objects, obj)
 		switch o := obj.(type) {
 		case *appsv1.Deployment:
-			r.workloads = append(r.workloads, workload{"Deployment", o.Name, ptrOr(o.Spec.Replicas, 1), &o.Spec.Template, nil})
+			r.workloads = append(r.workloads, workload{"Deployment", o.Name, ptrOr(o.Spec.Replicas, 1), &o.Spec.Template, nil, o.Namespace})
 		case *appsv1.StatefulSet:
-			r.workloads = append(r.workloads, workload{"StatefulSet", o.Name, ptrOr(o.Spec.Replicas, 1), &o.Spec.Template, o})
+			r.workloads = append(r.workloads, workload{"StatefulSet", o.Name, ptrOr(o.Spec.Replicas, 1), &o.Spec.Template, o, o.Namespace})
 		case *networkingv1.NetworkPolicy:
 			r.policies = append(r.policies, o)
 		case *policyv1.PodDisruptionBudget:
@@ -142,9 +160,6 @@ func render(t *testing.T, dir string) *rendered {
 		case *corev1.ConfigMap:
 			r.configs = append(r.configs, o)
 		}
-	}
-	if len(r.workloads) == 0 {
-		t.Fatalf("%s renders no workload", dir)
 	}
 	return r
 }
