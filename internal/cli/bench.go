@@ -105,6 +105,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if rep != nil {
 		printSummary(stdout, rep, *out)
 	}
+	if err != nil && ctx.Err() != nil {
+		// Ctrl-C or SIGTERM: Run wrote what finished; say so rather than
+		// only "context canceled".
+		return fmt.Errorf("interrupted (%w): the summary above and the files in %s cover what finished before", err, *out)
+	}
 	return err
 }
 

@@ -2,11 +2,14 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,5 +137,56 @@ func TestExecutablePath(t *testing.T) {
 	got, err := executablePath("party")
 	if want := filepath.Join(dir, "party"); err != nil || got != want {
 		t.Errorf("executablePath(party) = %q, %v; want %q", got, err, want)
+	}
+}
+
+// cancelOn is a progress writer that ends the run when a line containing
+// marker is written.
+type cancelOn struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	marker string
+	cancel context.CancelFunc
+}
+
+func (w *cancelOn) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.marker) {
+		w.cancel()
+	}
+	return len(p), nil
+}
+
+// An interrupted bench (Ctrl-C) says it was interrupted and where the
+// results of what finished are, prints their summary, and has written their
+// files; the section it was in leaves nothing behind.
+func TestBenchInterrupted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the quick Fig. 5 section")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out := t.TempDir()
+	stderr := &cancelOn{marker: "bench: tick ...", cancel: cancel}
+	var stdout bytes.Buffer
+	err := Run(ctx, []string{"bench", "--quick", "--only", "fig5,tick", "--examples", "../../examples/qube-servo2", "--out", out}, &stdout, stderr)
+	if err == nil {
+		t.Fatalf("interrupted bench returned no error")
+	}
+	if !strings.Contains(err.Error(), "interrupted") || !strings.Contains(err.Error(), out) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %q: want it to say interrupted, name %s and wrap context.Canceled", err, out)
+	}
+	for _, f := range []string{"protocol1.csv", "protocol2.csv", "fig5.png"} {
+		if fi, err := os.Stat(filepath.Join(out, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s of the finished section: %v", f, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "tick.csv")); err == nil {
+		t.Errorf("tick.csv written although the tick section was interrupted before its first case")
+	}
+	if !strings.Contains(stdout.String(), "protocol1") {
+		t.Errorf("summary without the finished Fig. 5 rows:\n%s", stdout.String())
 	}
 }
