@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"flag"
 	"os"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -218,4 +220,41 @@ func monitoringMayScrape(r *rendered, w *workload, n int32) bool {
 		}
 	}
 	return false
+}
+
+// TestMonitoringSelectorLabel follows k8s/monitoring's own instructions for
+// an operator that selects by label (kube-prometheus-stack's release label):
+// a kustomization of the user's over it adds the label to both objects and
+// leaves the PodMonitor's pod selector as it was.
+func TestMonitoringSelectorLabel(t *testing.T) {
+	abs, err := filepath.Abs(monitoringDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, abs) // kustomize takes no absolute path
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "resources: [" + rel + "]\nlabels:\n  - pairs: {release: kube-prometheus-stack}\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := renderObjects(t, monitoringDir)
+	m := renderObjects(t, dir)
+	if len(m.objects) != len(base.objects) || len(m.objects) != 2 {
+		t.Fatalf("%d objects over k8s/monitoring's %d, want 2", len(m.objects), len(base.objects))
+	}
+	for i, o := range m.objects {
+		meta := o.(metav1.Object)
+		if meta.GetLabels()["release"] != "kube-prometheus-stack" {
+			t.Errorf("%s: labels %v, want release=kube-prometheus-stack", meta.GetName(), meta.GetLabels())
+		}
+		if pm, ok := o.(*monitoringv1.PodMonitor); ok {
+			want := base.objects[i].(*monitoringv1.PodMonitor).Spec.Selector
+			if !reflect.DeepEqual(pm.Spec.Selector, want) {
+				t.Errorf("the label changed the PodMonitor's selector: %+v, want %+v", pm.Spec.Selector, want)
+			}
+		}
+	}
 }
