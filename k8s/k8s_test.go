@@ -614,6 +614,18 @@ func checkNetworkPolicies(t *testing.T, r *rendered) {
 
 // policyAllows: egress from w to peer on port (ingress: into w from peer).
 func policyAllows(r *rendered, w, peer *workload, n int32, ingress bool) bool {
+	return policyAdmits(r, w, n, ingress, func(p networkingv1.NetworkPolicyPeer) bool {
+		if p.PodSelector == nil || p.NamespaceSelector != nil || p.IPBlock != nil {
+			return false
+		}
+		sel, err := metav1.LabelSelectorAsSelector(p.PodSelector)
+		return err == nil && sel.Matches(labels.Set(peer.tpl.Labels))
+	})
+}
+
+// policyAdmits: some NetworkPolicy selecting w has a rule in the given
+// direction that names TCP port n and a peer for which matches holds.
+func policyAdmits(r *rendered, w *workload, n int32, ingress bool, matches func(networkingv1.NetworkPolicyPeer) bool) bool {
 	for _, np := range r.policies {
 		if !selects(np, w) {
 			continue
@@ -642,14 +654,8 @@ func policyAllows(r *rendered, w, peer *workload, n int32, ingress bool) bool {
 			if !slices.Contains(ps, port{"TCP", n}) {
 				continue
 			}
-			for _, p := range ru.peers {
-				if p.PodSelector == nil || p.NamespaceSelector != nil || p.IPBlock != nil {
-					continue
-				}
-				sel, err := metav1.LabelSelectorAsSelector(p.PodSelector)
-				if err == nil && sel.Matches(labels.Set(peer.tpl.Labels)) {
-					return true
-				}
+			if slices.ContainsFunc(ru.peers, matches) {
+				return true
 			}
 		}
 	}
