@@ -62,10 +62,12 @@ func Permissions(r codec.Role) Perms {
 			js + "STREAM.CREATE." + setup, js + "STREAM.UPDATE." + setup, js + "STREAM.INFO." + setup,
 			"$KV." + bus.SetupBucket + ".>", getSetup(codec.RoleSensor),
 		}
+		p.Sub = []string{subj("%s.%s.masky", bus.Prefix, loop)}
 	case codec.RoleParty0, codec.RoleParty1:
 		i, _ := r.PartyID()
 		p.Pub = append([]string{
 			subj("%s.%s.x.p%d", bus.Prefix, loop, 1-i), subj("%s.%s.out", bus.Prefix, loop),
+			subj("%s.%s.masky", bus.Prefix, loop),
 			js + "INFO",
 			js + "STREAM.INFO." + offline,
 			js + "CONSUMER.INFO." + offline + "." + bus.ConsumerName(i),

@@ -116,6 +116,11 @@ func TestPermissionsDenyCrossRoleAccess(t *testing.T) {
 	deniedSub(t, c, codec.RoleSensor, bus.ExchangeSubject(loop, 0))
 	deniedSub(t, c, codec.RoleSensor, bus.BatchSubject(0))
 	deniedSub(t, c, codec.RoleSensor, bus.OutputSubject(loop))
+	// Only the sensor reads the parties' measurement-mask shares (two-hop
+	// tick): a party reading the other's would learn V_y.
+	deniedSub(t, c, codec.RoleParty0, bus.MaskYSubject(loop))
+	deniedSub(t, c, codec.RoleParty1, bus.MaskYSubject(loop))
+	deniedSub(t, c, codec.RoleActuator, bus.MaskYSubject(loop))
 	// A dealer cannot read party traffic.
 	deniedSub(t, c, codec.RoleDealer, bus.PartyInbox(loop, 0))
 	deniedSub(t, c, codec.RoleDealer, bus.BatchSubject(1))

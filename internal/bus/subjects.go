@@ -13,8 +13,9 @@ import (
 // Subjects. Every subject is keyed by the loop id, so one deployment runs
 // many loops. Payloads are codec envelopes sealed to their recipient.
 //
-//	duet.<loop>.measure.p<i>   sensor -> party i        KindMeasure
-//	duet.<loop>.x.p<i>         other party -> party i   KindMul, KindTrunc
+//	duet.<loop>.measure.p<i>   sensor -> party i        KindMeasure, KindMeasureMasked
+//	duet.<loop>.x.p<i>         other party -> party i   KindMul, KindTrunc, KindPreT
+//	duet.<loop>.masky          parties -> sensor        KindMaskY (two-hop tick)
 //	duet.<loop>.out            parties -> actuator      KindOutput
 //	duet.<loop>.tick           sensor -> actuator       KindTick
 //	duet.<loop>.plant.y        sensor -> plant (request/reply) KindPlantY
@@ -48,6 +49,10 @@ func ExchangeSubject(loop string, to int) string {
 func PartyInbox(loop string, party int) string {
 	return fmt.Sprintf("%s.%s.*.p%d", Prefix, loop, party)
 }
+
+// MaskYSubject carries the parties' shares of the next tick's measurement
+// mask to the sensor (the two-hop tick).
+func MaskYSubject(loop string) string { return Prefix + "." + loop + ".masky" }
 
 // OutputSubject carries output shares to the actuator.
 func OutputSubject(loop string) string { return Prefix + "." + loop + ".out" }

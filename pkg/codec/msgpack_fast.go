@@ -41,7 +41,7 @@ func nilFast(v any) bool {
 	case (*MeasurePayload)(nil), (*MulPayload)(nil), (*TruncPayload)(nil),
 		(*OutputPayload)(nil), (*TickPayload)(nil), (*ItemMsg)(nil),
 		(*MaterialPayload)(nil), (*PlantYPayload)(nil), (*PlantUPayload)(nil),
-		(*MatrixWire)(nil), (*StateRecord)(nil):
+		(*MatrixWire)(nil), (*StateRecord)(nil), (*MaskYPayload)(nil), (*MeasureMaskedPayload)(nil):
 		return true
 	}
 	return false

@@ -18,6 +18,7 @@ var fastTypes = []reflect.Type{
 	reflect.TypeFor[OutputPayload](), reflect.TypeFor[TickPayload](), reflect.TypeFor[ItemMsg](),
 	reflect.TypeFor[MaterialPayload](), reflect.TypeFor[PlantYPayload](), reflect.TypeFor[PlantUPayload](),
 	reflect.TypeFor[MatrixWire](), reflect.TypeFor[StateRecord](),
+	reflect.TypeFor[MaskYPayload](), reflect.TypeFor[MeasureMaskedPayload](),
 }
 
 // TestFastTypesComplete checks that exactly the fastTypes have a fast path,
@@ -178,6 +179,10 @@ func (g gen) value(i int) any {
 		return &MulPayload{Item: g.uint64(), Version: g.uint64(), S: g.matrix(), T: g.matrix()}
 	case reflect.TypeFor[TruncPayload]():
 		return &TruncPayload{Item: g.uint64(), Y: g.matrix()}
+	case reflect.TypeFor[MaskYPayload]():
+		return &MaskYPayload{Item: g.uint64(), V: g.matrix()}
+	case reflect.TypeFor[MeasureMaskedPayload]():
+		return &MeasureMaskedPayload{Item: g.uint64(), T: g.matrix(), SentUnixNano: g.int64()}
 	case reflect.TypeFor[OutputPayload]():
 		return &OutputPayload{Item: g.uint64(), U: g.matrix()}
 	case reflect.TypeFor[TickPayload]():

@@ -69,6 +69,24 @@ type OutputPayload struct {
 	U    MatrixWire `msgpack:"u"`
 }
 
+// MaskYPayload (KindMaskY, party i -> sensor) is the party's share of the
+// measurement rows of V (p x 1) of the offline item it will use for the
+// next tick (two-hop tick): the sensor adds both parties' shares of the same
+// item and pads ȳ with the sum. It never carries the state rows of V.
+type MaskYPayload struct {
+	Item uint64     `msgpack:"item"`
+	V    MatrixWire `msgpack:"v"`
+}
+
+// MeasureMaskedPayload (KindMeasureMasked, sensor -> party i) is T_y = ȳ_t -
+// V_y for the item both parties announced (MaskYPayload): the same to both
+// parties, which open the state part of T between ticks (KindPreT).
+type MeasureMaskedPayload struct {
+	Item         uint64     `msgpack:"item"`
+	T            MatrixWire `msgpack:"t"`
+	SentUnixNano int64      `msgpack:"sent"`
+}
+
 // TickPayload (KindTick, sensor -> actuator) announces a tick.
 type TickPayload struct {
 	SentUnixNano int64 `msgpack:"sent"`

@@ -103,6 +103,56 @@ func (p *MulPayload) unmarshalView(data []byte) error {
 	return nil
 }
 
+func (p MaskYPayload) encodedLen() int {
+	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("v") + p.V.encodedLen()
+}
+
+func (p MaskYPayload) appendMsgpack(b []byte) []byte {
+	b = append(b, mpFixMap|2)
+	b = appendUint(appendKey(b, "item"), p.Item)
+	return p.V.appendMsgpack(appendKey(b, "v"))
+}
+
+func (p *MaskYPayload) unmarshalMsgpack(data []byte) error {
+	d := newDecoder(data)
+	var v MaskYPayload
+	d.mapHeader("MaskYPayload", 2)
+	v.Item = d.uint("item")
+	v.V = d.matrix("v")
+	if err := d.end(); err != nil {
+		return err
+	}
+	own(&v.V.Data)
+	*p = v
+	return nil
+}
+
+func (p MeasureMaskedPayload) encodedLen() int {
+	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("t") + p.T.encodedLen() + keyLen("sent") + intLen(p.SentUnixNano)
+}
+
+func (p MeasureMaskedPayload) appendMsgpack(b []byte) []byte {
+	b = append(b, mpFixMap|3)
+	b = appendUint(appendKey(b, "item"), p.Item)
+	b = p.T.appendMsgpack(appendKey(b, "t"))
+	return appendInt(appendKey(b, "sent"), p.SentUnixNano)
+}
+
+func (p *MeasureMaskedPayload) unmarshalMsgpack(data []byte) error {
+	d := newDecoder(data)
+	var v MeasureMaskedPayload
+	d.mapHeader("MeasureMaskedPayload", 3)
+	v.Item = d.uint("item")
+	v.T = d.matrix("t")
+	v.SentUnixNano = d.int("sent")
+	if err := d.end(); err != nil {
+		return err
+	}
+	own(&v.T.Data)
+	*p = v
+	return nil
+}
+
 func (p TruncPayload) encodedLen() int {
 	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("y") + p.Y.encodedLen()
 }

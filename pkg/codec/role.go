@@ -89,20 +89,28 @@ const (
 	KindMaterial                    // dealer -> party i: one party's item material (MaterialPayload)
 	KindPlantY                      // plant -> sensor (PlantYPayload); sensor -> plant: request
 	KindPlantU                      // actuator -> plant (PlantUPayload)
+	// The two-hop tick (docs/two-hop-design.md); numbered after the
+	// others, so that no earlier kind's number moves.
+	KindPreT          // party -> other party: state part of T opened between ticks (MulPayload)
+	KindMaskY         // party i -> sensor: share of the next item's V_y (MaskYPayload)
+	KindMeasureMasked // sensor -> party i: ȳ_t - V_y,t, public to both parties (MeasureMaskedPayload)
 	kindEnd
 )
 
 var kindNames = [...]string{
-	KindMeasure:     "measure",
-	KindMul:         "mul",
-	KindTrunc:       "trunc",
-	KindOutput:      "output",
-	KindTick:        "tick",
-	KindSetup:       "setup",
-	KindDealerSetup: "dealer_setup",
-	KindMaterial:    "material",
-	KindPlantY:      "plant_y",
-	KindPlantU:      "plant_u",
+	KindMeasure:       "measure",
+	KindMul:           "mul",
+	KindTrunc:         "trunc",
+	KindOutput:        "output",
+	KindTick:          "tick",
+	KindSetup:         "setup",
+	KindDealerSetup:   "dealer_setup",
+	KindMaterial:      "material",
+	KindPlantY:        "plant_y",
+	KindPlantU:        "plant_u",
+	KindPreT:          "pre_t",
+	KindMaskY:         "mask_y",
+	KindMeasureMasked: "measure_masked",
 }
 
 // Valid reports whether k is one of the kinds.
@@ -126,16 +134,19 @@ func edge(from, to Role) route { return 1 << (8*uint(from) + uint(to)) }
 // (by Seal and by Open) only from the sender to the recipient listed here,
 // so a compromised party cannot, for example, send the other party a set-up.
 var routes = [kindEnd]route{
-	KindMeasure:     edge(RoleSensor, RoleParty0) | edge(RoleSensor, RoleParty1),
-	KindMul:         edge(RoleParty0, RoleParty1) | edge(RoleParty1, RoleParty0),
-	KindTrunc:       edge(RoleParty0, RoleParty1),
-	KindOutput:      edge(RoleParty0, RoleActuator) | edge(RoleParty1, RoleActuator),
-	KindTick:        edge(RoleSensor, RoleActuator),
-	KindSetup:       edge(RoleSensor, RoleParty0) | edge(RoleSensor, RoleParty1) | edge(RoleSensor, RoleActuator),
-	KindDealerSetup: edge(RoleSensor, RoleDealer),
-	KindMaterial:    edge(RoleDealer, RoleParty0) | edge(RoleDealer, RoleParty1),
-	KindPlantY:      edge(RolePlant, RoleSensor) | edge(RoleSensor, RolePlant), // request and reply
-	KindPlantU:      edge(RoleActuator, RolePlant),
+	KindMeasure:       edge(RoleSensor, RoleParty0) | edge(RoleSensor, RoleParty1),
+	KindMul:           edge(RoleParty0, RoleParty1) | edge(RoleParty1, RoleParty0),
+	KindTrunc:         edge(RoleParty0, RoleParty1),
+	KindOutput:        edge(RoleParty0, RoleActuator) | edge(RoleParty1, RoleActuator),
+	KindTick:          edge(RoleSensor, RoleActuator),
+	KindSetup:         edge(RoleSensor, RoleParty0) | edge(RoleSensor, RoleParty1) | edge(RoleSensor, RoleActuator),
+	KindDealerSetup:   edge(RoleSensor, RoleDealer),
+	KindMaterial:      edge(RoleDealer, RoleParty0) | edge(RoleDealer, RoleParty1),
+	KindPlantY:        edge(RolePlant, RoleSensor) | edge(RoleSensor, RolePlant), // request and reply
+	KindPlantU:        edge(RoleActuator, RolePlant),
+	KindPreT:          edge(RoleParty0, RoleParty1) | edge(RoleParty1, RoleParty0),
+	KindMaskY:         edge(RoleParty0, RoleSensor) | edge(RoleParty1, RoleSensor),
+	KindMeasureMasked: edge(RoleSensor, RoleParty0) | edge(RoleSensor, RoleParty1),
 }
 
 // Allowed reports whether a message of kind k may go from one role to

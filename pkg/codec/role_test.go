@@ -57,7 +57,8 @@ func TestPartyRole(t *testing.T) {
 }
 
 func TestKindNames(t *testing.T) {
-	want := []string{"measure", "mul", "trunc", "output", "tick", "setup", "dealer_setup", "material", "plant_y", "plant_u"}
+	want := []string{"measure", "mul", "trunc", "output", "tick", "setup", "dealer_setup", "material", "plant_y", "plant_u",
+		"pre_t", "mask_y", "measure_masked"}
 	for i, name := range want {
 		k := Kind(i + 1)
 		if !k.Valid() || k.String() != name {
@@ -75,23 +76,29 @@ func TestKindNames(t *testing.T) {
 // constants' comments.
 func TestRoutes(t *testing.T) {
 	want := map[testRoute]bool{
-		{KindMeasure, RoleSensor, RoleParty0}:     true,
-		{KindMeasure, RoleSensor, RoleParty1}:     true,
-		{KindMul, RoleParty0, RoleParty1}:         true,
-		{KindMul, RoleParty1, RoleParty0}:         true,
-		{KindTrunc, RoleParty0, RoleParty1}:       true,
-		{KindOutput, RoleParty0, RoleActuator}:    true,
-		{KindOutput, RoleParty1, RoleActuator}:    true,
-		{KindTick, RoleSensor, RoleActuator}:      true,
-		{KindSetup, RoleSensor, RoleParty0}:       true,
-		{KindSetup, RoleSensor, RoleParty1}:       true,
-		{KindSetup, RoleSensor, RoleActuator}:     true,
-		{KindDealerSetup, RoleSensor, RoleDealer}: true,
-		{KindMaterial, RoleDealer, RoleParty0}:    true,
-		{KindMaterial, RoleDealer, RoleParty1}:    true,
-		{KindPlantY, RolePlant, RoleSensor}:       true,
-		{KindPlantY, RoleSensor, RolePlant}:       true,
-		{KindPlantU, RoleActuator, RolePlant}:     true,
+		{KindMeasure, RoleSensor, RoleParty0}:       true,
+		{KindMeasure, RoleSensor, RoleParty1}:       true,
+		{KindMul, RoleParty0, RoleParty1}:           true,
+		{KindMul, RoleParty1, RoleParty0}:           true,
+		{KindTrunc, RoleParty0, RoleParty1}:         true,
+		{KindOutput, RoleParty0, RoleActuator}:      true,
+		{KindOutput, RoleParty1, RoleActuator}:      true,
+		{KindTick, RoleSensor, RoleActuator}:        true,
+		{KindSetup, RoleSensor, RoleParty0}:         true,
+		{KindSetup, RoleSensor, RoleParty1}:         true,
+		{KindSetup, RoleSensor, RoleActuator}:       true,
+		{KindDealerSetup, RoleSensor, RoleDealer}:   true,
+		{KindMaterial, RoleDealer, RoleParty0}:      true,
+		{KindMaterial, RoleDealer, RoleParty1}:      true,
+		{KindPlantY, RolePlant, RoleSensor}:         true,
+		{KindPlantY, RoleSensor, RolePlant}:         true,
+		{KindPlantU, RoleActuator, RolePlant}:       true,
+		{KindPreT, RoleParty0, RoleParty1}:          true,
+		{KindPreT, RoleParty1, RoleParty0}:          true,
+		{KindMaskY, RoleParty0, RoleSensor}:         true,
+		{KindMaskY, RoleParty1, RoleSensor}:         true,
+		{KindMeasureMasked, RoleSensor, RoleParty0}: true,
+		{KindMeasureMasked, RoleSensor, RoleParty1}: true,
 	}
 	for k := Kind(0); k <= kindEnd; k++ {
 		for from := Role(0); from <= RolePlant+1; from++ {

@@ -376,7 +376,7 @@ func TestOpenRejects(t *testing.T) {
 		{"version 0", p1, withOuter(t, env, func(h *Header) { h.Version = 0 }), ErrVersion},
 		{"version 3, other layout", p1, raw([]byte{0x93}, u(3), u(1), u(1)), ErrVersion},
 		{"kind 0", p1, withOuter(t, env, func(h *Header) { h.Kind = 0 }), ErrKind},
-		{"kind 11", p1, withOuter(t, env, func(h *Header) { h.Kind = 11 }), ErrKind},
+		{"kind 14", p1, withOuter(t, env, func(h *Header) { h.Kind = 14 }), ErrKind},
 		{"kind 300", p1, raw([]byte{0x98}, u(Version), u(300), str("l"), u(1), u(1), u(3), nonceBin, boxBin), ErrKind},
 		{"role 0", p1, withOuter(t, env, func(h *Header) { h.From = 0 }), ErrRole},
 		{"role 7", p1, withOuter(t, env, func(h *Header) { h.To = 7 }), ErrRole},

@@ -132,6 +132,8 @@ type Party struct {
 
 	// Scratch, allocated once.
 	xi, sOut, tOut, s, t, tmp, z, yOpen, yPeer Matrix
+	// The two-hop tick's PreBegin message (twohop.go), allocated on first use.
+	preT, preS Matrix
 }
 
 // TickMaterial is one party's dealer material for one tick.
