@@ -18,7 +18,7 @@ func main() {
 	service.Main("party", role, &cfg, &cfg.Common, func(ctx context.Context, env *service.Env) error {
 		opt := party.Options{ID: cfg.Party, Loops: cfg.Loops, Prefetch: cfg.Prefetch,
 			ItemWait: cfg.ItemWait, Log: env.Log, Metrics: env.Metrics, StateReplicas: cfg.StateReplicas,
-			PersistDelay: cfg.PersistDelay, PeerBatch: cfg.PeerBatch}
+			PersistDelay: cfg.PersistDelay, PeerBatch: cfg.PeerBatch, TwoHop: cfg.TwoHop}
 		if opt.PersistDelay == 0 {
 			opt.PersistDelay = -1 // at once
 		}

@@ -79,6 +79,9 @@ type Options struct {
 	// the ticks not yet handed over, and Settle hands over the rest. Nil
 	// (the tests): every record is kept until Close.
 	Sink func(TickRecord)
+	// TwoHop runs the sensor and both parties with the two-hop tick
+	// (DUET_TWO_HOP).
+	TwoHop bool
 	// PlantLate leaves the plant to StartPlant, as when a deployment's
 	// sensor starts before its plant.
 	PlantLate bool
@@ -355,7 +358,7 @@ func (c *Cluster) startSensor() error {
 	}
 	c.Sensor, err = sensor.New(nc, s, sensor.Options{Loop: o.Loop, Controller: o.Controller, Variant: o.Variant, Compress: o.Compress,
 		Period: o.Period, Fast: o.Fast, QueueMax: o.QueueMax, ItemsPerMsg: o.ItemsPerMsg, FileStore: o.FileStore, Log: o.Log, Metrics: m, OnTick: c.onTick,
-		StateKey: &key})
+		StateKey: &key, TwoHop: o.TwoHop})
 	return err
 }
 
@@ -409,7 +412,7 @@ func (c *Cluster) StartParty(i int) error {
 	if err != nil {
 		return err
 	}
-	opt := party.Options{ID: i, Loops: []string{c.opt.Loop}, Log: c.opt.Log, Metrics: m, PeerBatchAlways: c.opt.PeerBatchAlways,
+	opt := party.Options{ID: i, Loops: []string{c.opt.Loop}, Log: c.opt.Log, Metrics: m, PeerBatchAlways: c.opt.PeerBatchAlways, TwoHop: c.opt.TwoHop,
 		Audit: func(_ string, tick, item uint64) {
 			c.onAudit(i, tick, item)
 			if c.opt.AfterMultiply != nil {

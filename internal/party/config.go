@@ -23,6 +23,7 @@ type Config struct {
 	StateReplicas  int           `envconfig:"STATE_REPLICAS" default:"1" desc:"JetStream replicas of the persisted state"`
 	PersistDelay   time.Duration `envconfig:"PERSIST_DELAY" default:"2ms" desc:"the longest a tick's state write waits to start (off the tick's critical path), gathered with the writes of the other loops' ticks in that window (0: each at once); the next tick waits for the write"`
 	WriteCoalesce  time.Duration `envconfig:"WRITE_COALESCE" default:"0" desc:"the party's writes to NATS: after a burst of 4 at once, at most one system call per this interval, the writes in between going out together (fewer system calls with hundreds of loops, at most this much added per message and only while that busy; 250us was measured, see README; 0: every write at once)"`
+	TwoHop         bool          `envconfig:"TWO_HOP" default:"false" desc:"the two-hop tick: between ticks, open the state part of the exchange with the other party and send the sensor this party's share of the next item's measurement mask, so that a tick with the sensor's masked measurement needs no exchange after it (docs/two-hop-design.md); set on both parties and the sensor"`
 	PeerBatch      int           `envconfig:"PEER_BATCH" default:"16" desc:"most messages to the other party sent as one NATS message while more inbound messages wait (1: never batch; set 1 while one party still runs a release without batches)"`
 }
 

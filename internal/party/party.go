@@ -52,6 +52,13 @@ type Options struct {
 	// PeerBatchAlways sends every message to the other party as a batch,
 	// of one when nothing else is waiting (for tests of the batch path).
 	PeerBatchAlways bool
+	// TwoHop: after each tick, take the next item, open the state part of
+	// its Protocol 1 message with the other party (KindPreT) and send the
+	// sensor this party's share of its measurement mask (KindMaskY), so
+	// that a tick started by a masked measurement (KindMeasureMasked) needs
+	// no exchange after it (twohop.go). A masked measurement is handled
+	// with or without it.
+	TwoHop bool
 	// Audit, if set, is called once per completed multiplication with the
 	// stream sequence of the item used (a test hook and audit log).
 	Audit func(loop string, tick, item uint64)

@@ -98,8 +98,25 @@ func (w *worker) onMeasure(ctx context.Context, t uint64, fromHold bool) {
 		w.reject(err)
 		return
 	}
+	w.started(t, seq, msg)
+}
+
+// started sends this party's Protocol 1 message of tick t, begun with item
+// seq, and runs the other party's if it came first.
+func (w *worker) started(t, seq uint64, msg mpc.MulMsg) {
 	w.cur, w.item, w.st = t, seq, begun
-	out := codec.MulPayload{Item: wireItem(seq), Version: w.version}
+	w.reply = pendingReply{}
+	w.sendMul(t, seq, w.version, msg)
+	w.clearPending(t)
+	if pm, ok := w.pendMul[t]; ok {
+		delete(w.pendMul, t)
+		w.onMul(t, pm)
+	}
+}
+
+// sendMul sends a Protocol 1 message to the other party.
+func (w *worker) sendMul(t, seq, version uint64, msg mpc.MulMsg) {
+	out := codec.MulPayload{Item: wireItem(seq), Version: version}
 	buf := w.wireBuf[:0]
 	out.T, buf = codec.AppendMatrix(w.prm.Field, buf, msg.T)
 	if w.prm.Variant == mpc.PerTick {
@@ -107,6 +124,10 @@ func (w *worker) onMeasure(ctx context.Context, t uint64, fromHold bool) {
 	}
 	w.send(codec.KindMul, t, out)
 	w.wireBuf = buf
+}
+
+// clearPending drops the other party's early messages of ticks before t.
+func (w *worker) clearPending(t uint64) {
 	for k := range w.pendMul {
 		if k < t {
 			delete(w.pendMul, k)
@@ -117,13 +138,12 @@ func (w *worker) onMeasure(ctx context.Context, t uint64, fromHold bool) {
 			delete(w.pendTrunc, k)
 		}
 	}
-	if pm, ok := w.pendMul[t]; ok {
-		delete(w.pendMul, t)
-		w.onMul(t, pm)
-	}
 }
 
 func (w *worker) onMul(t uint64, mp peerMul) {
+	if w.replyMul(t) {
+		return
+	}
 	if t != w.cur || w.st != begun {
 		if t > w.cur && w.held && w.st != idle {
 			// The peer began a later tick: it has given the open one up.
@@ -262,6 +282,7 @@ func (w *worker) afterTick(ctx context.Context) {
 		}
 	}
 	w.stageItem()
+	w.preOpenNext(ctx)
 }
 
 // holdBacklog: with this many messages waiting for the service's

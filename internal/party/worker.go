@@ -135,10 +135,30 @@ type worker struct {
 	// wireBuf holds the encoded matrices of the message being built
 	// (codec.AppendMatrix); send marshals them into bodyBuf at once.
 	wireBuf []byte
+	// The two-hop tick (twohop.go): this party's pre-opening of the next
+	// item, the other party's, the sensor's T_y being handled, the other
+	// party's T as this party builds it, and this party's Protocol 1
+	// message of a tick run in two hops.
+	pre       preOpen
+	peerPre   peerPre
+	tyBuf     mpc.Matrix
+	peerT     mpc.Matrix
+	reply     pendingReply
+	subjMaskY string
 	// expander regenerates P0's compressed items (party 0).
 	expander *mpc.Expander
 	// The per-tick counters of this loop, looked up on first use.
 	ctrTicks, ctrConsumed, ctrPrepared, ctrHeld prometheus.Counter
+	ctrTwoHop, ctrFallback                      prometheus.Counter
+}
+
+// countPath increments the loop's duet_tick_paths_total for path, looking
+// it up once.
+func (w *worker) countPath(c *prometheus.Counter, path string) {
+	if *c == nil {
+		*c = w.s.opt.Metrics.TickPaths.WithLabelValues(w.loop, path)
+	}
+	(*c).Inc()
 }
 
 // count increments the loop's counter *c of vec, looking it up once.
@@ -158,6 +178,7 @@ func newWorker(s *Service, loop string) *worker {
 		subjMeasure:  bus.MeasureSubject(loop, s.opt.ID),
 		subjExchange: bus.ExchangeSubject(loop, s.opt.ID),
 		subjOut:      bus.OutputSubject(loop),
+		subjMaskY:    bus.MaskYSubject(loop),
 		guard:        codec.NewReplayGuard(),
 		pendMul:      map[uint64]peerMul{},
 		pendTrunc:    map[uint64]peerTrunc{},
@@ -347,7 +368,7 @@ func (w *worker) canInline(subject string) bool {
 			return false
 		}
 	}
-	if w.hasStaged && w.staged.seq > w.hwm && w.staged.seq >= w.minSeq {
+	if w.pre.ok || w.hasStaged && w.staged.seq > w.hwm && w.staged.seq >= w.minSeq {
 		return true
 	}
 	return len(w.batch) > 0 || len(w.items) > 0
@@ -457,8 +478,11 @@ func (w *worker) send(kind codec.Kind, tick uint64, payload any) {
 		return
 	}
 	to, subj := w.peer, w.subjPeer
-	if kind == codec.KindOutput {
+	switch kind {
+	case codec.KindOutput:
 		to, subj = codec.RoleActuator, w.subjOut
+	case codec.KindMaskY:
+		to, subj = codec.RoleSensor, w.subjMaskY
 	}
 	w.bodyBuf = body
 	env, err := w.s.sealer.SealAppend(w.envBuf[:0], codec.Header{Kind: kind, Loop: w.loop, Tick: tick, From: w.s.sealer.Self(), To: to}, body)
@@ -467,7 +491,7 @@ func (w *worker) send(kind codec.Kind, tick uint64, payload any) {
 		return
 	}
 	w.envBuf = env
-	if kind == codec.KindOutput {
+	if to != w.peer {
 		err = w.s.publish(subj, env)
 	} else {
 		err = w.s.sendPeer(w.loop, subj, env)
@@ -513,6 +537,22 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 			return
 		}
 		w.onMeasure(ctx, h.Tick, false)
+	case h.Kind == codec.KindMeasureMasked && h.From == codec.RoleSensor:
+		var mp codec.MeasureMaskedPayload
+		var item uint64
+		if err := w.accept(h, body, &mp, func() error {
+			item = fromWire(mp.Item)
+			w.tyBuf = sized(w.tyBuf, w.prm.P, 1)
+			return mp.T.DecodeInto(w.prm.Field, w.tyBuf)
+		}); err != nil {
+			return
+		}
+		w.onMeasureMasked(ctx, h.Tick, item)
+	case h.Kind == codec.KindPreT && h.From == w.peer:
+		var mp codec.MulPayload
+		if err := w.accept(h, body, &mp, func() error { return w.decodePreT(mp) }); err != nil {
+			return
+		}
 	case h.Kind == codec.KindMul && h.From == w.peer && h.Tick == 0 && w.prm.Variant == mpc.FixedMask:
 		var mp codec.MulPayload
 		if err := codec.Unmarshal(body, &mp); err != nil {
@@ -778,9 +818,19 @@ func (w *worker) stageItem() {
 	}
 }
 
-// nextItem takes the next usable item from the queue: consumed on delivery,
-// never one at or below the high-water mark, never one below minSeq.
+// nextItem takes the next usable item: the one pre-opened for the two-hop
+// tick, else the next from the queue (takeItem), waiting for it.
 func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error) {
+	if seq, mat, ok := w.takePre(); ok {
+		return seq, mat, nil
+	}
+	return w.takeItem(ctx, true)
+}
+
+// takeItem takes the next usable item from the queue: consumed on delivery,
+// never one at or below the high-water mark, never one below minSeq. Without
+// wait it does not wait for one (errNoItem).
+func (w *worker) takeItem(ctx context.Context, wait bool) (uint64, mpc.TickMaterial, error) {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -794,6 +844,9 @@ func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error)
 		} else if r, ok := w.takeRaw(); ok {
 			it = item{rawItem: r}
 		} else {
+			if !wait {
+				return 0, mpc.TickMaterial{}, errNoItem
+			}
 			if timer == nil {
 				timer = time.NewTimer(w.s.opt.ItemWait)
 			}

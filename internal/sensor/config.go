@@ -20,6 +20,7 @@ type Config struct {
 	QueueMax    int64         `envconfig:"QUEUE_MAX" default:"2000" desc:"offline queue capacity in items (backpressure for dealers)"`
 	ItemsPerMsg int           `envconfig:"ITEMS_PER_MSG" default:"8" desc:"offline items per stream message (1..128; 1 while a party or dealer still runs a release without multi-item messages)"`
 	FileStore   bool          `envconfig:"FILE_STORE" default:"false" desc:"JetStream file storage for the queue and set-up records"`
+	TwoHop      bool          `envconfig:"TWO_HOP" default:"false" desc:"the two-hop tick: when both parties have sent their shares of the next item's measurement mask, send them ȳ minus the mask instead of shares of ȳ, so the tick needs no exchange after the measurement (docs/two-hop-design.md); set on the sensor and both parties"`
 	Replicas    int           `envconfig:"REPLICAS" default:"1" desc:"JetStream replicas for the queue and set-up records"`
 }
 

@@ -44,6 +44,9 @@ type Options struct {
 	StateKey *[32]byte
 	Log      *slog.Logger
 	Metrics  *metrics.Set
+	// TwoHop: send a masked measurement when both parties have sent their
+	// mask shares for the tick (twohop.go).
+	TwoHop bool
 	// OnTick, if set, is called for every tick sent with y and the float64
 	// plaintext controller's u on the same y.
 	OnTick func(tick uint64, y, uplain []float64)
@@ -66,6 +69,11 @@ type Sensor struct {
 	// Until then "no responders" means the loop has not started (the
 	// plant's process is still starting), not a miss.
 	plantUp bool
+	// The two-hop tick (twohop.go): the parties' mask shares, their
+	// subscription, and the last tick whose measurement was sent.
+	masks    masks
+	maskSub  *nats.Subscription
+	lastSent uint64
 }
 
 // New resolves the controller (sizing the modulus) and prepares the sensor.
@@ -235,6 +243,12 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 	prm := s.rz.Params
 	f := prm.Field
 	yEnc, y0, y1 := mpc.NewMatrix(prm.P, 1), mpc.NewMatrix(prm.P, 1), mpc.NewMatrix(prm.P, 1)
+	ty := mpc.NewMatrix(prm.P, 1)
+	if s.opt.TwoHop {
+		if err := s.subscribeMasks(); err != nil {
+			return err
+		}
+	}
 	if !s.opt.Fast && s.ticker == nil {
 		s.ticker = time.NewTicker(s.opt.Period)
 	}
@@ -295,8 +309,20 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 			s.opt.Log.Warn("measurement cannot be encoded", "loop", s.opt.Loop, "tick", t, "err", err)
 			continue
 		}
-		if err := f.ShareInto(s.rng, yEnc, y0, y1); err != nil {
-			return err
+		item, vy, masked := uint64(0), mpc.Matrix{}, false
+		if s.opt.TwoHop {
+			item, vy, masked = s.takeMask(s.lastSent)
+			path := "three_hop"
+			if masked {
+				f.MatSub(ty, yEnc, vy)
+				path = "two_hop"
+			}
+			s.opt.Metrics.TickPaths.WithLabelValues(s.opt.Loop, path).Inc()
+		}
+		if !masked {
+			if err := f.ShareInto(s.rng, yEnc, y0, y1); err != nil {
+				return err
+			}
 		}
 		up := s.fc.Step(y)
 		if s.opt.OnTick != nil {
@@ -304,8 +330,15 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 		}
 		now := time.Now().UnixNano()
 		s.publish(codec.KindTick, codec.RoleActuator, bus.TickSubject(s.opt.Loop), t, codec.TickPayload{SentUnixNano: now})
-		s.publish(codec.KindMeasure, codec.RoleParty0, bus.MeasureSubject(s.opt.Loop, 0), t, codec.MeasurePayload{Y: codec.PutMatrix(f, y0), SentUnixNano: now})
-		s.publish(codec.KindMeasure, codec.RoleParty1, bus.MeasureSubject(s.opt.Loop, 1), t, codec.MeasurePayload{Y: codec.PutMatrix(f, y1), SentUnixNano: now})
+		if masked {
+			mp := codec.MeasureMaskedPayload{Item: item, T: codec.PutMatrix(f, ty), SentUnixNano: now}
+			s.publish(codec.KindMeasureMasked, codec.RoleParty0, bus.MeasureSubject(s.opt.Loop, 0), t, mp)
+			s.publish(codec.KindMeasureMasked, codec.RoleParty1, bus.MeasureSubject(s.opt.Loop, 1), t, mp)
+		} else {
+			s.publish(codec.KindMeasure, codec.RoleParty0, bus.MeasureSubject(s.opt.Loop, 0), t, codec.MeasurePayload{Y: codec.PutMatrix(f, y0), SentUnixNano: now})
+			s.publish(codec.KindMeasure, codec.RoleParty1, bus.MeasureSubject(s.opt.Loop, 1), t, codec.MeasurePayload{Y: codec.PutMatrix(f, y1), SentUnixNano: now})
+		}
+		s.lastSent = t
 		s.opt.Metrics.Ticks.WithLabelValues(s.opt.Loop).Inc()
 		if t%resumeEvery == 0 {
 			go func(next uint64) { _ = s.saveRecord(ctx, next) }(s.next)

@@ -1,0 +1,240 @@
+package party
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// The two-hop tick (docs/two-hop-design.md, Options.TwoHop). After a tick
+// ends (afterTick), each party takes the next item, sends the other party
+// its share of T_x = x̄ - V_x for it (KindPreT, a Protocol 1 message of the
+// state rows only) and sends the sensor its share of V_y (KindMaskY). A
+// sensor holding both parties' V_y shares for the same item sends both
+// parties T_y = ȳ - V_y (KindMeasureMasked) instead of shares of ȳ. A party
+// then has everything the other party's Protocol 1 message would carry
+// (mpc.Party.PeerTInto) and goes straight to the output share:
+//
+//	between ticks:  P_i ──PreT──▶ P_(1−i),  P_i ──MaskY──▶ sensor
+//	tick t:         sensor ──MeasureMasked(t)──▶ P0, P1 ──Output(t)──▶ actuator
+//
+// Fallback, with no extra message: a party with a masked measurement but
+// without the other party's PreT for the same item and state version turns
+// T_y into its share of ȳ (mpc.Party.UnmaskInto) and runs the three-hop tick
+// (Begin, Mul). A party that has run the tick in two hops answers such a
+// Mul with its own (replyMul), so that the other party can finish it too.
+// The item taken between ticks is the next tick's item whichever path the
+// tick takes (nextItem): the parties' items stay paired.
+
+// preOpen is this party's pre-opening for the next tick.
+type preOpen struct {
+	ok      bool
+	seq     uint64 // the item's id
+	mat     mpc.TickMaterial
+	version uint64 // the state version T_x was computed on
+}
+
+// peerPre is the other party's latest pre-opening (KindPreT), decoded into
+// the worker's own matrices.
+type peerPre struct {
+	ok            bool
+	item, version uint64
+	t, s          mpc.Matrix
+}
+
+// preOpenNext is the two-hop tick's work between ticks (from afterTick):
+// take the next item, send the other party this party's share of its T_x
+// and the sensor this party's share of its V_y. Without an item at hand it
+// does nothing: the next tick takes one, in three hops.
+func (w *worker) preOpenNext(ctx context.Context) {
+	if !w.s.opt.TwoHop || w.pre.ok || w.st != idle || w.held || !w.ready.Load() || w.fenced {
+		return
+	}
+	seq, mat, err := w.takeItem(ctx, false)
+	if err != nil {
+		return
+	}
+	msg, err := w.p.PreBegin(mat)
+	var vy mpc.Matrix
+	if err == nil {
+		vy, err = w.p.MaskRows(mat)
+	}
+	if err != nil {
+		// The item is taken and unusable, as a material Begin refuses.
+		w.recycle(mat)
+		w.reject(err)
+		return
+	}
+	w.pre = preOpen{ok: true, seq: seq, mat: mat, version: w.version}
+	f := w.prm.Field
+	out := codec.MulPayload{Item: wireItem(seq), Version: w.version}
+	buf := w.wireBuf[:0]
+	out.T, buf = codec.AppendMatrix(f, buf, msg.T)
+	if w.prm.Variant == mpc.PerTick {
+		out.S, buf = codec.AppendMatrix(f, buf, msg.S)
+	}
+	w.send(codec.KindPreT, w.cur, out)
+	var v codec.MatrixWire
+	v, buf = codec.AppendMatrix(f, buf[:0], vy)
+	w.send(codec.KindMaskY, w.cur, codec.MaskYPayload{Item: wireItem(seq), V: v})
+	w.wireBuf = buf
+}
+
+// takePre hands the pre-opened item to the tick that starts (nextItem),
+// unless a resynchronization or a burn has since ruled it out.
+func (w *worker) takePre() (uint64, mpc.TickMaterial, bool) {
+	if !w.pre.ok {
+		return 0, mpc.TickMaterial{}, false
+	}
+	p := w.pre
+	w.pre = preOpen{}
+	if p.seq < w.minSeq || w.burn > 0 {
+		if w.burn > 0 && p.seq >= w.minSeq {
+			w.burn-- // the item of a held measurement given up (dropHeld)
+		}
+		w.recycle(p.mat)
+		w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
+		return 0, mpc.TickMaterial{}, false
+	}
+	return p.seq, p.mat, true
+}
+
+// dropPre gives the pre-opened item up (a resynchronization).
+func (w *worker) dropPre() {
+	if w.pre.ok {
+		w.recycle(w.pre.mat)
+		w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
+		w.pre = preOpen{}
+	}
+}
+
+// decodePreT decodes the other party's KindPreT into w.peerPre (state rows
+// of T, and S in the per-tick variant); it is kept until a tick uses it or
+// the next one replaces it.
+func (w *worker) decodePreT(mp codec.MulPayload) error {
+	r, c := w.prm.PhiShape()
+	w.peerPre.ok = false
+	w.peerPre.t = sized(w.peerPre.t, w.prm.N, 1)
+	if err := mp.T.DecodeInto(w.prm.Field, w.peerPre.t); err != nil {
+		return err
+	}
+	if w.prm.Variant == mpc.PerTick {
+		w.peerPre.s = sized(w.peerPre.s, r, c)
+		if err := mp.S.DecodeInto(w.prm.Field, w.peerPre.s); err != nil {
+			return err
+		}
+	} else if mp.S.Rows != 0 || mp.S.Cols != 0 || len(mp.S.Data) != 0 {
+		return fmt.Errorf("%w: pre-opening carries S in the fixed-mask variant", codec.ErrDimension)
+	}
+	w.peerPre.ok, w.peerPre.item, w.peerPre.version = true, fromWire(mp.Item), mp.Version
+	return nil
+}
+
+// onMeasureMasked starts tick t from the sensor's masked measurement T_y (in
+// w.tyBuf) for item: in two hops if the other party's pre-opening of the
+// same item and state version is here, else in three.
+func (w *worker) onMeasureMasked(ctx context.Context, t, item uint64) {
+	if !w.ready.Load() {
+		w.reject(fmt.Errorf("%w: measurement before set-up completed", codec.ErrKind))
+		return
+	}
+	if w.st != idle {
+		// Not held for: a masked measurement follows this party's own
+		// pre-opening, made after its previous tick ended.
+		w.abandonOpen("a masked measurement arrived before the tick ended")
+	}
+	if w.held {
+		w.dropHeld("a masked measurement arrived while it was held")
+	}
+	w.curHeld = false
+	if !w.pre.ok || w.pre.seq != item {
+		// T_y is padded by the V_y of an item this party does not hold
+		// (a restart, a resynchronization since it announced the item):
+		// the tick cannot be run. Both skip past the sensor's item, as for
+		// a disagreement between the parties.
+		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, "item").Inc()
+		w.minSeq = max(w.minSeq, item+1)
+		if w.pre.ok {
+			w.minSeq = max(w.minSeq, w.pre.seq+1)
+		}
+		w.burn = 0
+		w.dropPre()
+		w.s.opt.Log.Warn("masked measurement for an item this party does not hold: resynchronizing", "party", w.id, "loop", w.loop, "tick", t, "item", item)
+		w.cur = t
+		w.miss(missItem, "masked measurement for another item")
+		return
+	}
+	if !w.flushState(ctx) {
+		w.cur = t
+		w.miss(missPersist, "state not persisted")
+		return
+	}
+	preVersion := w.pre.version
+	seq, mat, err := w.nextItem(ctx) // the pre-opened item
+	if err != nil || seq != item {
+		if err == nil {
+			w.recycle(mat)
+		}
+		w.cur = t
+		w.miss(missItem, "the pre-opened item was ruled out")
+		return
+	}
+	if err := w.p.UnmaskInto(w.yBuf, w.tyBuf, mat); err != nil {
+		w.recycle(mat)
+		w.reject(err)
+		return
+	}
+	msg, err := w.begin(w.yBuf, mat)
+	if err != nil {
+		w.reject(err)
+		return
+	}
+	_, pending := w.pendMul[t] // the other party runs this tick in three hops
+	two := !pending && preVersion == w.version && w.peerPre.ok && w.peerPre.item == seq && w.peerPre.version == w.version
+	if !two {
+		w.countPath(&w.ctrFallback, "fallback")
+		w.started(t, seq, msg)
+		return
+	}
+	w.countPath(&w.ctrTwoHop, "two_hop")
+	w.cur, w.item, w.st = t, seq, begun
+	w.reply = pendingReply{ok: true, tick: t, version: w.version, msg: msg}
+	w.clearPending(t)
+	n, q := w.prm.N, w.prm.P
+	w.peerT = sized(w.peerT, n+q, 1)
+	if err := w.p.PeerTInto(w.peerT, w.peerPre.t, w.tyBuf); err != nil {
+		w.reject(err)
+		w.miss(missError, "two-hop opening failed")
+		return
+	}
+	in := peerMul{item: seq, version: w.version, msg: mpc.MulMsg{T: w.peerT}}
+	if w.prm.Variant == mpc.PerTick {
+		in.msg.S = w.peerPre.s
+	}
+	w.peerPre.ok = false
+	w.onMul(t, in)
+}
+
+// pendingReply is this party's Protocol 1 message of a tick it ran in two
+// hops, for the other party if that one falls back to three (replyMul).
+// msg aliases the party's Begin buffers, valid until the next Begin.
+type pendingReply struct {
+	ok      bool
+	tick    uint64
+	version uint64
+	msg     mpc.MulMsg
+}
+
+// replyMul answers the other party's Mul(t) for a tick this party has run
+// in two hops: the other party fell back to three and waits for this
+// party's Protocol 1 message. It reports whether it answered.
+func (w *worker) replyMul(t uint64) bool {
+	if !w.reply.ok || w.reply.tick != t || t != w.cur || w.st == begun {
+		return false
+	}
+	w.reply.ok = false
+	w.sendMul(t, w.item, w.reply.version, w.reply.msg)
+	return true
+}
