@@ -54,9 +54,9 @@ func TestRunWritesFiles(t *testing.T) {
 	}{
 		{"protocol1.csv", []string{"variant", "d", "reps", "min_us", "mean_us", "max_us", "ci99_lo_us", "ci99_hi_us", "bytes_per_party"}, 2},
 		{"protocol2.csv", []string{"d", "reps", "min_us", "mean_us", "max_us", "ci99_lo_us", "ci99_hi_us", "bytes_per_party"}, 1},
-		{"tick.csv", []string{"case", "p50_us", "p99_us", "floor_p50_us", "floor_p99_us"}, 7},
+		{"tick.csv", []string{"case", "p50_us", "p99_us", "floor_p50_us", "floor_p99_us"}, 9},
 		{"fig5_floor.csv", Fig5FloorHeader, 3},
-		{"tick_detail.csv", TickDetailHeader, 7},
+		{"tick_detail.csv", TickDetailHeader, 9},
 	} {
 		recs := readCSV(t, filepath.Join(out, f.name))
 		if !slices.Equal(recs[0], f.header) {
@@ -70,7 +70,7 @@ func TestRunWritesFiles(t *testing.T) {
 	for _, r := range readCSV(t, filepath.Join(out, "tick.csv"))[1:] {
 		cases = append(cases, r[0])
 	}
-	for _, want := range []string{"pendulum", "n4", "n16", "n32", "n64"} {
+	for _, want := range []string{"pendulum", "pendulum-2hop", "n4", "n16", "n32", "n32-2hop", "n64"} {
 		if !slices.Contains(cases, want) {
 			t.Errorf("tick.csv has no %s row (rows %v)", want, cases)
 		}
@@ -90,6 +90,35 @@ func TestRunWritesFiles(t *testing.T) {
 	}
 	if len(rep.Targets()) != 5 {
 		t.Errorf("%d targets, want 5", len(rep.Targets()))
+	}
+}
+
+// TestN32TargetTwoHop: the n = 32 target is met by either path, and says
+// what both measured beside their floors.
+func TestN32TargetTwoHop(t *testing.T) {
+	row := func(name string, p50, floor time.Duration) TickRow {
+		return TickRow{Case: name, Lat: Stats{N: 10, P50: p50}, Floor: Stats{N: 10, P50: floor}}
+	}
+	n32 := func(rep *Report) Target {
+		for _, tg := range rep.Targets() {
+			if strings.HasPrefix(tg.Name, "n=32") {
+				return tg
+			}
+		}
+		t.Fatal("no n=32 target")
+		return Target{}
+	}
+	rep := &Report{Tick: []TickRow{row("n32", 400*time.Microsecond, 390*time.Microsecond), row("n32-2hop", 280*time.Microsecond, 260*time.Microsecond)}}
+	if tg := n32(rep); !tg.Measured || !tg.Met || tg.Got != "400 µs (floor 390 µs); two hops 280 µs (two-hop floor 260 µs)" {
+		t.Errorf("two hops under 300 µs: %+v", tg)
+	}
+	rep.Tick[1] = row("n32-2hop", 310*time.Microsecond, 305*time.Microsecond)
+	if tg := n32(rep); !tg.Measured || tg.Met || !strings.HasSuffix(tg.Got, ": the bare messaging alone is above the target here") {
+		t.Errorf("both paths over 300 µs, both floors too: %+v", tg)
+	}
+	rep.Tick = rep.Tick[:1]
+	if tg := n32(rep); !tg.Measured || tg.Met || tg.Got != "400 µs (floor 390 µs): the bare messaging alone is above the target here" {
+		t.Errorf("three hops only: %+v", tg)
 	}
 }
 

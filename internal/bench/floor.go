@@ -23,6 +23,10 @@ type FloorSizes struct {
 	// message (to P1); P0 answers at once, P1 after P0's message. Otherwise
 	// both parties exchange one message each (Protocol 1, a controller tick).
 	OneWay bool
+	// TwoHop is the two-hop tick's topology: no exchange between the
+	// measurement and the outputs (the parties exchanged between ticks);
+	// each party answers its measurement at once.
+	TwoHop bool
 }
 
 // FloorRig is the zero-computation floor of one tick over NATS: the same
@@ -57,7 +61,7 @@ func NewFloorRig(url string, sz FloorSizes) (*FloorRig, error) {
 		got := map[string]int{}
 		// need is how many messages party id waits for before answering.
 		need := 2
-		if sz.OneWay && id == 0 {
+		if sz.OneWay && id == 0 || sz.TwoHop {
 			need = 1
 		}
 		step := func(tick string) {
@@ -82,7 +86,7 @@ func NewFloorRig(url string, sz FloorSizes) (*FloorRig, error) {
 				return
 			}
 			tick := rest[2:]
-			if rest[0] == 'm' && (!sz.OneWay || id == 0) {
+			if rest[0] == 'm' && !sz.TwoHop && (!sz.OneWay || id == 0) {
 				nc.Publish(peerX+tick, exch)
 			}
 			step(tick)

@@ -52,7 +52,9 @@ type rig struct {
 	// stateFile puts the parties' state buckets in JetStream file storage
 	// (DUET_STATE_FILE_STORE, the services' default); false: memory.
 	stateFile bool
-	dealers   []func()
+	// twoHop: the parties' DUET_TWO_HOP.
+	twoHop  bool
+	dealers []func()
 	// partyBin, if set, runs each party as this binary in its own process
 	// (partyproc.go); procs are those processes, keysDir their keys.
 	partyBin string
@@ -112,6 +114,7 @@ type loopSpec struct {
 	ItemsPerMsg int
 	Fast        bool
 	OnTick      func(tick uint64, y, uplain []float64)
+	TwoHop      bool // the sensor's DUET_TWO_HOP
 }
 
 // setupLoop creates a sensor on nc and runs its set-up (queue, consumers,
@@ -122,7 +125,7 @@ func (r *rig) setupLoop(nc *nats.Conn, ls loopSpec) (*sensor.Sensor, error) {
 		return nil, err
 	}
 	sn, err := sensor.New(nc, s, sensor.Options{Loop: ls.Loop, Controller: ls.Controller, Variant: ls.Variant, Compress: ls.Compress,
-		Fast: ls.Fast, QueueMax: ls.QueueMax, ItemsPerMsg: ls.ItemsPerMsg, Log: r.log, Metrics: metrics.New("sensor"), OnTick: ls.OnTick})
+		Fast: ls.Fast, QueueMax: ls.QueueMax, ItemsPerMsg: ls.ItemsPerMsg, Log: r.log, Metrics: metrics.New("sensor"), OnTick: ls.OnTick, TwoHop: ls.TwoHop})
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +171,7 @@ func (r *rig) startParty(i int, loops []string, persist bool, audit func(id int,
 		return err
 	}
 	m := metrics.New(fmt.Sprintf("party%d", i))
-	opt := party.Options{ID: i, Loops: loops, Log: r.log, Metrics: m, PeerBatch: r.peerBatch}
+	opt := party.Options{ID: i, Loops: loops, Log: r.log, Metrics: m, PeerBatch: r.peerBatch, TwoHop: r.twoHop}
 	if audit != nil {
 		id := i
 		opt.Audit = func(loop string, tick, item uint64) { audit(id, loop, tick, item) }

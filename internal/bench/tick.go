@@ -39,6 +39,9 @@ type TickCase struct {
 	Plant      plant.Spec
 	Variant    mpc.Variant
 	NoPersist  bool // parties without crash-recovery persistence
+	// TwoHop runs the sensor and the parties with the two-hop tick
+	// (DUET_TWO_HOP), beside the two-hop floor (FloorSizes.TwoHop).
+	TwoHop bool
 }
 
 // TickOptions configure RunTick.
@@ -105,7 +108,7 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		return row, err
 	}
 	defer r.close()
-	r.peerBatch, r.writeCoalesce, r.stateFile = opt.PeerBatch, opt.WriteCoalesce, opt.StateFileStore
+	r.peerBatch, r.writeCoalesce, r.stateFile, r.twoHop = opt.PeerBatch, opt.WriteCoalesce, opt.StateFileStore, c.TwoHop
 	row.StateFileStore = opt.StateFileStore && row.Persist
 	loop := "b" + uniqueTag() // 7 characters, like "pendulum": ids travel in every header
 	total := opt.Warmup + opt.Ticks
@@ -118,7 +121,7 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		return row, err
 	}
 	sn, err := r.setupLoop(nc, loopSpec{Loop: loop, Controller: c.Controller, Variant: c.Variant, Compress: opt.Compress,
-		QueueMax: int64(2*lowWater + 256), Fast: true, OnTick: rec.onTick})
+		QueueMax: int64(2*lowWater + 256), Fast: true, OnTick: rec.onTick, TwoHop: c.TwoHop})
 	if err != nil {
 		return row, err
 	}
@@ -154,6 +157,7 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 	if err != nil {
 		return row, err
 	}
+	sizes.TwoHop = c.TwoHop
 	row.Sizes = sizes
 	floor, err := NewFloorRig(opt.URL, sizes)
 	if err != nil {
@@ -236,7 +240,7 @@ func (r *rig) sniffSizes(loop string, f func() error) (FloorSizes, error) {
 		switch {
 		case strings.HasSuffix(m.Subject, ".measure.p0"):
 			sz.Measure = max(sz.Measure, n)
-		case m.Subject == bus.ExchangeSubject(loop, 0): // P1's Protocol 1 message (P0's is the same size)
+		case m.Subject == bus.ExchangeSubject(loop, 0): // P1's Protocol 1 message (P0's is the same size; two hops: its pre-opening)
 			sz.Exchange = max(sz.Exchange, n)
 		case m.Subject == bus.OutputSubject(loop):
 			sz.Output = max(sz.Output, n)
