@@ -161,11 +161,24 @@ func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long test")
 	}
+	t.Run("three-hop", func(t *testing.T) { chaos(t, false) })
+	// With the two-hop tick, in real time (10 ms) so that the parties'
+	// pre-openings come between ticks: the kills and restarts land between
+	// pre-opening and masked measurement too.
+	t.Run("two-hop", func(t *testing.T) { chaos(t, true) })
+}
+
+func chaos(t *testing.T, twoHop bool) {
 	const total = 2000
 	rng := rand.New(rand.NewSource(7))
 	cs, ps := pendulum(t)
-	c, err := Start(context.Background(), Options{Controller: cs, Plant: ps, Variant: mpc.PerTick, Compress: true, Fast: true,
-		Period: 40 * time.Millisecond, Deadline: 30 * time.Millisecond, Dealers: 2, LowWater: 400, FileStore: true, Log: testLog(t)})
+	period := 40 * time.Millisecond // Fast: the plant paces the ticks
+	if twoHop {
+		period = 10 * time.Millisecond
+	}
+	c, err := Start(context.Background(), Options{Controller: cs, Plant: ps, Variant: mpc.PerTick, Compress: true, Fast: !twoHop,
+		Period: period, Deadline: 30 * time.Millisecond, Dealers: 2, LowWater: 400, FileStore: true, Log: testLog(t),
+		TwoHop: twoHop})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,6 +301,17 @@ func TestChaos(t *testing.T) {
 	checkAudit(t, c, s.Applied-s.Misses-20)
 	if s.Ticks < total-5 {
 		t.Fatalf("only %d ticks recorded", s.Ticks)
+	}
+	if twoHop {
+		short := testutil.ToFloat64(c.Metrics["sensor"].TickPaths.WithLabelValues("pendulum", "two_hop"))
+		if short < total/2 {
+			t.Errorf("only %v of %d ticks sent masked", short, total)
+		}
+		t.Logf("two hops: sensor %v, parties %v and %v (fallback %v and %v)", short,
+			testutil.ToFloat64(c.Metrics["party0"].TickPaths.WithLabelValues("pendulum", "two_hop")),
+			testutil.ToFloat64(c.Metrics["party1"].TickPaths.WithLabelValues("pendulum", "two_hop")),
+			testutil.ToFloat64(c.Metrics["party0"].TickPaths.WithLabelValues("pendulum", "fallback")),
+			testutil.ToFloat64(c.Metrics["party1"].TickPaths.WithLabelValues("pendulum", "fallback")))
 	}
 	t.Logf("%d ticks, %d misses, audit %+v", s.Ticks, s.Misses, c.Audit())
 }

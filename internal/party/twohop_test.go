@@ -1,0 +1,395 @@
+package party
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/internal/natstest"
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// twoHopRig drives the two parties' workers of one loop by hand, over a real
+// NATS server and real sealing: the test plays the sensor (it reads the
+// parties' mask shares and sends masked measurements), the actuator (it
+// opens the output shares) and the network (it delivers each party's
+// messages to the other, or drops them). Every tick's u is checked against
+// a reference pair of mpc parties run the three-hop way on the same items.
+type twoHopRig struct {
+	t        *testing.T
+	prm      mpc.Params
+	w        [2]*worker
+	m        [2]*metrics.Set
+	ref      [2]*mpc.Party
+	mats     map[uint64][2]mpc.TickMaterial // by item id
+	sensor   *codec.Sealer
+	actuator *codec.Sealer
+	peek     [2]*codec.Sealer // open what is sent to party i, to see its kind
+	capture  chan *nats.Msg
+	masks    map[int]codec.MaskYPayload
+	maskTick map[int]uint64
+	outs     map[uint64][2]mpc.Matrix // output shares by tick
+	rng      io.Reader
+	// drop, if set, says whether to drop a message of kind to party i.
+	drop func(to int, kind codec.Kind) bool
+}
+
+const rigLoop = "l"
+
+func newTwoHopRig(t *testing.T, items int) *twoHopRig {
+	t.Helper()
+	f, err := mpc.ParseModulus(mpc.PresetM127)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prm := mpc.Params{Field: f, N: 3, M: 1, P: 2, K: 18, L: 9, Lambda: 40, Variant: mpc.PerTick}
+	rc, cc := prm.PhiShape()
+	rng := mpc.NewPRG([32]byte{42}, [16]byte{})
+	phi, err := f.RandomMatrix(rng, rc, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Small entries keep the fixed-point state in range for a few ticks.
+	for i := range phi.Data {
+		phi.Data[i] = mpc.Elem{uint64(i % 5)}
+	}
+	phi0, phi1, err := f.Share(rng, phi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x0, x1, err := f.Share(rng, mpc.NewMatrix(prm.N, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &twoHopRig{t: t, prm: prm, mats: map[uint64][2]mpc.TickMaterial{}, sensor: testSealer(t, codec.RoleSensor),
+		actuator: testSealer(t, codec.RoleActuator), capture: make(chan *nats.Msg, 1024),
+		masks: map[int]codec.MaskYPayload{}, maskTick: map[int]uint64{}, outs: map[uint64][2]mpc.Matrix{}, rng: rng}
+	nc := natstest.Conn(t)
+	if _, err := nc.ChanSubscribe(bus.Prefix+"."+rigLoop+".>", r.capture); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	dealer := testSealer(t, codec.RoleDealer)
+	d, err := mpc.NewDealer(prm, mpc.NewSession([32]byte{7}), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raws [2][]rawItem
+	for k := 0; k < items; k++ {
+		it, err := d.Next(rng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := itemID(uint64(k+1), 0)
+		r.mats[id] = [2]mpc.TickMaterial{*it.P0, it.P1}
+		for i, m := range []mpc.TickMaterial{*it.P0, it.P1} {
+			body, err := codec.Marshal(codec.PutMaterial(f, it.Nonce, m))
+			if err != nil {
+				t.Fatal(err)
+			}
+			env, err := dealer.Seal(codec.Header{Kind: codec.KindMaterial, Loop: rigLoop, Tick: uint64(k + 1), From: codec.RoleDealer, To: codec.PartyRole(i)}, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raws[i] = append(raws[i], rawItem{seq: id, env: env, nonce: it.Nonce})
+		}
+	}
+	for i := 0; i < 2; i++ {
+		r.m[i] = metrics.New(fmt.Sprintf("party%d", i))
+		s, err := New(nc, testSealer(t, codec.PartyRole(i)), Options{ID: i, Loops: []string{rigLoop}, Metrics: r.m[i], TwoHop: true,
+			PersistDelay: -1, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := newWorker(s, rigLoop)
+		share := [2]mpc.Matrix{phi0, phi1}[i]
+		x := [2]mpc.Matrix{x0, x1}[i]
+		if w.p, err = mpc.NewParty(prm, i, share, x); err != nil {
+			t.Fatal(err)
+		}
+		if r.ref[i], err = mpc.NewParty(prm, i, share, x); err != nil {
+			t.Fatal(err)
+		}
+		w.prm, w.perMsg, w.yBuf = prm, 1, mpc.NewMatrix(prm.P, 1)
+		w.items = make(chan []rawItem, items)
+		for _, raw := range raws[i] {
+			w.items <- []rawItem{raw}
+		}
+		w.ready.Store(true)
+		r.w[i] = w
+		r.peek[i] = testSealer(t, codec.PartyRole(i))
+	}
+	return r
+}
+
+// between runs the parties' work between ticks (afterTick: stage and
+// pre-open the next item) and then the network.
+func (r *twoHopRig) between() {
+	for _, w := range r.w {
+		w.afterTick(context.Background())
+	}
+	r.network()
+}
+
+// network delivers what the parties sent until nothing more comes: to the
+// other party (unless dropped), mask shares to the sensor, outputs to the
+// actuator.
+func (r *twoHopRig) network() {
+	t := r.t
+	t.Helper()
+	nc := r.w[0].s.nc
+	for {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var m *nats.Msg
+		select {
+		case m = <-r.capture:
+		case <-time.After(50 * time.Millisecond):
+			return
+		}
+		switch {
+		case m.Subject == bus.MaskYSubject(rigLoop):
+			h, body, err := r.sensor.Open(m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mp codec.MaskYPayload
+			if err := codec.Unmarshal(body, &mp); err != nil {
+				t.Fatal(err)
+			}
+			id, _ := h.From.PartyID()
+			r.masks[id], r.maskTick[id] = mp, h.Tick
+		case m.Subject == bus.OutputSubject(rigLoop):
+			h, body, err := r.actuator.Open(m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var op codec.OutputPayload
+			if err := codec.Unmarshal(body, &op); err != nil {
+				t.Fatal(err)
+			}
+			u, err := op.U.Decode(r.prm.Field, r.prm.M, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, _ := h.From.PartyID()
+			o := r.outs[h.Tick]
+			o[id] = u
+			r.outs[h.Tick] = o
+		case strings.HasPrefix(m.Subject, bus.Prefix+"."+rigLoop+".x.p"):
+			to := int(m.Subject[len(m.Subject)-1] - '0')
+			h, _, err := r.peek[to].Open(m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.drop != nil && r.drop(to, h.Kind) {
+				continue
+			}
+			r.w[to].handle(context.Background(), m)
+		}
+	}
+}
+
+// measure sends tick t's measurement y: masked for item if masked, else as
+// shares; then runs the network.
+func (r *twoHopRig) measure(tick uint64, y mpc.Matrix, masked bool, item uint64) {
+	t := r.t
+	t.Helper()
+	f := r.prm.Field
+	for i, w := range r.w {
+		var kind codec.Kind
+		var payload any
+		if masked {
+			vy := mpc.NewMatrix(r.prm.P, 1)
+			for j := 0; j < 2; j++ {
+				v, err := r.masks[j].V.Decode(f, r.prm.P, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.MatAdd(vy, vy, v)
+			}
+			ty := mpc.NewMatrix(r.prm.P, 1)
+			f.MatSub(ty, y, vy)
+			kind, payload = codec.KindMeasureMasked, codec.MeasureMaskedPayload{Item: item, T: codec.PutMatrix(f, ty)}
+		} else {
+			share := y.Clone()
+			if i == 1 {
+				share = mpc.NewMatrix(r.prm.P, 1) // y = y + 0
+			}
+			kind, payload = codec.KindMeasure, codec.MeasurePayload{Y: codec.PutMatrix(f, share)}
+		}
+		body, err := codec.Marshal(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, err := r.sensor.Seal(codec.Header{Kind: kind, Loop: rigLoop, Tick: tick, From: codec.RoleSensor, To: codec.PartyRole(i)}, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.handle(context.Background(), &nats.Msg{Subject: bus.MeasureSubject(rigLoop, i), Data: env})
+	}
+	r.network()
+}
+
+// check requires tick's output shares to reconstruct the reference u for
+// item (the reference parties then advance), or no output if item is 0.
+func (r *twoHopRig) check(tick uint64, y mpc.Matrix, item uint64) {
+	t := r.t
+	t.Helper()
+	f := r.prm.Field
+	o, ok := r.outs[tick]
+	if item == 0 {
+		if ok {
+			t.Fatalf("tick %d: an output share was sent", tick)
+		}
+		return
+	}
+	if !ok || o[0].Data == nil || o[1].Data == nil {
+		t.Fatalf("tick %d: output shares %v", tick, o)
+	}
+	mats := r.mats[item]
+	var msgs [2]mpc.MulMsg
+	for i, p := range r.ref {
+		share := y.Clone()
+		if i == 1 {
+			share = mpc.NewMatrix(r.prm.P, 1)
+		}
+		m, err := p.Begin(share, mats[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs[i] = mpc.MulMsg{T: m.T.Clone(), S: m.S.Clone()}
+	}
+	u0, tr, err := r.ref[0].Multiply(msgs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	u1, _, err := r.ref[1].Multiply(msgs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, got := f.ReconstNew(u0, u1), f.ReconstNew(o[0], o[1]); !got.Equal(want) {
+		t.Fatalf("tick %d: u = %v, want %v (item %d)", tick, got.Data, want.Data, item)
+	}
+	if err := r.ref[0].Finish(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ref[1].Finish(tr); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range r.w {
+		if !w.p.StateView().Equal(r.ref[i].StateView()) {
+			t.Fatalf("tick %d: party%d's state share differs from the reference's", tick, i)
+		}
+	}
+}
+
+func (r *twoHopRig) paths(i int, path string) float64 {
+	return testutil.ToFloat64(r.m[i].TickPaths.WithLabelValues(rigLoop, path))
+}
+
+func (r *twoHopRig) y() mpc.Matrix {
+	y, err := r.prm.Field.EcdMatrix([][]float64{{0.25}, {-0.5}}, r.prm.K, r.prm.L)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return y
+}
+
+// TestTwoHopTicks: ticks in two hops give the reference u and state; a
+// dropped pre-opening makes its receiver fall back to three hops, and the
+// other party, which finished the tick in two, answers its Protocol 1
+// message, so that the tick completes at both (either party dropped); the
+// next tick is short again.
+func TestTwoHopTicks(t *testing.T) {
+	for _, dropTo := range []int{0, 1} {
+		t.Run(fmt.Sprintf("pre-opening to party%d dropped", dropTo), func(t *testing.T) {
+			r := newTwoHopRig(t, 16)
+			y := r.y()
+			r.between()
+			for tick := uint64(1); tick <= 6; tick++ {
+				if r.maskTick[0] != tick-1 || r.maskTick[1] != tick-1 || r.masks[0].Item != r.masks[1].Item {
+					t.Fatalf("tick %d: mask shares after ticks %v for items %d and %d", tick, r.maskTick, r.masks[0].Item, r.masks[1].Item)
+				}
+				item := fromWire(r.masks[0].Item)
+				// The parties pre-open the next item as soon as a tick
+				// ends (PersistDelay < 0): after tick 3, the pre-opening
+				// to party dropTo is lost.
+				r.drop = nil
+				if tick == 3 {
+					r.drop = func(to int, k codec.Kind) bool { return to == dropTo && k == codec.KindPreT }
+				}
+				r.measure(tick, y, true, r.masks[0].Item)
+				r.drop = nil
+				r.check(tick, y, item)
+				for i, w := range r.w {
+					if w.version != tick || w.st != idle {
+						t.Fatalf("tick %d: party%d at version %d, stage %v", tick, i, w.version, w.st)
+					}
+				}
+				r.between()
+			}
+			other := 1 - dropTo
+			if fb := r.paths(dropTo, "fallback"); fb != 1 || r.paths(dropTo, "two_hop") != 5 {
+				t.Errorf("party%d: %v fallback, %v two-hop ticks; want 1 and 5", dropTo, fb, r.paths(dropTo, "two_hop"))
+			}
+			if r.paths(other, "fallback") != 0 || r.paths(other, "two_hop") != 6 {
+				t.Errorf("party%d: %v fallback, %v two-hop ticks; want 0 and 6", other, r.paths(other, "fallback"), r.paths(other, "two_hop"))
+			}
+			for i := range r.w {
+				if n := metrics.Sum(r.m[i].Misses); n != 0 {
+					t.Errorf("party%d: %v misses", i, n)
+				}
+			}
+		})
+	}
+}
+
+// TestTwoHopSensorItemMismatch: a masked measurement for an item the
+// parties did not announce is never computed on (T_y is padded by another
+// item's V_y): both parties abandon the tick as item_mismatch and skip past
+// the sensor's item; the next tick, with shares, runs on a fresh item at
+// both and gives the reference u. A classic measurement after a
+// pre-opening uses the pre-opened item.
+func TestTwoHopSensorItemMismatch(t *testing.T) {
+	r := newTwoHopRig(t, 16)
+	y := r.y()
+	r.between()
+	item := fromWire(r.masks[0].Item)
+	// Tick 1 with shares: the pre-opened item, three hops.
+	r.measure(1, y, false, 0)
+	r.check(1, y, item)
+	r.between()
+	announced := fromWire(r.masks[0].Item)
+	r.measure(2, y, true, wireItem(announced+1<<8))
+	r.check(2, y, 0)
+	for i, w := range r.w {
+		if n := testutil.ToFloat64(r.m[i].Abandoned.WithLabelValues(rigLoop, missItem)); n != 1 {
+			t.Fatalf("party%d: %v ticks abandoned as item_mismatch, want 1", i, n)
+		}
+		if w.minSeq <= announced+1<<8 || w.pre.ok {
+			t.Fatalf("party%d: minSeq %d, pre-opening kept %v; want past item %d and none", i, w.minSeq, w.pre.ok, announced+1<<8)
+		}
+	}
+	// After an abandoned tick there is no pre-opening: tick 3 with shares.
+	r.network()
+	r.measure(3, y, false, 0)
+	i0 := r.w[0].item
+	if r.w[1].item != i0 || i0 <= announced+1<<8 {
+		t.Fatalf("tick 3: items %d and %d, want the same, past %d", i0, r.w[1].item, announced+1<<8)
+	}
+	r.check(3, y, i0)
+}
