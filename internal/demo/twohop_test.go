@@ -6,9 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/sim"
+	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
@@ -24,6 +27,20 @@ func TestLoopTwoHop(t *testing.T) {
 			cs, ps := pendulum(t)
 			c := startWith(t, Options{Controller: cs, Plant: ps, Variant: v, Compress: true, Period: 10 * time.Millisecond,
 				Deadline: 250 * time.Millisecond, Dealers: 1, LowWater: 100, TwoHop: true}, 50)
+			// Everything the parties send the sensor, as the broker sees it.
+			nc, err := nats.Connect(c.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			masks := make(chan *nats.Msg, 4096)
+			sub, err := nc.ChanSubscribe(bus.MaskYSubject(c.opt.Loop), masks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
 			const ticks = 300
 			if err := c.RunTicks(context.Background(), ticks); err != nil {
 				t.Fatal(err)
@@ -51,6 +68,68 @@ func TestLoopTwoHop(t *testing.T) {
 				if two, fb := paths(name, "two_hop"), paths(name, "fallback"); two < ticks-20 || two+fb != paths("sensor", "two_hop") {
 					t.Errorf("%s: two_hop %v, fallback %v; the sensor sent %v masked", name, two, fb, paths("sensor", "two_hop"))
 				}
+			}
+			// The sensor receives only the measurement rows of each item's
+			// V (p x 1), never the state rows, each sealed to it.
+			sensorSealer, err := codec.NewSealer(codec.RoleSensor, c.Identity(codec.RoleSensor), c.PublicKeys())
+			if err != nil {
+				t.Fatal(err)
+			}
+			prm := c.Sensor.Resolved().Params
+			if err := sub.Unsubscribe(); err != nil {
+				t.Fatal(err)
+			}
+			var got []*nats.Msg
+			for len(masks) > 0 {
+				got = append(got, <-masks)
+			}
+			var n int
+			var replay []byte
+			for _, m := range got {
+				h, body, err := sensorSealer.Open(m.Data)
+				if err != nil {
+					t.Fatalf("mask share: %v", err)
+				}
+				var mp codec.MaskYPayload
+				if err := codec.Unmarshal(body, &mp); err != nil {
+					t.Fatal(err)
+				}
+				if h.Kind != codec.KindMaskY || mp.V.Rows != uint32(prm.P) || mp.V.Cols != 1 {
+					t.Fatalf("the sensor received %s with a %dx%d matrix, want mask_y with %dx1", h.Kind, mp.V.Rows, mp.V.Cols, prm.P)
+				}
+				n++
+				replay = m.Data
+			}
+			if n < 2*(ticks-20) {
+				t.Errorf("%d mask shares seen for %d ticks", n, ticks)
+			}
+			// A replayed mask share and one with the state rows too (as a
+			// compromised party might send) are refused and counted.
+			before := counter(c, "sensor", "replay") + counter(c, "sensor", "dimension")
+			p0, err := codec.NewSealer(codec.RoleParty0, c.Identity(codec.RoleParty0), c.PublicKeys())
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := codec.Marshal(codec.MaskYPayload{Item: 1, V: codec.PutMatrix(prm.Field, mpc.NewMatrix(prm.N+prm.P, 1))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wide, err := p0.Seal(codec.Header{Kind: codec.KindMaskY, Loop: c.opt.Loop, Tick: 1 << 40, From: codec.RoleParty0, To: codec.RoleSensor}, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, env := range [][]byte{replay, wide} {
+				if err := nc.Publish(bus.MaskYSubject(c.opt.Loop), env); err != nil {
+					t.Fatal(err)
+				}
+			}
+			nc.Flush()
+			deadline := time.Now().Add(2 * time.Second)
+			for counter(c, "sensor", "replay")+counter(c, "sensor", "dimension") < before+2 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := counter(c, "sensor", "replay") + counter(c, "sensor", "dimension"); got != before+2 {
+				t.Errorf("the sensor counted %v replay and dimension rejects for a replayed and a too-wide mask share, want %v", got, before+2)
 			}
 			t.Logf("ticks %d misses %d p50 %v p99 %v max|Δu| %.4g two-hop %v/%v/%v", s.Ticks, s.Misses, s.P50, s.P99, s.MaxDiff,
 				paths("sensor", "two_hop"), paths("party0", "two_hop"), paths("party1", "two_hop"))
