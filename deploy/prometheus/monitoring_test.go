@@ -67,6 +67,7 @@ func exported(t *testing.T) map[string][]string {
 	m.QueueDepth.WithLabelValues("l").Set(1)
 	m.LowWater.WithLabelValues("l").Inc()
 	m.TickLatency.WithLabelValues("l").Observe(0.001)
+	m.TickPaths.WithLabelValues("l", "p").Inc()
 	fams, err := m.Reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +130,8 @@ var setters = map[string][]string{
 	"duet_deadline_misses_total":   {"sensor", "party0", "party1", "actuator", "plant"},
 	"duet_ticks_abandoned_total":   parties,
 	"duet_measurements_held_total": parties,
-	"duet_mismatches_total":        {"party0", "party1", "actuator"},
+	"duet_mismatches_total":        {"sensor", "party0", "party1", "actuator"},
+	"duet_tick_paths_total":        {"sensor", "party0", "party1"},
 	"duet_items_consumed_total":    parties,
 	"duet_items_prepared_total":    parties,
 	"duet_items_discarded_total":   parties,
