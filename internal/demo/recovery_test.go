@@ -299,8 +299,15 @@ func chaos(t *testing.T, twoHop bool) {
 	}
 	s := Summarize(recs)
 	checkAudit(t, c, s.Applied-s.Misses-20)
-	if s.Ticks < total-5 {
-		t.Fatalf("only %d ticks recorded", s.Ticks)
+	// In real time (two-hop) a plant that does not answer while the server
+	// restarts costs its ticks (the sensor counts them as misses; Fast mode
+	// asks again instead).
+	unread := 0
+	if twoHop {
+		unread = int(testutil.ToFloat64(c.Metrics["sensor"].Misses.WithLabelValues("pendulum")))
+	}
+	if s.Ticks+unread < total-5 {
+		t.Fatalf("only %d ticks recorded (%d plant reads failed)", s.Ticks, unread)
 	}
 	if twoHop {
 		short := testutil.ToFloat64(c.Metrics["sensor"].TickPaths.WithLabelValues("pendulum", "two_hop"))
