@@ -115,6 +115,8 @@ type loopSpec struct {
 	Fast        bool
 	OnTick      func(tick uint64, y, uplain []float64)
 	TwoHop      bool // the sensor's DUET_TWO_HOP
+	// Metrics is the sensor's metric set (nil: a new one).
+	Metrics *metrics.Set
 }
 
 // setupLoop creates a sensor on nc and runs its set-up (queue, consumers,
@@ -124,8 +126,12 @@ func (r *rig) setupLoop(nc *nats.Conn, ls loopSpec) (*sensor.Sensor, error) {
 	if err != nil {
 		return nil, err
 	}
+	m := ls.Metrics
+	if m == nil {
+		m = metrics.New("sensor")
+	}
 	sn, err := sensor.New(nc, s, sensor.Options{Loop: ls.Loop, Controller: ls.Controller, Variant: ls.Variant, Compress: ls.Compress,
-		Fast: ls.Fast, QueueMax: ls.QueueMax, ItemsPerMsg: ls.ItemsPerMsg, Log: r.log, Metrics: metrics.New("sensor"), OnTick: ls.OnTick, TwoHop: ls.TwoHop})
+		Fast: ls.Fast, QueueMax: ls.QueueMax, ItemsPerMsg: ls.ItemsPerMsg, Log: r.log, Metrics: m, OnTick: ls.OnTick, TwoHop: ls.TwoHop})
 	if err != nil {
 		return nil, err
 	}

@@ -89,6 +89,11 @@ type TickRow struct {
 	// Steal is the CPU the hypervisor took from the machine while the
 	// case's ticks and floor ticks ran (cores; NaN where unreadable).
 	Steal float64
+	// TwoHopTicks: of the measured ticks, those the sensor sent masked
+	// (duet_tick_paths_total{path="two_hop"}; 0 without TwoHop), and
+	// FallbackTicks those of them that a party still ran with the exchange
+	// after the measurement (the larger count of the two parties).
+	TwoHopTicks, FallbackTicks int
 }
 
 // RunTick measures one case.
@@ -120,8 +125,9 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 	if err != nil {
 		return row, err
 	}
+	sm := metrics.New("sensor")
 	sn, err := r.setupLoop(nc, loopSpec{Loop: loop, Controller: c.Controller, Variant: c.Variant, Compress: opt.Compress,
-		QueueMax: int64(2*lowWater + 256), Fast: true, OnTick: rec.onTick, TwoHop: c.TwoHop})
+		QueueMax: int64(2*lowWater + 256), Fast: true, OnTick: rec.onTick, TwoHop: c.TwoHop, Metrics: sm})
 	if err != nil {
 		return row, err
 	}
@@ -166,6 +172,7 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 	defer floor.Close()
 	var flat []time.Duration
 	next := uint64(opt.Warmup) + 1
+	masked0, fb0 := r.tickPaths(sm)
 	cm := startCPUMeter()
 	for done := 0; done < opt.Ticks; {
 		b := min(opt.Block, opt.Ticks-done)
@@ -181,6 +188,9 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		done += b
 	}
 	_, row.Steal = cm.cores(0)
+	masked1, fb1 := r.tickPaths(sm)
+	row.TwoHopTicks = int(masked1 - masked0)
+	row.FallbackTicks = int(max(fb1[0]-fb0[0], fb1[1]-fb0[1]))
 	lat, misses, maxDiff := rec.results(uint64(opt.Warmup)+1, uint64(total))
 	row.Lat, row.Floor, row.Misses, row.MaxDiff = Summarize(lat), Summarize(flat), misses, maxDiff
 	row.Abandoned = rec.abandoned
@@ -374,4 +384,16 @@ func (t *tickRecorder) results(from, to uint64) ([]time.Duration, int, float64) 
 		}
 	}
 	return lat, misses, maxDiff
+}
+
+// tickPaths reads the two-hop tick's counters: the masked measurements the
+// sensor has sent and each in-process party's fallbacks to three hops.
+func (r *rig) tickPaths(sensor *metrics.Set) (masked float64, fallback [2]float64) {
+	masked = metrics.SumBy(sensor.TickPaths, "path")["two_hop"]
+	for i, m := range r.pm {
+		if m != nil {
+			fallback[i] = metrics.SumBy(m.TickPaths, "path")["fallback"]
+		}
+	}
+	return masked, fallback
 }
