@@ -29,6 +29,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	compress := fs.Bool("compress", true, "seed-compress dealer material")
 	dealers := fs.Int("dealers", 2, "dealer replicas")
 	deadline := fs.Duration("deadline", 30*time.Millisecond, "actuator deadline after the sensor's publish")
+	twoHop := fs.Bool("two-hop", true, "the two-hop tick (DUET_TWO_HOP, as the shipped deployments run): the exchange between ticks, the sensor's measurement masked; false: three hops every tick")
 	verbose := fs.Bool("v", false, "log service events to stderr")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -48,7 +49,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 	res, err := demo.Run(ctx, demo.RunOptions{
 		Cluster: demo.Options{Controller: cs, Plant: ps, Variant: v, Compress: *compress, Fast: *fast, Period: period,
-			Deadline: *deadline, Dealers: *dealers, Log: log},
+			Deadline: *deadline, Dealers: *dealers, Log: log, TwoHop: *twoHop},
 		Duration: *dur, Out: *out, Progress: stderr,
 	})
 	if err != nil && !errors.Is(err, demo.ErrInterrupted) {
@@ -59,6 +60,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "tick latency p50 %v, p99 %v (sensor publish to actuator reconstruction)\n", s.P50, s.P99)
 	fmt.Fprintf(stdout, "max |u - uplain| %.3g V\n", s.MaxDiff)
 	fmt.Fprintf(stdout, "items: %d ticks paired, %d mismatched, %d reused\n", res.Audit.Ticks, res.Audit.Mismatched, res.Audit.Reused)
+	if p := res.Paths; *twoHop {
+		fmt.Fprintf(stdout, "two-hop tick: %d measurements sent masked, %d as shares (three hops); of the masked, run with the exchange after them: P0 %d, P1 %d\n",
+			p.Masked, p.Shares, p.Fallback[0], p.Fallback[1])
+	}
 	if res.Late > 0 {
 		fmt.Fprintf(stdout, "%d events came after their tick was written out and are not in the summary or trace.csv\n", res.Late)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/trace"
 )
 
@@ -28,6 +29,32 @@ type Result struct {
 	Balanced bool    // |α| < 1.5° from 3 s on (pendulum)
 	MaxAlpha float64 // max |α| from 3 s on
 	Late     int     // events that arrived after their tick was written out
+	// Paths: how the ticks went with Options.TwoHop (zero without it).
+	Paths Paths
+}
+
+// Paths counts the two-hop tick's use over a run (duet_tick_paths_total):
+// the measurements the sensor sent masked (two hops) and as shares (three
+// hops), and per party the masked ones it still ran with the exchange after
+// the measurement (the other party's pre-opening was missing).
+type Paths struct {
+	Masked, Shares int
+	Fallback       [2]int
+}
+
+// Paths reads the cluster's tick-path counters.
+func (c *Cluster) Paths() Paths {
+	var p Paths
+	if m := c.Metrics["sensor"]; m != nil {
+		s := metrics.SumBy(m.TickPaths, "path")
+		p.Masked, p.Shares = int(s["two_hop"]), int(s["three_hop"])
+	}
+	for i := range p.Fallback {
+		if m := c.Metrics[fmt.Sprintf("party%d", i)]; m != nil {
+			p.Fallback[i] = int(metrics.SumBy(m.TickPaths, "path")["fallback"])
+		}
+	}
+	return p
 }
 
 // ErrInterrupted is Run's error when its context ends during the ticks: the
@@ -104,6 +131,7 @@ loop:
 	res.Summary = out.sum.summary()
 	res.Audit = c.Audit()
 	res.Late = c.Late()
+	res.Paths = c.Paths()
 	res.MaxAlpha = out.maxAlpha
 	// Every tick from 3 s on must have been measured (an unencodable
 	// measurement is a failure too).

@@ -240,3 +240,34 @@ func TestRunInterruptedKeepsWhatRan(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRunCountsPaths: `duet demo`'s result says how its ticks went with the
+// two-hop tick on (every measurement counted once, masked or as shares, and
+// most masked in real time on an idle machine), and reports nothing with it
+// off.
+func TestRunCountsPaths(t *testing.T) {
+	cs, ps := pendulum(t)
+	const ticks = 150
+	for _, two := range []bool{true, false} {
+		res, err := Run(context.Background(), RunOptions{
+			Cluster:  Options{Controller: cs, Plant: ps, Variant: mpc.FixedMask, Compress: true, Period: 10 * time.Millisecond, Deadline: 250 * time.Millisecond, Dealers: 1, TwoHop: two},
+			Duration: ticks * 10 * time.Millisecond,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := res.Paths
+		if !two {
+			if p != (Paths{}) {
+				t.Errorf("two-hop off: paths %+v, want none", p)
+			}
+			continue
+		}
+		if p.Masked+p.Shares != ticks || p.Masked < ticks/2 || p.Fallback[0] > p.Masked || p.Fallback[1] > p.Masked {
+			t.Errorf("two-hop on, %d ticks: paths %+v", ticks, p)
+		}
+		if res.Summary.Applied < ticks-5 || res.Audit.Mismatched != 0 || res.Audit.Reused != 0 {
+			t.Errorf("two-hop on: %d of %d applied, audit %+v", res.Summary.Applied, ticks, res.Audit)
+		}
+	}
+}
