@@ -136,3 +136,80 @@ func TestLoopTwoHop(t *testing.T) {
 		})
 	}
 }
+
+// TestTwoHopPartiesRejectMalformed: a masked measurement and pre-openings
+// sealed with the genuine sensor's and peer's keys (a compromised or buggy
+// sender) but of the wrong shape are refused by party 0 and counted, and the
+// loop goes on in two hops with the right outputs.
+func TestTwoHopPartiesRejectMalformed(t *testing.T) {
+	cs, ps := pendulum(t)
+	c := startWith(t, Options{Controller: cs, Plant: ps, Variant: mpc.FixedMask, Compress: true, Period: 10 * time.Millisecond,
+		Deadline: 250 * time.Millisecond, Dealers: 1, LowWater: 100, TwoHop: true}, 50)
+	if err := c.RunTicks(context.Background(), 30); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	prm := c.Sensor.Resolved().Params
+	f := prm.Field
+	seal := func(from codec.Role, kind codec.Kind, v any) []byte {
+		t.Helper()
+		s, err := codec.NewSealer(from, c.Identity(from), c.PublicKeys())
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := codec.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, err := s.Seal(codec.Header{Kind: kind, Loop: c.opt.Loop, Tick: 1 << 40, From: from, To: codec.RoleParty0}, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	col := func(rows int) codec.MatrixWire { return codec.PutMatrix(f, mpc.NewMatrix(rows, 1)) }
+	bad := []struct {
+		subject string
+		env     []byte
+	}{
+		// T_y with a row too many.
+		{bus.MeasureSubject(c.opt.Loop, 0), seal(codec.RoleSensor, codec.KindMeasureMasked, codec.MeasureMaskedPayload{Item: 1, T: col(prm.P + 1)})},
+		// T_x with a row too many.
+		{bus.ExchangeSubject(c.opt.Loop, 0), seal(codec.RoleParty1, codec.KindPreT, codec.MulPayload{Item: 1, T: col(prm.N + 1)})},
+		// An S in the fixed-mask variant (opened once, at set-up).
+		{bus.ExchangeSubject(c.opt.Loop, 0), seal(codec.RoleParty1, codec.KindPreT, codec.MulPayload{Item: 1, T: col(prm.N), S: col(prm.N)})},
+	}
+	before := counter(c, "party0", "dimension")
+	for _, b := range bad {
+		if err := nc.Publish(b.subject, b.env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	two0 := testutil.ToFloat64(c.Metrics["sensor"].TickPaths.WithLabelValues(c.opt.Loop, "two_hop"))
+	const ticks = 100
+	if err := c.RunTicks(context.Background(), ticks); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if got := counter(c, "party0", "dimension") - before; got != float64(len(bad)) {
+		t.Errorf("party0 counted %v dimension rejects for %d malformed messages", got, len(bad))
+	}
+	if two := testutil.ToFloat64(c.Metrics["sensor"].TickPaths.WithLabelValues(c.opt.Loop, "two_hop")) - two0; two < ticks-20 {
+		t.Errorf("after the malformed messages %v of %d ticks went in two hops", two, ticks)
+	}
+	s := Summarize(c.Records())
+	if s.Applied < 30+ticks-5 || s.Misses > 5 {
+		t.Fatalf("loop disturbed: %d applied, %d misses of %d ticks", s.Applied, s.Misses, 30+ticks)
+	}
+	if bound := sim.OutputBound(cs, c.Sensor.Resolved()); s.MaxDiff > bound {
+		t.Fatalf("max |u - uplain| = %g exceeds the bound %g", s.MaxDiff, bound)
+	}
+	checkAudit(t, c, 30+ticks-5)
+}
