@@ -284,14 +284,20 @@ func TestEarlyMulKeepsItsOwnCopy(t *testing.T) {
 // Begin the party refuses and that of an item that fails to decode return to
 // the spares, which stay bounded; a recycled material decodes to what a new
 // one does.
-// pendulumParty is party 0 of the pendulum's shape (per-tick, zero shares).
-func pendulumParty(t *testing.T) (mpc.Params, *mpc.Party) {
+// pendulumParams are the pendulum's parameters (per-tick, 2^127-1).
+func pendulumParams(t *testing.T) mpc.Params {
 	t.Helper()
 	f, err := mpc.ParseModulus(mpc.PresetM127)
 	if err != nil {
 		t.Fatal(err)
 	}
-	prm := mpc.Params{Field: f, N: 3, M: 1, P: 2, K: 18, L: 9, Lambda: 40, Variant: mpc.PerTick}
+	return mpc.Params{Field: f, N: 3, M: 1, P: 2, K: 18, L: 9, Lambda: 40, Variant: mpc.PerTick}
+}
+
+// pendulumParty is party 0 of the pendulum's shape (per-tick, zero shares).
+func pendulumParty(t *testing.T) (mpc.Params, *mpc.Party) {
+	t.Helper()
+	prm := pendulumParams(t)
 	r, c := prm.PhiShape()
 	p, err := mpc.NewParty(prm, 0, mpc.NewMatrix(r, c), mpc.NewMatrix(prm.N, 1))
 	if err != nil {

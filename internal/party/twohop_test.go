@@ -48,11 +48,8 @@ const rigLoop = "l"
 
 func newTwoHopRig(t *testing.T, items int) *twoHopRig {
 	t.Helper()
-	f, err := mpc.ParseModulus(mpc.PresetM127)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prm := mpc.Params{Field: f, N: 3, M: 1, P: 2, K: 18, L: 9, Lambda: 40, Variant: mpc.PerTick}
+	prm := pendulumParams(t)
+	f := prm.Field
 	rc, cc := prm.PhiShape()
 	rng := mpc.NewPRG([32]byte{42}, [16]byte{})
 	phi, err := f.RandomMatrix(rng, rc, cc)
