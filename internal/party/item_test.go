@@ -279,11 +279,6 @@ func TestEarlyMulKeepsItsOwnCopy(t *testing.T) {
 	}
 }
 
-// TestMaterialRecycling: items are decoded into recycled materials, never
-// into the one the party holds since its latest Begin; the material of a
-// Begin the party refuses and that of an item that fails to decode return to
-// the spares, which stay bounded; a recycled material decodes to what a new
-// one does.
 // pendulumParams are the pendulum's parameters (per-tick, 2^127-1).
 func pendulumParams(t *testing.T) mpc.Params {
 	t.Helper()
@@ -306,6 +301,11 @@ func pendulumParty(t *testing.T) (mpc.Params, *mpc.Party) {
 	return prm, p
 }
 
+// TestMaterialRecycling: items are decoded into recycled materials, never
+// into the one the party holds since its latest Begin; the material of a
+// Begin the party refuses and that of an item that fails to decode return to
+// the spares, which stay bounded; a recycled material decodes to what a new
+// one does.
 func TestMaterialRecycling(t *testing.T) {
 	prm, p := pendulumParty(t)
 	seed := [32]byte{5}
