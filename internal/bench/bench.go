@@ -70,7 +70,10 @@ type Report struct {
 	// search ran the parties as, in processes of their own ("": inside the
 	// bench).
 	ScalePartyBin string
-	Started       time.Time
+	// ScaleTwoHop is Plan.ScaleTwoHop: the scale search's loops ran the
+	// two-hop tick.
+	ScaleTwoHop bool
+	Started     time.Time
 	Took          time.Duration
 	Fig5          []Fig5Row
 	Tick          []TickRow
@@ -148,6 +151,10 @@ type Plan struct {
 	// binary (a build of cmd/party), each in its own process
 	// (ScaleOptions.PartyBin); "": inside the bench.
 	ScalePartyBin string
+	// ScaleTwoHop runs the scale search's loops with the two-hop tick
+	// (DUET_TWO_HOP, ScaleOptions.TwoHop); false: three hops, the
+	// services' default.
+	ScaleTwoHop bool
 }
 
 // PlanFor returns the full or the --quick plan.
@@ -217,7 +224,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if opt.Plan != nil {
 		plan = *opt.Plan
 	}
-	rep.StateFileStore, rep.ScaleVariant, rep.ScalePartyBin = plan.StateFileStore, plan.ScaleVariant, plan.ScalePartyBin
+	rep.StateFileStore, rep.ScaleVariant, rep.ScalePartyBin, rep.ScaleTwoHop = plan.StateFileStore, plan.ScaleVariant, plan.ScalePartyBin, plan.ScaleTwoHop
 	pr := func(format string, a ...any) { fmt.Fprintf(opt.Progress, format+"\n", a...) }
 	for _, sec := range opt.Sections {
 		stop, err := startProfile(opt, sec)
@@ -479,7 +486,7 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 			loops = plan.ScaleNoPersistLoops
 		}
 		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg, StateFileStore: plan.StateFileStore,
-			Repeat: plan.ScaleRepeat, PartyBin: plan.ScalePartyBin, Controller: cs, Variant: plan.ScaleVariant, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
+			Repeat: plan.ScaleRepeat, PartyBin: plan.ScalePartyBin, Controller: cs, Variant: plan.ScaleVariant, TwoHop: plan.ScaleTwoHop, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
 				if plan.ScaleRepeat > 1 {
@@ -493,6 +500,9 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 					Cores(r.Roles.Party[0]), Cores(r.Roles.Party[1]), Cores(r.Roles.PairPerTick(r.Loops, r.Period)), Cores(r.Roles.Broker), Cores(r.Roles.Harness), Cores(r.Roles.Collector), Cores(r.Roles.Other),
 					Cores(r.FloorRoles.Pair()), Cores(r.FloorRoles.Broker), Cores(r.FloorRoles.Harness),
 					r.OK, r.Setup.Round(100*time.Millisecond))
+				if r.TwoHop {
+					pr("         two hops: %d of %d measured ticks sent masked, %d run in three hops by a party", r.TwoHopTicks, r.Ticks, r.FallbackTicks)
+				}
 			}})
 		if err != nil {
 			return err
@@ -611,6 +621,9 @@ func (rep *Report) Targets() []Target {
 	}
 	if rep.ScalePartyBin != "" {
 		got += "; the parties in processes of their own"
+	}
+	if rep.ScaleTwoHop {
+		got += "; the loops with the two-hop tick"
 	}
 	for _, f := range rep.ScaleFloor {
 		if f.Loops == 500 {

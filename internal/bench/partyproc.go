@@ -111,7 +111,8 @@ func (r *rig) partyEnv(i int, loops []string, persist bool, keysDir, addr string
 		"DUET_LOG_LEVEL=warn",
 		"DUET_PERSIST="+strconv.FormatBool(persist),
 		"DUET_STATE_FILE_STORE="+strconv.FormatBool(r.stateFile),
-		"DUET_WRITE_COALESCE="+party.WriteCoalesceFor(r.writeCoalesce).String())
+		"DUET_WRITE_COALESCE="+party.WriteCoalesceFor(r.writeCoalesce).String(),
+		"DUET_TWO_HOP="+strconv.FormatBool(r.twoHop))
 	if r.peerBatch != 0 {
 		env = append(env, "DUET_PEER_BATCH="+strconv.Itoa(r.peerBatch))
 	}
@@ -267,6 +268,7 @@ type partyCounts struct {
 	misses, noItem, held int
 	abandoned            map[string]float64
 	peerMsgs, envs       float64
+	fallback             float64 // two-hop ticks run in three hops (duet_tick_paths_total{path="fallback"})
 }
 
 // add adds the counters of one party's metric families (the Prometheus
@@ -290,6 +292,15 @@ func (c *partyCounts) add(mfs map[string]*dto.MetricFamily) {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "reason" {
 					c.abandoned[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if mf := mfs["duet_tick_paths_total"]; mf != nil {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "path" && l.GetValue() == "fallback" {
+					c.fallback += m.GetCounter().GetValue()
 				}
 			}
 		}

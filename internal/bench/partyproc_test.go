@@ -63,6 +63,10 @@ duet_measurements_held_total{loop="a"} 5
 duet_peer_messages_total 70
 # TYPE duet_peer_envelopes_total counter
 duet_peer_envelopes_total 90
+# TYPE duet_tick_paths_total counter
+duet_tick_paths_total{loop="a",path="two_hop"} 50
+duet_tick_paths_total{loop="a",path="fallback"} 6
+duet_tick_paths_total{loop="b",path="fallback"} 1
 # TYPE duet_other_total counter
 duet_other_total 1000
 `
@@ -75,7 +79,7 @@ duet_other_total 1000
 	c.add(mfs)
 	c.add(mfs) // the other party
 	if c.misses != 10 || c.noItem != 8 || c.held != 10 || c.peerMsgs != 140 || c.envs != 180 ||
-		c.abandoned["late"] != 4 || c.abandoned["no_item"] != 6 || len(c.abandoned) != 2 {
+		c.abandoned["late"] != 4 || c.abandoned["no_item"] != 6 || len(c.abandoned) != 2 || c.fallback != 14 {
 		t.Errorf("%+v", c)
 	}
 }
@@ -113,8 +117,9 @@ func running(t *testing.T, bin string) bool {
 }
 
 // TestScalePartyProcs: a real step with the parties as the real party
-// service's processes: every output right, the parties' counters read from
-// their /metrics and their CPU from /proc, and the processes gone after.
+// service's processes, with the two-hop tick as the shipped deployments
+// run it: every output right, the parties' counters read from their
+// /metrics and their CPU from /proc, and the processes gone after.
 func TestScalePartyProcs(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the party processes' CPU is read from /proc")
@@ -123,7 +128,7 @@ func TestScalePartyProcs(t *testing.T) {
 	url := startServer(t)
 	cs, _ := pendulum(t)
 	rows, err := RunScale(context.Background(), ScaleOptions{URL: url, Loops: []int{3}, Duration: 400 * time.Millisecond, Warmup: 200 * time.Millisecond,
-		Controller: cs, Compress: true, PartyBin: bin})
+		Controller: cs, Compress: true, PartyBin: bin, TwoHop: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +146,11 @@ func TestScalePartyProcs(t *testing.T) {
 	}
 	if !(r.Roles.Party[0] > 0 && r.Roles.Party[1] > 0) || !(r.CPU > r.Roles.Pair()) {
 		t.Errorf("parties' cores %v, step's %v: want both parties' CPU measured and in the step's", r.Roles.Party, r.CPU)
+	}
+	// The processes got DUET_TWO_HOP: without their mask shares no
+	// measurement goes out masked.
+	if !r.TwoHop || r.TwoHopTicks < r.Ticks/2 || r.TwoHopTicks > r.Ticks || r.FallbackTicks < 0 {
+		t.Errorf("%+v: want most of the %d ticks sent masked", r, r.Ticks)
 	}
 	if running(t, bin) {
 		t.Errorf("a party process still runs after the step")

@@ -65,6 +65,11 @@ type ScaleOptions struct {
 	WriteCoalesce time.Duration
 	// ItemsPerMsg is the sensors' items per stream message (0: the default).
 	ItemsPerMsg int
+	// TwoHop runs the loops with the two-hop tick (DUET_TWO_HOP, on in the
+	// shipped deployments): the parties pre-open each next item and send
+	// the light sensors their mask shares, which send a masked measurement
+	// when both are in, as the sensor service does.
+	TwoHop bool
 	// StateFileStore puts the parties' persisted state in JetStream file
 	// storage (DUET_STATE_FILE_STORE, the services' default); false: memory.
 	StateFileStore bool
@@ -152,6 +157,12 @@ type ScaleRow struct {
 	// PartyProcs: the parties ran as processes of their own
 	// (ScaleOptions.PartyBin).
 	PartyProcs bool
+	// TwoHop: the loops ran the two-hop tick (ScaleOptions.TwoHop). Of the
+	// measured ticks, TwoHopTicks went out as masked measurements and
+	// FallbackTicks counts those a party still ran in three hops (both
+	// parties' fallbacks).
+	TwoHop                     bool
+	TwoHopTicks, FallbackTicks int
 	// The collector during the measurement (the whole process: server,
 	// parties, harness): completed cycles, and bytes allocated per measured
 	// tick; the CPU the collector used in the cycles that ended during the
@@ -249,6 +260,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	defer r.close()
 	r.peerBatch, r.writeCoalesce, r.stateFile = opt.PeerBatch, opt.WriteCoalesce, opt.StateFileStore
 	r.partyBin, row.PartyProcs = opt.PartyBin, opt.PartyBin != ""
+	r.twoHop, row.TwoHop = opt.TwoHop, opt.TwoHop
 	row.StateFileStore = opt.StateFileStore && row.Persist
 	row.Variant = opt.Variant
 	ticksPerLoop := int((opt.Warmup+opt.Duration)/opt.Period) + 10
@@ -351,7 +363,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	ls := make([]*lightLoop, n)
 	byLoop := make(map[string]*lightLoop, n)
 	for i := range ls {
-		if ls[i], err = newLightLoop(r.ids, clients[i%len(clients)], loops[i], opt.Controller, prm, bound); err != nil {
+		if ls[i], err = newLightLoop(r.ids, clients[i%len(clients)], loops[i], opt.Controller, prm, bound, opt.TwoHop); err != nil {
 			return row, err
 		}
 		byLoop[loops[i]] = ls[i]
@@ -370,6 +382,22 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	defer outSub.Unsubscribe()
 	if err := outSub.SetPendingLimits(-1, -1); err != nil {
 		return row, err
+	}
+	if opt.TwoHop {
+		// The parties' mask shares, one subscription for every loop too,
+		// on another connection than the outputs'.
+		maskSub, err := clients[len(clients)-1].Subscribe(bus.MaskYSubject("*"), func(m *nats.Msg) {
+			if l := byLoop[bus.SubjectLoop(m.Subject)]; l != nil {
+				l.onMask(m)
+			}
+		})
+		if err != nil {
+			return row, err
+		}
+		defer maskSub.Unsubscribe()
+		if err := maskSub.SetPendingLimits(-1, -1); err != nil {
+			return row, err
+		}
 	}
 	for _, nc := range clients {
 		if err := nc.Flush(); err != nil {
@@ -399,6 +427,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		misses, noItem, held int
 		abandoned            map[string]float64
 		peerMsgs, envs       float64
+		fallback             float64
 		gcs                  uint32
 		alloc                uint64
 		gcCPU, gcAssist      float64 // seconds
@@ -412,6 +441,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 				readErr = err
 			}
 			c.misses, c.noItem, c.held, c.abandoned, c.peerMsgs, c.envs = pc.misses, pc.noItem, pc.held, pc.abandoned, pc.peerMsgs, pc.envs
+			c.fallback = pc.fallback
 		}
 		for _, m := range r.pm {
 			if m == nil { // a party process's (above)
@@ -425,6 +455,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 			c.held += int(metrics.Sum(m.Held))
 			c.peerMsgs += metrics.Value(m.PeerMessages)
 			c.envs += metrics.Value(m.PeerEnvelopes)
+			c.fallback += metrics.SumBy(m.TickPaths, "path")["fallback"]
 		}
 		// One read of the runtime's metrics (no stop-the-world, unlike
 		// runtime.ReadMemStats, at the start of the measured ticks).
@@ -494,6 +525,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		return row, readErr
 	}
 	row.PartyMisses, row.NoItem, row.PartyHeld = c1.misses-c0.misses, c1.noItem-c0.noItem, c1.held-c0.held
+	row.FallbackTicks = int(c1.fallback - c0.fallback)
 	row.PartyAbandoned = map[string]int{}
 	for reason, v := range c1.abandoned {
 		if d := int(v - c0.abandoned[reason]); d > 0 {
@@ -505,6 +537,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		ll, sent, misses, wrong := l.results(opt.Deadline)
 		lat = append(lat, ll...)
 		row.Ticks += sent
+		row.TwoHopTicks += l.maskedSent()
 		row.Misses += misses
 		row.Wrong += wrong
 	}
@@ -608,10 +641,25 @@ type lightLoop struct {
 	bound        float64
 	rng          io.Reader
 	yEnc, y0, y1 mpc.Matrix
+	twoHop       bool
+	ty           mpc.Matrix // the masked measurement (twoHop)
 
-	mu    sync.Mutex
-	ticks map[uint64]*lightTick
-	sent  int // measured ticks sent
+	mu     sync.Mutex
+	ticks  map[uint64]*lightTick
+	sent   int // measured ticks sent
+	masked int // of those, sent masked (twoHop)
+	// The parties' latest mask shares (twoHop), as the sensor service keeps
+	// them (internal/sensor/twohop.go): usable for the tick after the one
+	// they were made after, dropped at the next tick either way.
+	mask     [2]lightMask
+	lastSent uint64
+}
+
+// lightMask is one party's KindMaskY.
+type lightMask struct {
+	ok          bool
+	after, item uint64
+	v           mpc.Matrix
 }
 
 type lightTick struct {
@@ -625,9 +673,10 @@ type lightTick struct {
 	wrong    bool
 }
 
-func newLightLoop(ids *identities, nc *nats.Conn, loop string, cs mpc.ControllerSpec, prm mpc.Params, bound float64) (*lightLoop, error) {
+func newLightLoop(ids *identities, nc *nats.Conn, loop string, cs mpc.ControllerSpec, prm mpc.Params, bound float64, twoHop bool) (*lightLoop, error) {
 	l := &lightLoop{nc: nc, loop: loop, prm: prm, fc: cs.NewFloatController(), bound: bound, guard: codec.NewReplayGuard(),
-		ticks: map[uint64]*lightTick{}, yEnc: mpc.NewMatrix(prm.P, 1), y0: mpc.NewMatrix(prm.P, 1), y1: mpc.NewMatrix(prm.P, 1)}
+		ticks: map[uint64]*lightTick{}, yEnc: mpc.NewMatrix(prm.P, 1), y0: mpc.NewMatrix(prm.P, 1), y1: mpc.NewMatrix(prm.P, 1),
+		twoHop: twoHop, ty: mpc.NewMatrix(prm.P, 1)}
 	var err error
 	if l.sealS, err = ids.sealer(codec.RoleSensor); err != nil {
 		return nil, err
@@ -660,18 +709,31 @@ func (l *lightLoop) run(ctx context.Context, period time.Duration, measureFrom, 
 			y[i] = 3 * math.Sin(float64(t)/25+float64(i))
 		}
 		if err := f.EcdInto(l.yEnc.Data, y, l.prm.K, l.prm.L); err == nil {
-			if err := f.ShareInto(l.rng, l.yEnc, l.y0, l.y1); err == nil {
+			item, masked := l.takeMask(t)
+			if masked {
+				f.MatSub(l.ty, l.yEnc, l.ty)
+			} else {
+				err = f.ShareInto(l.rng, l.yEnc, l.y0, l.y1)
+			}
+			if err == nil {
 				up := append([]float64(nil), l.fc.Step(y)...)
 				lt := &lightTick{uplain: up, measured: !now.Before(measureFrom)}
 				l.mu.Lock()
 				l.ticks[t] = lt
 				if lt.measured {
 					l.sent++
+					if masked {
+						l.masked++
+					}
 				}
 				lt.start = time.Now()
 				l.mu.Unlock()
-				l.publish(t, 0, l.y0, lt.start)
-				l.publish(t, 1, l.y1, lt.start)
+				if masked {
+					l.publishMasked(t, item, lt.start)
+				} else {
+					l.publish(t, 0, l.y0, lt.start)
+					l.publish(t, 1, l.y1, lt.start)
+				}
 			}
 		}
 		select {
@@ -692,6 +754,65 @@ func (l *lightLoop) publish(t uint64, i int, y mpc.Matrix, start time.Time) {
 		return
 	}
 	_ = l.nc.Publish(bus.MeasureSubject(l.loop, i), env)
+}
+
+// publishMasked sends both parties tick t's masked measurement l.ty, padded
+// by item's V_y.
+func (l *lightLoop) publishMasked(t, item uint64, start time.Time) {
+	body, err := codec.Marshal(codec.MeasureMaskedPayload{Item: item, T: codec.PutMatrix(l.prm.Field, l.ty), SentUnixNano: start.UnixNano()})
+	if err != nil {
+		return
+	}
+	for i := range 2 {
+		env, err := l.sealS.Seal(codec.Header{Kind: codec.KindMeasureMasked, Loop: l.loop, Tick: t, From: codec.RoleSensor, To: codec.PartyRole(i)}, body)
+		if err != nil {
+			return
+		}
+		_ = l.nc.Publish(bus.MeasureSubject(l.loop, i), env)
+	}
+}
+
+// takeMask puts V_y of both parties' mask shares into l.ty for tick t and
+// returns their item, if both made theirs after the tick sent before t and
+// for the same item; the shares held are dropped either way.
+func (l *lightLoop) takeMask(t uint64) (item uint64, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, b, last := l.mask[0], l.mask[1], l.lastSent
+	l.mask, l.lastSent = [2]lightMask{}, t
+	if !l.twoHop || !a.ok || !b.ok || a.after != last || b.after != last || a.item != b.item {
+		return 0, false
+	}
+	l.prm.Field.MatAdd(l.ty, a.v, b.v)
+	return a.item, true
+}
+
+// onMask admits one party's mask share (sealed to the sensor, for this
+// loop, fresh, p x 1).
+func (l *lightLoop) onMask(m *nats.Msg) {
+	h, body, err := l.sealS.Open(m.Data)
+	if err != nil || h.Kind != codec.KindMaskY || h.Loop != l.loop {
+		return
+	}
+	id, ok := h.From.PartyID()
+	if !ok {
+		return
+	}
+	var mp codec.MaskYPayload
+	v := mpc.NewMatrix(l.prm.P, 1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.guard.Admit(h, body, &mp, func() error { return mp.V.DecodeInto(l.prm.Field, v) }) != nil {
+		return
+	}
+	l.mask[id] = lightMask{ok: true, after: h.Tick, item: mp.Item, v: v}
+}
+
+// maskedSent is the number of measured ticks sent masked.
+func (l *lightLoop) maskedSent() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.masked
 }
 
 func (l *lightLoop) onOutput(m *nats.Msg) {

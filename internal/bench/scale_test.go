@@ -124,8 +124,47 @@ func TestScaleQuickFixedMask(t *testing.T) {
 	if len(rows) != 1 {
 		t.Fatalf("%d rows, want 1", len(rows))
 	}
-	if r := rows[0]; r.Variant != mpc.FixedMask || r.Ticks < r.Loops*6 || r.Wrong != 0 || r.PartyMisses != 0 {
-		t.Errorf("%+v: want the fixed mask, about 7 ticks per loop, no wrong result and no miss", r)
+	if r := rows[0]; r.Variant != mpc.FixedMask || r.Ticks < r.Loops*6 || r.Wrong != 0 || r.PartyMisses != 0 || r.TwoHop || r.TwoHopTicks != 0 {
+		t.Errorf("%+v: want the fixed mask, about 7 ticks per loop, no wrong result, no miss and three hops", r)
+	}
+}
+
+// TestScaleQuickTwoHop: with TwoHop (duet bench --two-hop) the light
+// sensors send masked measurements once both parties' mask shares are in,
+// and every output still matches the clear controller's.
+func TestScaleQuickTwoHop(t *testing.T) {
+	url := startServer(t)
+	cs, _ := pendulum(t)
+	dir := t.TempDir()
+	rows, err := RunScale(context.Background(), ScaleOptions{URL: url, Loops: []int{3}, Duration: 400 * time.Millisecond, Warmup: 200 * time.Millisecond,
+		Controller: cs, Variant: mpc.PerTick, Compress: true, TwoHop: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1", len(rows))
+	}
+	r := rows[0]
+	// The first tick of each loop goes in three hops (no mask yet), then
+	// every tick the parties completed in time pre-opens the next.
+	if !r.TwoHop || r.Ticks < r.Loops*8 || r.Wrong != 0 || r.PartyMisses != 0 || r.TwoHopTicks < r.Ticks*3/4 || r.TwoHopTicks > r.Ticks {
+		t.Errorf("%+v: want about 10 ticks per loop, most of them sent masked, no wrong result and no miss", r)
+	}
+	if r.FallbackTicks < 0 || r.FallbackTicks > r.TwoHopTicks {
+		t.Errorf("%+v: %d fallbacks for %d masked ticks", r, r.FallbackTicks, r.TwoHopTicks)
+	}
+	rep := &Report{Scale: rows}
+	if err := rep.WriteCSVs(dir); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "scale_detail.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	want := fmt.Sprintf(",true,%d,%d", r.TwoHopTicks, r.FallbackTicks)
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks") || !strings.HasSuffix(lines[1], want) {
+		t.Errorf("scale_detail.csv %q: want the two-hop columns ending %q", lines, want)
 	}
 }
 

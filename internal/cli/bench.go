@@ -40,6 +40,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	perMsg := fs.Int("items-per-msg", 0, "the sensors' DUET_ITEMS_PER_MSG in the scale section (default: the service default)")
 	repeat := fs.Int("repeat", 0, "steps of the scale search at each loop count; a count holds only if every one of them held (default 1)")
 	mask := fs.String("mask", "", "the sensors' DUET_MASK in the scale section: per-tick (the services' default) or fixed")
+	twoHop := fs.Bool("two-hop", false, "run the scale section's loops with the two-hop tick (DUET_TWO_HOP, on in the shipped deployments; default: three hops, the services' default)")
 	partyBin := fs.String("party-bin", "", "run the scale section's two parties as this party binary (a build of cmd/party), each in its own process, instead of inside the bench")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
@@ -94,7 +95,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		plan.ScaleLoops, plan.ScaleNoPersistLoops, plan.ScaleBudget = ns, ns, 0
 	}
 	plan.PeerBatch, plan.ItemsPerMsg, plan.WriteCoalesce, plan.StateFileStore = *peerBatch, *perMsg, coalesce, *stateFile
-	plan.ScaleVariant, plan.ScaleRepeat, plan.ScalePartyBin = variant, *repeat, *partyBin
+	plan.ScaleVariant, plan.ScaleRepeat, plan.ScalePartyBin, plan.ScaleTwoHop = variant, *repeat, *partyBin, *twoHop
 	lvl := slog.LevelError + 4 // silent: the services log expected rejections at set-up and shutdown
 	if *verbose {
 		lvl = slog.LevelInfo
@@ -152,6 +153,9 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 	procs := ""
 	if rep.ScalePartyBin != "" {
 		procs = ", the scale search's parties as processes of " + rep.ScalePartyBin
+	}
+	if rep.ScaleTwoHop {
+		procs += ", the scale loops with the two-hop tick"
 	}
 	fmt.Fprintf(w, "duet bench (%s, NATS %s, state persisted to %s, scale loops with the %s mask%s)\n", mode, rep.Server, stateStore(rep.StateFileStore), rep.ScaleVariant, procs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
