@@ -74,11 +74,11 @@ type Report struct {
 	// two-hop tick.
 	ScaleTwoHop bool
 	Started     time.Time
-	Took          time.Duration
-	Fig5          []Fig5Row
-	Tick          []TickRow
-	Dealer        []DealerRow
-	Scale         []ScaleRow
+	Took        time.Duration
+	Fig5        []Fig5Row
+	Tick        []TickRow
+	Dealer      []DealerRow
+	Scale       []ScaleRow
 	// ScaleFloor is the floor alone at Plan.ScaleFloorLoops.
 	ScaleFloor []ScaleFloorRow
 	// ScaleLimit is the p99 limit of the scale search.
