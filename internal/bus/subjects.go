@@ -21,7 +21,7 @@ import (
 //	duet.<loop>.plant.y        sensor -> plant (request/reply) KindPlantY
 //	duet.<loop>.plant.u        actuator -> plant        KindPlantU
 //	duet.offline.<loop>        dealers -> stream DUET_OFFLINE_<loop>
-//	duet.~batch.x.p<i>         other party -> party i   batches of KindMul, KindTrunc
+//	duet.~batch.x.p<i>         other party -> party i   batches of KindMul, KindTrunc, KindPreT
 //
 // The batch subject's second token is not a loop id ('~' is outside the loop
 // id alphabet), so it never meets a loop's subjects, and it is inside the

@@ -213,3 +213,36 @@ func TestTwoHopPartiesRejectMalformed(t *testing.T) {
 	}
 	checkAudit(t, c, 30+ticks-5)
 }
+
+// TestTwoHopThroughBatches: with every message to the other party sent as
+// a batch (as under load, when the dispatcher has more messages waiting),
+// the pre-openings travel in batches too and are taken from them: the ticks
+// stay short at both parties and nothing is refused as a wrong kind.
+func TestTwoHopThroughBatches(t *testing.T) {
+	cs, ps := pendulum(t)
+	c := startWith(t, Options{Controller: cs, Plant: ps, Variant: mpc.PerTick, Compress: true, Period: 10 * time.Millisecond,
+		Deadline: 250 * time.Millisecond, Dealers: 1, LowWater: 100, TwoHop: true, PeerBatchAlways: true}, 50)
+	const ticks = 200
+	if err := c.RunTicks(context.Background(), ticks); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	s := Summarize(c.Records())
+	if s.Applied < ticks-5 || s.Misses > 5 {
+		t.Fatalf("applied %d of %d ticks, %d misses", s.Applied, ticks, s.Misses)
+	}
+	checkAudit(t, c, ticks-5)
+	loop := c.opt.Loop
+	for i := 0; i < 2; i++ {
+		name := fmt.Sprintf("party%d", i)
+		m := c.Metrics[name]
+		two := testutil.ToFloat64(m.TickPaths.WithLabelValues(loop, "two_hop"))
+		fb := testutil.ToFloat64(m.TickPaths.WithLabelValues(loop, "fallback"))
+		if two < ticks-20 {
+			t.Errorf("%s: %v of %d ticks in two hops, %v fallbacks", name, two, ticks, fb)
+		}
+		if k := testutil.ToFloat64(m.Rejects.WithLabelValues("kind")); k != 0 {
+			t.Errorf("%s: %v messages refused as a wrong kind", name, k)
+		}
+	}
+}

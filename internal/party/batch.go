@@ -119,14 +119,15 @@ func (s *Service) hold(more bool) {
 
 // dispatchBatch routes each envelope of a batch from the other party to its
 // loop's worker, as if it had arrived alone on the loop's exchange subject.
-// Only the other party's exchange kinds may travel in a batch: anything
-// else (a measurement, say, which deliver may not handle inline) is
-// refused, as is a malformed batch.
+// Only the other party's exchange kinds may travel in a batch (Protocol 1's
+// and 2's messages, and the two-hop tick's pre-openings, which under load
+// leave in the same batches): anything else (a measurement, say, which
+// deliver may not handle inline) is refused, as is a malformed batch.
 func (s *Service) dispatchBatch(ctx context.Context, m *nats.Msg, holding bool) {
 	peer := codec.PartyRole(1 - s.opt.ID)
 	err := codec.SplitBatch(m.Data, func(env []byte) {
 		h, err := codec.PeekHeader(env)
-		if err == nil && (h.From != peer || (h.Kind != codec.KindMul && h.Kind != codec.KindTrunc)) {
+		if err == nil && (h.From != peer || !exchangeKind(h.Kind)) {
 			err = errBatchKind(h)
 		}
 		if err != nil {
@@ -147,6 +148,12 @@ func (s *Service) dispatchBatch(ctx context.Context, m *nats.Msg, holding bool) 
 		s.opt.Metrics.Reject(err)
 		s.opt.Log.Debug("batch rejected", "party", s.opt.ID, "err", err)
 	}
+}
+
+// exchangeKind: the kinds the other party sends on a loop's exchange
+// subject, and so may batch.
+func exchangeKind(k codec.Kind) bool {
+	return k == codec.KindMul || k == codec.KindTrunc || k == codec.KindPreT
 }
 
 func errBatchKind(h codec.Header) error {
