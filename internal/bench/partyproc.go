@@ -269,6 +269,7 @@ type partyCounts struct {
 	abandoned            map[string]float64
 	peerMsgs, envs       float64
 	fallback             float64 // two-hop ticks run in three hops (duet_tick_paths_total{path="fallback"})
+	rejects              map[string]float64
 }
 
 // add adds the counters of one party's metric families (the Prometheus
@@ -296,6 +297,18 @@ func (c *partyCounts) add(mfs map[string]*dto.MetricFamily) {
 			}
 		}
 	}
+	if mf := mfs["duet_rejects_total"]; mf != nil {
+		if c.rejects == nil {
+			c.rejects = map[string]float64{}
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					c.rejects[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
 	if mf := mfs["duet_tick_paths_total"]; mf != nil {
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
@@ -309,7 +322,7 @@ func (c *partyCounts) add(mfs map[string]*dto.MetricFamily) {
 
 // procCounts reads both party processes' counters from their /metrics.
 func (r *rig) procCounts(ctx context.Context) (partyCounts, error) {
-	c := partyCounts{abandoned: map[string]float64{}}
+	c := partyCounts{abandoned: map[string]float64{}, rejects: map[string]float64{}}
 	client := http.Client{Timeout: 5 * time.Second}
 	for _, p := range r.procList() {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.addr+"/metrics", nil)

@@ -63,6 +63,9 @@ duet_measurements_held_total{loop="a"} 5
 duet_peer_messages_total 70
 # TYPE duet_peer_envelopes_total counter
 duet_peer_envelopes_total 90
+# TYPE duet_rejects_total counter
+duet_rejects_total{reason="kind"} 2
+duet_rejects_total{reason="overload"} 5
 # TYPE duet_tick_paths_total counter
 duet_tick_paths_total{loop="a",path="two_hop"} 50
 duet_tick_paths_total{loop="a",path="fallback"} 6
@@ -79,7 +82,8 @@ duet_other_total 1000
 	c.add(mfs)
 	c.add(mfs) // the other party
 	if c.misses != 10 || c.noItem != 8 || c.held != 10 || c.peerMsgs != 140 || c.envs != 180 ||
-		c.abandoned["late"] != 4 || c.abandoned["no_item"] != 6 || len(c.abandoned) != 2 || c.fallback != 14 {
+		c.abandoned["late"] != 4 || c.abandoned["no_item"] != 6 || len(c.abandoned) != 2 || c.fallback != 14 ||
+		c.rejects["kind"] != 4 || c.rejects["overload"] != 10 || len(c.rejects) != 2 {
 		t.Errorf("%+v", c)
 	}
 }

@@ -145,6 +145,11 @@ type ScaleRow struct {
 	// PartyHeld counts the measurements the parties held for a late tick
 	// (duet_measurements_held_total).
 	PartyHeld int
+	// PartyRejects counts the inbound messages the parties refused during
+	// the measurement, by reason (duet_rejects_total): the harness sends
+	// only well-formed messages, so anything but "overload" (a queue full
+	// under load) is a bug of the pipeline's own.
+	PartyRejects map[string]int
 	// WriteCoalesce is the parties' write coalescing interval (0: off).
 	WriteCoalesce time.Duration
 	// StateFileStore: the state was persisted to JetStream file storage
@@ -428,13 +433,14 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		abandoned            map[string]float64
 		peerMsgs, envs       float64
 		fallback             float64
+		rejects              map[string]float64
 		gcs                  uint32
 		alloc                uint64
 		gcCPU, gcAssist      float64 // seconds
 	}
 	var readErr error // a party process's counters could not be read
 	read := func() (c counts) {
-		c.abandoned = map[string]float64{}
+		c.abandoned, c.rejects = map[string]float64{}, map[string]float64{}
 		if r.partyBin != "" {
 			pc, err := r.procCounts(ctx)
 			if err != nil && readErr == nil {
@@ -442,6 +448,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 			}
 			c.misses, c.noItem, c.held, c.abandoned, c.peerMsgs, c.envs = pc.misses, pc.noItem, pc.held, pc.abandoned, pc.peerMsgs, pc.envs
 			c.fallback = pc.fallback
+			maps.Copy(c.rejects, pc.rejects)
 		}
 		for _, m := range r.pm {
 			if m == nil { // a party process's (above)
@@ -456,6 +463,9 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 			c.peerMsgs += metrics.Value(m.PeerMessages)
 			c.envs += metrics.Value(m.PeerEnvelopes)
 			c.fallback += metrics.SumBy(m.TickPaths, "path")["fallback"]
+			for reason, v := range metrics.SumBy(m.Rejects, "reason") {
+				c.rejects[reason] += v
+			}
 		}
 		// One read of the runtime's metrics (no stop-the-world, unlike
 		// runtime.ReadMemStats, at the start of the measured ticks).
@@ -526,6 +536,12 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	}
 	row.PartyMisses, row.NoItem, row.PartyHeld = c1.misses-c0.misses, c1.noItem-c0.noItem, c1.held-c0.held
 	row.FallbackTicks = int(c1.fallback - c0.fallback)
+	row.PartyRejects = map[string]int{}
+	for reason, v := range c1.rejects {
+		if d := int(v - c0.rejects[reason]); d > 0 {
+			row.PartyRejects[reason] = d
+		}
+	}
 	row.PartyAbandoned = map[string]int{}
 	for reason, v := range c1.abandoned {
 		if d := int(v - c0.abandoned[reason]); d > 0 {
@@ -986,13 +1002,27 @@ func gcSeconds(s rtmetrics.Sample) float64 {
 
 // AbandonedBy formats PartyAbandoned as "reason=n" pairs, sorted by reason
 // and separated by spaces ("" if no tick was abandoned).
-func (r ScaleRow) AbandonedBy() string {
+func (r ScaleRow) AbandonedBy() string { return byReason(r.PartyAbandoned) }
+
+// RejectsBy formats PartyRejects the same way.
+func (r ScaleRow) RejectsBy() string { return byReason(r.PartyRejects) }
+
+// Rejected is the number of messages the parties refused.
+func (r ScaleRow) Rejected() (n int) {
+	for _, v := range r.PartyRejects {
+		n += v
+	}
+	return n
+}
+
+// byReason formats counts as "reason=n" pairs, sorted by reason.
+func byReason(m map[string]int) string {
 	var b strings.Builder
-	for i, k := range slices.Sorted(maps.Keys(r.PartyAbandoned)) {
+	for i, k := range slices.Sorted(maps.Keys(m)) {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		fmt.Fprintf(&b, "%s=%d", k, r.PartyAbandoned[k])
+		fmt.Fprintf(&b, "%s=%d", k, m[k])
 	}
 	return b.String()
 }

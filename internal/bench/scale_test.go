@@ -85,6 +85,10 @@ func TestScaleQuick(t *testing.T) {
 		if abandoned != r.PartyMisses {
 			t.Errorf("%+v: %d abandoned by reason (%s), %d in all", r, abandoned, r.AbandonedBy(), r.PartyMisses)
 		}
+		// The harness sends nothing a party should refuse.
+		if r.Rejected() != 0 {
+			t.Errorf("%+v: the parties refused %s", r, r.RejectsBy())
+		}
 		t.Logf("%+v", r)
 	}
 	// The profile directory holds the CPU profile and every measured tick.
@@ -153,6 +157,9 @@ func TestScaleQuickTwoHop(t *testing.T) {
 	if r.FallbackTicks < 0 || r.FallbackTicks > r.TwoHopTicks {
 		t.Errorf("%+v: %d fallbacks for %d masked ticks", r, r.FallbackTicks, r.TwoHopTicks)
 	}
+	if r.Rejected() != 0 {
+		t.Errorf("%+v: the parties refused %s", r, r.RejectsBy())
+	}
 	rep := &Report{Scale: rows}
 	if err := rep.WriteCSVs(dir); err != nil {
 		t.Fatal(err)
@@ -162,8 +169,8 @@ func TestScaleQuickTwoHop(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	want := fmt.Sprintf(",true,%d,%d", r.TwoHopTicks, r.FallbackTicks)
-	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks") || !strings.HasSuffix(lines[1], want) {
+	want := fmt.Sprintf(",true,%d,%d,", r.TwoHopTicks, r.FallbackTicks)
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks,party_rejects_by") || !strings.HasSuffix(lines[1], want) {
 		t.Errorf("scale_detail.csv %q: want the two-hop columns ending %q", lines, want)
 	}
 }
@@ -265,6 +272,13 @@ func TestAbandonedBy(t *testing.T) {
 	r := ScaleRow{PartyAbandoned: map[string]int{"late": 12, "item_mismatch": 1, "no_item": 3}}
 	if got, want := r.AbandonedBy(), "item_mismatch=1 late=12 no_item=3"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := r.RejectsBy(); got != "" || r.Rejected() != 0 {
+		t.Errorf("no refused message: %q, %d", got, r.Rejected())
+	}
+	r.PartyRejects = map[string]int{"overload": 7, "kind": 2}
+	if got, want := r.RejectsBy(), "kind=2 overload=7"; got != want || r.Rejected() != 9 {
+		t.Errorf("got %q (%d in all), want %q (9)", got, r.Rejected(), want)
 	}
 }
 
