@@ -288,36 +288,23 @@ func (c *partyCounts) add(mfs map[string]*dto.MetricFamily) {
 	c.held += int(sum("duet_measurements_held_total"))
 	c.peerMsgs += sum("duet_peer_messages_total")
 	c.envs += sum("duet_peer_envelopes_total")
-	if mf := mfs["duet_ticks_abandoned_total"]; mf != nil {
-		for _, m := range mf.GetMetric() {
+	// by adds counter name's values by their label's value into into.
+	by := func(into map[string]float64, name, label string) map[string]float64 {
+		if into == nil {
+			into = map[string]float64{}
+		}
+		for _, m := range mfs[name].GetMetric() { // nil family: none
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" {
-					c.abandoned[l.GetValue()] += m.GetCounter().GetValue()
+				if l.GetName() == label {
+					into[l.GetValue()] += m.GetCounter().GetValue()
 				}
 			}
 		}
+		return into
 	}
-	if mf := mfs["duet_rejects_total"]; mf != nil {
-		if c.rejects == nil {
-			c.rejects = map[string]float64{}
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" {
-					c.rejects[l.GetValue()] += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	if mf := mfs["duet_tick_paths_total"]; mf != nil {
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "path" && l.GetValue() == "fallback" {
-					c.fallback += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
+	c.abandoned = by(c.abandoned, "duet_ticks_abandoned_total", "reason")
+	c.rejects = by(c.rejects, "duet_rejects_total", "reason")
+	c.fallback += by(nil, "duet_tick_paths_total", "path")["fallback"]
 }
 
 // procCounts reads both party processes' counters from their /metrics.

@@ -376,33 +376,32 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	// One subscription for every loop's output shares, as an actuator
 	// service for many loops would have: a goroutine per loop would add a
 	// wake-up per message that the parties' cores pay for.
-	outSub, err := clients[0].Subscribe(bus.OutputSubject("*"), func(m *nats.Msg) {
-		if l := byLoop[bus.SubjectLoop(m.Subject)]; l != nil {
-			l.onOutput(m)
+	subscribe := func(nc *nats.Conn, subject string, on func(*lightLoop, *nats.Msg)) (*nats.Subscription, error) {
+		sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+			if l := byLoop[bus.SubjectLoop(m.Subject)]; l != nil {
+				on(l, m)
+			}
+		})
+		if err == nil {
+			if err = sub.SetPendingLimits(-1, -1); err != nil {
+				_ = sub.Unsubscribe()
+			}
 		}
-	})
+		return sub, err
+	}
+	outSub, err := subscribe(clients[0], bus.OutputSubject("*"), (*lightLoop).onOutput)
 	if err != nil {
 		return row, err
 	}
 	defer outSub.Unsubscribe()
-	if err := outSub.SetPendingLimits(-1, -1); err != nil {
-		return row, err
-	}
 	if opt.TwoHop {
 		// The parties' mask shares, one subscription for every loop too,
 		// on another connection than the outputs'.
-		maskSub, err := clients[len(clients)-1].Subscribe(bus.MaskYSubject("*"), func(m *nats.Msg) {
-			if l := byLoop[bus.SubjectLoop(m.Subject)]; l != nil {
-				l.onMask(m)
-			}
-		})
+		maskSub, err := subscribe(clients[len(clients)-1], bus.MaskYSubject("*"), (*lightLoop).onMask)
 		if err != nil {
 			return row, err
 		}
 		defer maskSub.Unsubscribe()
-		if err := maskSub.SetPendingLimits(-1, -1); err != nil {
-			return row, err
-		}
 	}
 	for _, nc := range clients {
 		if err := nc.Flush(); err != nil {

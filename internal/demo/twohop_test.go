@@ -42,14 +42,7 @@ func TestLoopTwoHop(t *testing.T) {
 				t.Fatal(err)
 			}
 			const ticks = 300
-			if err := c.RunTicks(context.Background(), ticks); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(100 * time.Millisecond)
-			s := Summarize(c.Records())
-			if s.Applied < ticks-5 || s.Misses > 5 {
-				t.Fatalf("applied %d of %d ticks, %d misses", s.Applied, ticks, s.Misses)
-			}
+			s := runTwoHop(t, c, ticks)
 			if bound := sim.OutputBound(cs, c.Sensor.Resolved()); s.MaxDiff > bound {
 				t.Fatalf("max |u - uplain| = %g exceeds the bound %g", s.MaxDiff, bound)
 			}
@@ -223,14 +216,7 @@ func TestTwoHopThroughBatches(t *testing.T) {
 	c := startWith(t, Options{Controller: cs, Plant: ps, Variant: mpc.PerTick, Compress: true, Period: 10 * time.Millisecond,
 		Deadline: 250 * time.Millisecond, Dealers: 1, LowWater: 100, TwoHop: true, PeerBatchAlways: true}, 50)
 	const ticks = 200
-	if err := c.RunTicks(context.Background(), ticks); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(100 * time.Millisecond)
-	s := Summarize(c.Records())
-	if s.Applied < ticks-5 || s.Misses > 5 {
-		t.Fatalf("applied %d of %d ticks, %d misses", s.Applied, ticks, s.Misses)
-	}
+	runTwoHop(t, c, ticks)
 	checkAudit(t, c, ticks-5)
 	loop := c.opt.Loop
 	for i := 0; i < 2; i++ {
@@ -245,4 +231,19 @@ func TestTwoHopThroughBatches(t *testing.T) {
 			t.Errorf("%s: %v messages refused as a wrong kind", name, k)
 		}
 	}
+}
+
+// runTwoHop runs ticks ticks in real time and requires nearly all of them
+// applied.
+func runTwoHop(t *testing.T, c *Cluster, ticks int) Summary {
+	t.Helper()
+	if err := c.RunTicks(context.Background(), uint64(ticks)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	s := Summarize(c.Records())
+	if s.Applied < ticks-5 || s.Misses > 5 {
+		t.Fatalf("applied %d of %d ticks, %d misses", s.Applied, ticks, s.Misses)
+	}
+	return s
 }
