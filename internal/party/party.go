@@ -57,7 +57,8 @@ type Options struct {
 	// sensor this party's share of its measurement mask (KindMaskY), so
 	// that a tick started by a masked measurement (KindMeasureMasked) needs
 	// no exchange after it (twohop.go). A masked measurement is handled
-	// with or without it.
+	// with or without it. While the sensor sends shares instead, it backs
+	// off to pre-opening on probe ticks only (twoHopBackoff).
 	TwoHop bool
 	// Audit, if set, is called once per completed multiplication with the
 	// stream sequence of the item used (a test hook and audit log).

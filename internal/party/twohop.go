@@ -28,6 +28,45 @@ import (
 // The item taken between ticks is the next tick's item whichever path the
 // tick takes (nextItem): the parties' items stay paired.
 
+// A sensor that never sends masked measurements (its DUET_TWO_HOP off, or
+// no permission to receive the parties' mask shares, as in a rolling
+// upgrade) would cost each party a pre-opening and two messages a tick for
+// nothing, and, where the party may not publish the mask shares, a denied
+// publish and an error logged a tick. After twoHopBackoff such measurements
+// in a row, a party pre-opens only after ticks that are multiples of
+// twoHopProbe (both parties count the same ticks, so their probes meet),
+// until a masked measurement comes again.
+const (
+	twoHopBackoff = 50
+	twoHopProbe   = 25
+)
+
+// backedOff reports whether the party pre-opens only on probe ticks.
+func (w *worker) backedOff() bool { return w.sharesRun >= twoHopBackoff }
+
+// noteShares counts a measurement of tick t that came as shares although
+// this party had announced its mask share for it.
+func (w *worker) noteShares(t uint64) {
+	if !w.s.opt.TwoHop || !w.pre.ok {
+		return
+	}
+	w.sharesRun++
+	if w.sharesRun == twoHopBackoff {
+		w.s.opt.Log.Warn("two-hop tick on, but the sensor keeps sending shares after this party's mask shares "+
+			"(its DUET_TWO_HOP off, or no permission to subscribe to the loop's masky subject?): pre-opening only "+
+			"on probe ticks until it sends a masked measurement", "party", w.id, "loop", w.loop, "tick", t,
+			"ticks_in_a_row", twoHopBackoff, "probe_every", twoHopProbe)
+	}
+}
+
+// noteMasked records a masked measurement: the sensor runs the two-hop tick.
+func (w *worker) noteMasked(t uint64) {
+	if w.backedOff() {
+		w.s.opt.Log.Info("the sensor sends masked measurements again: pre-opening every tick", "party", w.id, "loop", w.loop, "tick", t)
+	}
+	w.sharesRun = 0
+}
+
 // preOpen is this party's pre-opening for the next tick.
 type preOpen struct {
 	ok      bool
@@ -50,6 +89,9 @@ type peerPre struct {
 // does nothing: the next tick takes one, in three hops.
 func (w *worker) preOpenNext(ctx context.Context) {
 	if !w.s.opt.TwoHop || w.pre.ok || w.st != idle || w.held || !w.ready.Load() || w.fenced {
+		return
+	}
+	if w.backedOff() && w.cur%twoHopProbe != 0 {
 		return
 	}
 	seq, mat, err := w.takeItem(ctx, false)
@@ -140,6 +182,7 @@ func (w *worker) onMeasureMasked(ctx context.Context, t, item uint64) {
 		w.reject(fmt.Errorf("%w: measurement before set-up completed", codec.ErrKind))
 		return
 	}
+	w.noteMasked(t)
 	if w.st != idle {
 		// Not held for: a masked measurement follows this party's own
 		// pre-opening, made after its previous tick ended.

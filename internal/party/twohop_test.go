@@ -38,6 +38,7 @@ type twoHopRig struct {
 	capture  chan *nats.Msg
 	masks    map[int]codec.MaskYPayload
 	maskTick map[int]uint64
+	maskSent [2]int // mask shares each party has sent
 	outs     map[uint64][2]mpc.Matrix // output shares by tick
 	rng      io.Reader
 	// drop, if set, says whether to drop a message of kind to party i.
@@ -169,6 +170,7 @@ func (r *twoHopRig) network() {
 			}
 			id, _ := h.From.PartyID()
 			r.masks[id], r.maskTick[id] = mp, h.Tick
+			r.maskSent[id]++
 		case m.Subject == bus.OutputSubject(rigLoop):
 			h, body, err := r.actuator.Open(m.Data)
 			if err != nil {
@@ -389,4 +391,49 @@ func TestTwoHopSensorItemMismatch(t *testing.T) {
 		t.Fatalf("tick 3: items %d and %d, want the same, past %d", i0, r.w[1].item, announced+1<<8)
 	}
 	r.check(3, y, i0)
+}
+
+// TestTwoHopBacksOff: a sensor that keeps sending shares after both parties
+// announced their mask shares (its two-hop tick off) makes both parties stop
+// pre-opening after twoHopBackoff such ticks, but for the same probe ticks;
+// every tick still gives the reference u on the next item; a masked
+// measurement after a probe brings the pre-opening back every tick.
+func TestTwoHopBacksOff(t *testing.T) {
+	const ticks = twoHopBackoff + 2*twoHopProbe
+	r := newTwoHopRig(t, ticks+10)
+	y := r.y()
+	r.between()
+	for tick := uint64(1); tick <= ticks; tick++ {
+		before := r.maskSent
+		r.measure(tick, y, false, 0)
+		r.check(tick, y, itemID(tick, 0)) // pre-opened or taken at the tick: the next item either way
+		r.between()
+		want := 0
+		if tick < twoHopBackoff || tick%twoHopProbe == 0 {
+			want = 1
+		}
+		for i := range r.w {
+			if got := r.maskSent[i] - before[i]; got != want {
+				t.Fatalf("after tick %d: party%d sent %d mask shares, want %d", tick, i, got, want)
+			}
+		}
+	}
+	// Tick ticks was a probe: the sensor, now running two hops, masks the
+	// next measurement, and the parties pre-open every tick again.
+	if r.maskTick[0] != ticks || r.maskTick[1] != ticks || r.masks[0].Item != r.masks[1].Item {
+		t.Fatalf("probe: mask shares after ticks %v for items %d and %d", r.maskTick, r.masks[0].Item, r.masks[1].Item)
+	}
+	for tick := uint64(ticks + 1); tick <= ticks+3; tick++ {
+		if r.maskTick[0] != tick-1 || r.maskTick[1] != tick-1 {
+			t.Fatalf("tick %d: mask shares after ticks %v, want %d", tick, r.maskTick, tick-1)
+		}
+		r.measure(tick, y, true, r.masks[0].Item)
+		r.check(tick, y, itemID(tick, 0))
+		r.between()
+	}
+	for i := range r.w {
+		if two, n := r.paths(i, "two_hop"), metrics.Sum(r.m[i].Misses); two != 3 || n != 0 {
+			t.Errorf("party%d: %v two-hop ticks, %v misses; want 3 and 0", i, two, n)
+		}
+	}
 }

@@ -139,8 +139,12 @@ type worker struct {
 	// item, the other party's, the sensor's T_y being handled, the other
 	// party's T as this party builds it, and this party's Protocol 1
 	// message of a tick run in two hops.
-	pre       preOpen
-	peerPre   peerPre
+	pre     preOpen
+	peerPre peerPre
+	// sharesRun counts the sensor's measurements in a row that came as
+	// shares although this party had announced its mask share for them
+	// (twoHopBackoff).
+	sharesRun int
 	tyBuf     mpc.Matrix
 	peerT     mpc.Matrix
 	reply     pendingReply
@@ -536,6 +540,7 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 		if err := w.accept(h, body, &mp, func() error { return mp.Y.DecodeInto(w.prm.Field, w.yBuf) }); err != nil {
 			return
 		}
+		w.noteShares(h.Tick)
 		w.onMeasure(ctx, h.Tick, false)
 	case h.Kind == codec.KindMeasureMasked && h.From == codec.RoleSensor:
 		var mp codec.MeasureMaskedPayload
