@@ -38,7 +38,7 @@ type twoHopRig struct {
 	capture  chan *nats.Msg
 	masks    map[int]codec.MaskYPayload
 	maskTick map[int]uint64
-	maskSent [2]int // mask shares each party has sent
+	maskSent [2]int                   // mask shares each party has sent
 	outs     map[uint64][2]mpc.Matrix // output shares by tick
 	rng      io.Reader
 	// drop, if set, says whether to drop a message of kind to party i.
