@@ -154,10 +154,11 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 	if rep.ScalePartyBin != "" {
 		procs = ", the scale search's parties as processes of " + rep.ScalePartyBin
 	}
+	hops := ""
 	if rep.ScaleTwoHop {
-		procs += ", the scale loops with the two-hop tick"
+		hops = " and the two-hop tick"
 	}
-	fmt.Fprintf(w, "duet bench (%s, NATS %s, state persisted to %s, scale loops with the %s mask%s)\n", mode, rep.Server, stateStore(rep.StateFileStore), rep.ScaleVariant, procs)
+	fmt.Fprintf(w, "duet bench (%s, NATS %s, state persisted to %s, scale loops with the %s mask%s%s)\n", mode, rep.Server, stateStore(rep.StateFileStore), rep.ScaleVariant, hops, procs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if len(rep.Fig5) > 0 {
 		fmt.Fprintln(w, "\nFig. 5: round trip at the client (µs); floor: same messages, no computation or encryption")

@@ -112,6 +112,19 @@ func TestPrintSummaryMask(t *testing.T) {
 	}
 }
 
+// The summary's first line says when the scale search's loops ran the
+// two-hop tick (duet bench --two-hop), and says nothing of it otherwise.
+func TestPrintSummaryTwoHop(t *testing.T) {
+	for _, two := range []bool{false, true} {
+		var buf bytes.Buffer
+		printSummary(&buf, &bench.Report{Server: bench.Embedded, ScaleTwoHop: two, ScaleLimit: 10 * time.Millisecond}, "out")
+		first, _, _ := strings.Cut(buf.String(), "\n")
+		if got := strings.Contains(first, "per-tick mask and the two-hop tick"); got != two || (!two && strings.Contains(first, "two-hop")) {
+			t.Errorf("two-hop %v: first line %q", two, first)
+		}
+	}
+}
+
 // The summary's first line names the party binary when the scale search ran
 // the parties in their own processes, and says nothing of it otherwise.
 func TestPrintSummaryPartyBin(t *testing.T) {
