@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,6 +15,7 @@ import (
 // Connect dials NATS with reconnection forever and logs connection events.
 // opts are appended (credentials, TLS, ...).
 func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nats.Option) (*nats.Conn, error) {
+	errs := &errorLog{last: map[string]errorLogEntry{}}
 	base := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -27,12 +29,16 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			// Permission violations and slow consumers arrive here; a denied
-			// operation is logged at once with the subject the server names.
+			// operation is logged at once with the subject the server names,
+			// and a repeated one (a denied publish every tick) once a minute
+			// with how many were not logged (errorLog).
 			subj := ""
 			if sub != nil {
 				subj = sub.Subject
 			}
-			log.Error("nats error", "err", err, "subscription", subj)
+			if ok, suppressed := errs.allow(err.Error()+"\x00"+subj, time.Now()); ok {
+				log.Error("nats error", "err", err, "subscription", subj, "repeats_not_logged", suppressed)
+			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("nats reconnected", "url", c.ConnectedUrl())
@@ -149,4 +155,42 @@ func WaitSetupBucket(ctx context.Context, js jetstream.JetStream) (jetstream.Key
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// errorLogEvery: an asynchronous error the server sends again and again
+// (the same denied publish on every tick, a slow consumer under load) is
+// logged the first time and then at most once in this interval.
+var errorLogEvery = time.Minute
+
+// errorLog decides which asynchronous errors of a connection are logged.
+type errorLog struct {
+	mu   sync.Mutex
+	last map[string]errorLogEntry
+}
+
+type errorLogEntry struct {
+	at         time.Time // last logged
+	suppressed int       // since then, not logged
+}
+
+// maxErrorKeys bounds the distinct errors remembered; past it the memory
+// starts over (and each error is logged once more).
+const maxErrorKeys = 1024
+
+// allow reports whether the error keyed key, seen at now, is to be logged,
+// and how many of it were not logged since it last was.
+func (l *errorLog) allow(key string, now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, seen := l.last[key]
+	if seen && now.Sub(e.at) < errorLogEvery {
+		e.suppressed++
+		l.last[key] = e
+		return false, 0
+	}
+	if !seen && len(l.last) >= maxErrorKeys {
+		clear(l.last)
+	}
+	l.last[key] = errorLogEntry{at: now}
+	return true, e.suppressed
 }

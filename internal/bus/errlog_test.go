@@ -1,0 +1,106 @@
+package bus
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// lockedBuffer is a log sink the connection's goroutines may write to.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// lines returns the "nats error" records logged so far.
+func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec["msg"] == "nats error" {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// A publish the server denies on every tick (a service under an older ACL)
+// is logged once with the subject the server names, each other denied
+// subject once too, and the same one again only after errorLogEvery, with
+// how many were not logged meanwhile.
+func TestConnectLogsRepeatedErrorsOnce(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
+		Users: []*server.User{{Username: "u", Password: "p", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"denied.>"}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("embedded NATS server did not start")
+	}
+	t.Cleanup(ns.Shutdown)
+	old := errorLogEvery
+	errorLogEvery = 300 * time.Millisecond
+	t.Cleanup(func() { errorLogEvery = old })
+	var sink lockedBuffer
+	nc, err := Connect(ns.ClientURL(), "test", slog.New(slog.NewJSONHandler(&sink, nil)), nil, nats.UserInfo("u", "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	burst := func(subject string, n int) {
+		for range n {
+			if err := nc.Publish(subject, []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait := func(want int) []map[string]any {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got := sink.lines(t)
+			if len(got) >= want || time.Now().After(deadline) {
+				time.Sleep(50 * time.Millisecond) // and nothing more comes
+				return sink.lines(t)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	burst("denied.a", 20)
+	burst("denied.b", 20)
+	got := wait(2)
+	if len(got) != 2 || !strings.Contains(got[0]["err"].(string), "denied.a") || !strings.Contains(got[1]["err"].(string), "denied.b") {
+		t.Fatalf("after 20 denied publishes on each of two subjects: %v, want one line per subject", got)
+	}
+	time.Sleep(errorLogEvery + 50*time.Millisecond)
+	burst("denied.a", 1)
+	got = wait(3)
+	if len(got) != 3 || !strings.Contains(got[2]["err"].(string), "denied.a") || got[2]["repeats_not_logged"] != float64(19) {
+		t.Fatalf("after the interval: %v, want one more line for denied.a with 19 not logged", got)
+	}
+}
