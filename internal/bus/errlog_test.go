@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/duet-mpc/duet/internal/natstest"
 )
 
 // lockedBuffer is a log sink the connection's goroutines may write to.
@@ -50,17 +52,8 @@ func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
 // subject once too, and the same one again only after errorLogEvery, with
 // how many were not logged meanwhile.
 func TestConnectLogsRepeatedErrorsOnce(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
-		Users: []*server.User{{Username: "u", Password: "p", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"denied.>"}}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("embedded NATS server did not start")
-	}
-	t.Cleanup(ns.Shutdown)
+	ns := natstest.Server(t, &server.Options{Users: []*server.User{{Username: "u", Password: "p", Permissions: &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"denied.>"}}}}}})
 	old := errorLogEvery
 	errorLogEvery = 300 * time.Millisecond
 	t.Cleanup(func() { errorLogEvery = old })

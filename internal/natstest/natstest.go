@@ -20,7 +20,21 @@ func Conn(t testing.TB) *nats.Conn {
 // Start is Conn that also returns the server, for a test that stops it.
 func Start(t testing.TB) (*server.Server, *nats.Conn) {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	ns := Server(t, &server.Options{JetStream: true, StoreDir: t.TempDir()})
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return ns, nc
+}
+
+// Server starts an embedded NATS server with opts (on 127.0.0.1, a free
+// port, quiet), stopped at the end of the test.
+func Server(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.Host, opts.Port, opts.NoSigs, opts.NoLog = "127.0.0.1", -1, true, true
+	ns, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,10 +43,5 @@ func Start(t testing.TB) (*server.Server, *nats.Conn) {
 		t.Fatal("embedded NATS server did not start")
 	}
 	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return ns, nc
+	return ns
 }
