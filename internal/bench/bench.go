@@ -501,7 +501,7 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 					Cores(r.FloorRoles.Pair()), Cores(r.FloorRoles.Broker), Cores(r.FloorRoles.Harness),
 					r.OK, r.Setup.Round(100*time.Millisecond))
 				if r.TwoHop {
-					pr("         two hops: %d of %d measured ticks sent masked, %d run in three hops by a party", r.TwoHopTicks, r.Ticks, r.FallbackTicks)
+					pr("         two hops: %d of %d measured ticks sent masked, %d fallbacks to three hops (both parties' counts added)", r.TwoHopTicks, r.Ticks, r.FallbackTicks)
 				}
 			}})
 		if err != nil {
