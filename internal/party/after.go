@@ -63,7 +63,9 @@ func (q *afterQueue) take() []*worker {
 // run calls do for each batch's workers PersistDelay after the batch
 // began, until ctx ends; workers that have exited are skipped, and a worker
 // for which do reports false (busy) is queued again for the next batch.
-func (q *afterQueue) run(ctx context.Context, do func(*worker) bool) {
+// done, if not nil, is called after each batch (it sends what the batch
+// gathered: Service.flushAfter).
+func (q *afterQueue) run(ctx context.Context, do func(*worker) bool, done func()) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -84,6 +86,9 @@ func (q *afterQueue) run(ctx context.Context, do func(*worker) bool) {
 				q.add(w)
 			}
 		}
+		if done != nil {
+			done()
+		}
 	}
 }
 
@@ -98,7 +103,9 @@ func (w *worker) deferred(ctx context.Context) bool {
 		return false
 	}
 	if !w.fenced {
+		w.inAfter = true // its messages join the batch's (Service.sendAfter)
 		w.afterTick(ctx)
+		w.inAfter = false
 	}
 	fenced := w.fenced
 	w.mu.Unlock()

@@ -34,7 +34,7 @@ func TestAfterQueueBatches(t *testing.T) {
 		mu.Unlock()
 		done <- struct{}{}
 		return ok
-	})
+	}, nil)
 	a, b, c, gone := &worker{loop: "a"}, &worker{loop: "b"}, &worker{loop: "c"}, &worker{loop: "gone"}
 	gone.exited.Store(true)
 	began := time.Now()

@@ -117,6 +117,107 @@ func (s *Service) hold(more bool) {
 	}
 }
 
+// The deferred work of many loops (after.go) runs in batches, one loop after
+// the other on the after queue's goroutine; with the two-hop tick each loop
+// sends the other party its pre-opening (KindPreT) and the sensor its mask
+// share (KindMaskY). Those are gathered for the batch (afterOut) and sent
+// when it ends (flushAfter): the pre-openings as one batch to the other
+// party, then the mask shares, each on its loop's subject, so that a
+// sensor never sends a masked measurement before the pre-opening it needs
+// has left. Before, each pre-opening was a NATS message of its own: under
+// load, two of the three messages a loop tick costs between the parties.
+// Nothing on a tick's path waits for this: the deferred work already runs
+// up to Options.PersistDelay after the tick. With Options.PeerBatch 1 (the
+// other party's release has no batches) nothing is gathered.
+
+// afterOut is what one batch of deferred work sends (the after queue's
+// goroutine only).
+type afterOut struct {
+	peer     []byte   // the pre-openings' envelopes, back to back
+	peerEnds []int    // where each ends in peer
+	peerSubj []string // and its loop's exchange subject
+	batch    []byte   // codec.AppendBatch of the pre-openings
+	masks    []byte   // the mask shares' envelopes, back to back
+	maskEnds []int
+	maskSubj []string
+}
+
+// sendAfter gathers env (from loop's deferred work) for flushAfter: to the
+// other party if toPeer, else to subj after the pre-openings.
+func (s *Service) sendAfter(loop string, toPeer bool, subj string, env []byte) error {
+	a := &s.aout
+	if !toPeer {
+		a.masks = append(a.masks, env...)
+		a.maskEnds = append(a.maskEnds, len(a.masks))
+		a.maskSubj = append(a.maskSubj, subj)
+		return nil
+	}
+	if len(env) > maxBatchBytes/4 {
+		return s.sendPeer(loop, subj, env)
+	}
+	a.peer = append(a.peer, env...)
+	a.peerEnds = append(a.peerEnds, len(a.peer))
+	a.peerSubj = append(a.peerSubj, subj)
+	if len(a.peerEnds) >= s.opt.PeerBatch || len(a.peer) >= maxBatchBytes {
+		_ = s.flushAfter() // logs its own errors
+	}
+	return nil
+}
+
+// flushAfter sends what the batch gathered: what the dispatcher holds for
+// the other party first (the order of a loop's messages is kept), then the
+// pre-openings (alone on the loop's subject if there is one, else as one
+// batch), then the mask shares. Every send is tried; errors are logged, and
+// the first is returned.
+func (s *Service) flushAfter() error {
+	a := &s.aout
+	if len(a.peerEnds) == 0 && len(a.maskEnds) == 0 {
+		return nil
+	}
+	var first error
+	note := func(subj string, err error) {
+		if err != nil {
+			s.opt.Log.Warn("publish", "subject", subj, "err", err)
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	s.outMu.Lock()
+	note(s.out.subject, s.flushLocked())
+	s.outMu.Unlock()
+	switch n := len(a.peerEnds); {
+	case n == 1:
+		s.opt.Metrics.PeerMessages.Inc()
+		s.opt.Metrics.PeerEnvelopes.Inc()
+		note(a.peerSubj[0], s.nc.Publish(a.peerSubj[0], a.peer))
+	case n > 1:
+		a.batch = a.batch[:0]
+		start := 0
+		for _, end := range a.peerEnds {
+			a.batch = codec.AppendBatch(a.batch, a.peer[start:end])
+			start = end
+		}
+		s.opt.Metrics.PeerMessages.Inc()
+		s.opt.Metrics.PeerEnvelopes.Add(float64(n))
+		note(s.out.subject, s.nc.Publish(s.out.subject, a.batch))
+	}
+	start := 0
+	for i, end := range a.maskEnds {
+		note(a.maskSubj[i], s.nc.Publish(a.maskSubj[i], a.masks[start:end]))
+		start = end
+	}
+	a.peer, a.peerEnds, a.peerSubj = a.peer[:0], a.peerEnds[:0], clear0(a.peerSubj)
+	a.masks, a.maskEnds, a.maskSubj = a.masks[:0], a.maskEnds[:0], clear0(a.maskSubj)
+	return first
+}
+
+// clear0 empties a slice of strings, keeping its array.
+func clear0(s []string) []string {
+	clear(s)
+	return s[:0]
+}
+
 // dispatchBatch routes each envelope of a batch from the other party to its
 // loop's worker, as if it had arrived alone on the loop's exchange subject.
 // Only the other party's exchange kinds may travel in a batch (Protocol 1's

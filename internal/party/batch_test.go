@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -237,5 +238,105 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The deferred work's messages (sendAfter): nothing leaves until the batch
+// ends (flushAfter) or PeerBatch pre-openings are gathered; then what the
+// dispatcher holds for the other party goes first, then the pre-openings
+// (one alone on its loop's subject, several as one batch), then the mask
+// shares, each on its own subject, so that no mask share leaves before the
+// pre-opening gathered with it.
+func TestAfterBatching(t *testing.T) {
+	nc := natstest.Conn(t)
+	m := metrics.New("party0")
+	s, err := New(nc, testSealer(t, codec.RoleParty0), Options{ID: 0, Loops: []string{"a", "b"}, Metrics: m, PeerBatch: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One subscription for every subject, so that the order across
+	// subjects is the order of publishing.
+	type got struct {
+		subj string
+		data []byte
+	}
+	ch := make(chan got, 64)
+	sub, err := nc.Subscribe(">", func(msg *nats.Msg) { ch <- got{msg.Subject, msg.Data} })
+	must(t, err)
+	defer sub.Unsubscribe()
+	must(t, nc.Flush())
+	read := func() (out []got) {
+		t.Helper()
+		must(t, nc.Flush())
+		for {
+			select {
+			case g := <-ch:
+				out = append(out, g)
+			case <-time.After(100 * time.Millisecond):
+				return out
+			}
+		}
+	}
+	show := func(gs []got) string {
+		var b strings.Builder
+		for _, g := range gs {
+			if g.subj == bus.BatchSubject(1) {
+				var envs []string
+				must(t, codec.SplitBatch(g.data, func(e []byte) { envs = append(envs, string(e)) }))
+				fmt.Fprintf(&b, "batch%v ", envs)
+			} else {
+				fmt.Fprintf(&b, "%s:%s ", g.subj, g.data)
+			}
+		}
+		return strings.TrimSpace(b.String())
+	}
+	exA, exB := bus.ExchangeSubject("a", 1), bus.ExchangeSubject("b", 1)
+	maskA, maskB := bus.MaskYSubject("a"), bus.MaskYSubject("b")
+
+	// Gathered, not sent, until the batch ends.
+	must(t, s.sendAfter("a", true, exA, []byte("preA")))
+	must(t, s.sendAfter("a", false, maskA, []byte("maskA")))
+	must(t, s.sendAfter("b", true, exB, []byte("preB")))
+	must(t, s.sendAfter("b", false, maskB, []byte("maskB")))
+	if g := read(); len(g) != 0 {
+		t.Fatalf("sent before the batch ended: %s", show(g))
+	}
+	// What the dispatcher holds leaves first.
+	s.hold(true)
+	must(t, s.sendPeer("a", exA, []byte("mulA")))
+	must(t, s.flushAfter())
+	want := fmt.Sprintf("batch[mulA] batch[preA preB] %s:maskA %s:maskB", maskA, maskB)
+	if g := show(read()); g != want {
+		t.Fatalf("at the batch's end: %s\nwant %s", g, want)
+	}
+	s.hold(false)
+	// One pre-opening goes alone on its loop's subject.
+	must(t, s.sendAfter("a", true, exA, []byte("preA2")))
+	must(t, s.sendAfter("a", false, maskA, []byte("maskA2")))
+	must(t, s.flushAfter())
+	if g, want := show(read()), fmt.Sprintf("%s:preA2 %s:maskA2", exA, maskA); g != want {
+		t.Fatalf("a lone pre-opening: %s\nwant %s", g, want)
+	}
+	// PeerBatch pre-openings send what is gathered, masks included.
+	for i := range 4 {
+		must(t, s.sendAfter("a", false, maskA, fmt.Appendf(nil, "m%d", i)))
+		must(t, s.sendAfter("a", true, exA, fmt.Appendf(nil, "p%d", i)))
+	}
+	want = fmt.Sprintf("batch[p0 p1 p2] %s:m0 %s:m1 %s:m2", maskA, maskA, maskA)
+	if g := show(read()); g != want {
+		t.Fatalf("a full batch: %s\nwant %s", g, want)
+	}
+	must(t, s.flushAfter())
+	if g, want := show(read()), fmt.Sprintf("%s:p3 %s:m3", exA, maskA); g != want {
+		t.Fatalf("the rest: %s\nwant %s", g, want)
+	}
+	must(t, s.flushAfter()) // nothing gathered: nothing sent
+	if g := read(); len(g) != 0 {
+		t.Fatalf("an empty batch sent %s", show(g))
+	}
+	// 8 envelopes in 5 NATS messages (the dispatcher's batch of one, two
+	// batches, two alone).
+	if msgs, envs := testutil.ToFloat64(m.PeerMessages), testutil.ToFloat64(m.PeerEnvelopes); msgs != 5 || envs != 8 {
+		t.Errorf("counted %v messages, %v envelopes; want 5 and 8", msgs, envs)
 	}
 }

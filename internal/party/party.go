@@ -85,6 +85,9 @@ type Service struct {
 	// out is the batch of messages to the other party (batch.go).
 	outMu sync.Mutex
 	out   peerOut
+	// aout gathers what a batch of deferred work sends (batch.go); only
+	// the after queue's goroutine uses it.
+	aout afterOut
 
 	// acks routes the state writes' acknowledgements (acks.go), made by
 	// the first loop that persists.
@@ -158,7 +161,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer stopAfter()
 	if s.opt.PersistDelay > 0 {
 		s.after = newAfterQueue(s.opt.PersistDelay)
-		go s.after.run(actx, func(w *worker) bool { return w.deferred(actx) })
+		go s.after.run(actx, func(w *worker) bool { return w.deferred(actx) }, func() { _ = s.flushAfter() })
 	}
 	for _, loop := range s.opt.Loops {
 		if err := codec.ValidLoopID(loop); err != nil {

@@ -132,11 +132,23 @@ func newTwoHopRig(t *testing.T, items int) *twoHopRig {
 	return r
 }
 
-// between runs the parties' work between ticks (afterTick: stage and
-// pre-open the next item) and then the network.
+// between runs the parties' work between ticks as the after queue does
+// (deferred: afterTick, stage and pre-open the next item; then
+// flushAfter) and then the network. A pre-opening and its mask share are
+// gathered for the batch's end, not sent at once.
 func (r *twoHopRig) between() {
-	for _, w := range r.w {
-		w.afterTick(context.Background())
+	for i, w := range r.w {
+		had := w.pre.ok
+		if !w.deferred(context.Background()) {
+			r.t.Fatalf("party %d: deferred work found the worker busy", i)
+		}
+		a := &w.s.aout
+		if pre := w.pre.ok && !had; pre != (len(a.peerEnds) == 1 && len(a.maskEnds) == 1) {
+			r.t.Fatalf("party %d: pre-opened %v, gathered %d pre-openings and %d mask shares", i, pre, len(a.peerEnds), len(a.maskEnds))
+		}
+		if err := w.s.flushAfter(); err != nil {
+			r.t.Fatal(err)
+		}
 	}
 	r.network()
 }

@@ -90,6 +90,9 @@ type worker struct {
 	persist *persister
 	// afterQueued: the worker is in the service's afterQueue (under its mu).
 	afterQueued bool
+	// inAfter: the after queue's goroutine runs this worker's deferred
+	// work, and what it sends joins that batch's (Service.sendAfter).
+	inAfter bool
 	// sub is the loop's subscription, and dropped the messages it had
 	// dropped when last counted (housekeep).
 	sub     *nats.Subscription
@@ -495,7 +498,9 @@ func (w *worker) send(kind codec.Kind, tick uint64, payload any) {
 		return
 	}
 	w.envBuf = env
-	if to != w.peer {
+	if w.inAfter && w.s.opt.PeerBatch > 1 {
+		err = w.s.sendAfter(w.loop, to == w.peer, subj, env)
+	} else if to != w.peer {
 		err = w.s.publish(subj, env)
 	} else {
 		err = w.s.sendPeer(w.loop, subj, env)
