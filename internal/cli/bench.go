@@ -42,6 +42,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mask := fs.String("mask", "", "the sensors' DUET_MASK in the scale section: per-tick (the services' default) or fixed")
 	twoHop := fs.Bool("two-hop", false, "run the scale section's loops with the two-hop tick (DUET_TWO_HOP, on in the shipped deployments; default: three hops, the services' default)")
 	partyBin := fs.String("party-bin", "", "run the scale section's two parties as this party binary (a build of cmd/party), each in its own process, instead of inside the bench")
+	stepDur := fs.Duration("step-duration", 0, "the measured window of each scale step and of each count of the floor alone, 1s..10m (default: 6s, 2s with --quick)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -63,6 +64,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *repeat < 0 || *repeat > maxRepeat {
 		return fmt.Errorf("%w: --repeat %d: want 1..%d (0: one)", ErrUsage, *repeat, maxRepeat)
+	}
+	if *stepDur != 0 && (*stepDur < time.Second || *stepDur > maxStepDuration) {
+		return fmt.Errorf("%w: --step-duration %v: want 1s..%v", ErrUsage, *stepDur, maxStepDuration)
 	}
 	if *partyBin != "" {
 		abs, err := executablePath(*partyBin)
@@ -96,6 +100,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	plan.PeerBatch, plan.ItemsPerMsg, plan.WriteCoalesce, plan.StateFileStore = *peerBatch, *perMsg, coalesce, *stateFile
 	plan.ScaleVariant, plan.ScaleRepeat, plan.ScalePartyBin, plan.ScaleTwoHop = variant, *repeat, *partyBin, *twoHop
+	if *stepDur != 0 {
+		plan.ScaleDur = *stepDur
+	}
 	lvl := slog.LevelError + 4 // silent: the services log expected rejections at set-up and shutdown
 	if *verbose {
 		lvl = slog.LevelInfo
@@ -137,6 +144,11 @@ func executablePath(path string) (string, error) {
 
 // maxRepeat bounds duet bench --repeat: each step takes 20-30 s here.
 const maxRepeat = 20
+
+// maxStepDuration bounds duet bench --step-duration: a longer window shows
+// how a step rides out a disturbance (the README's recovery measurement),
+// and each step keeps every measured tick's latency in memory.
+const maxStepDuration = 10 * time.Minute
 
 func printSummary(w io.Writer, rep *bench.Report, out string) {
 	us := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e3) }

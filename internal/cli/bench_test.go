@@ -3,11 +3,14 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"errors"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -201,5 +204,38 @@ func TestBenchInterrupted(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "protocol1") {
 		t.Errorf("summary without the finished Fig. 5 rows:\n%s", stdout.String())
+	}
+}
+
+// --step-duration sets the measured window of the scale steps: one loop at
+// 25 Hz sends about 25 measured ticks a second, so a 1-s window has about
+// 25 and the quick plan's 2-s window about 50.
+func TestBenchStepDuration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a quick scale step")
+	}
+	out := t.TempDir()
+	err := Run(t.Context(), []string{"bench", "--quick", "--only", "scale", "--loops", "1", "--step-duration", "1s",
+		"--examples", "../../examples/qube-servo2", "--out", out}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "scale_detail.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
+	if err != nil || len(rows) < 2 {
+		t.Fatalf("scale_detail.csv: %d rows, %v", len(rows), err)
+	}
+	col := slices.Index(rows[0], "ticks")
+	if col < 0 {
+		t.Fatalf("scale_detail.csv has no ticks column: %q", rows[0])
+	}
+	for _, r := range rows[1:] {
+		n, err := strconv.Atoi(r[col])
+		if err != nil || n < 20 || n > 30 {
+			t.Errorf("a step of 1 loop for 1 s measured %s ticks, want about 25", r[col])
+		}
 	}
 }

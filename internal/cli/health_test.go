@@ -74,6 +74,9 @@ func TestBenchUsage(t *testing.T) {
 		{"bench", "--out", out, "--mask", "sometimes"},
 		{"bench", "--out", out, "--repeat", "-1"},
 		{"bench", "--out", out, "--repeat", "21"},
+		{"bench", "--out", out, "--step-duration", "500ms"},
+		{"bench", "--out", out, "--step-duration", "11m"},
+		{"bench", "--out", out, "--step-duration", "long"},
 		{"bench", "--out", out, "--party-bin", filepath.Join(out, "missing")},
 		{"bench", "--out", out, "--party-bin", notExec},
 		{"bench", "--out", out, "--party-bin", out}, // a directory
