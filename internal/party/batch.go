@@ -133,11 +133,11 @@ func (s *Service) hold(more bool) {
 // afterOut is what one batch of deferred work sends (the after queue's
 // goroutine only).
 type afterOut struct {
-	peer     []byte   // the pre-openings' envelopes, back to back
-	peerEnds []int    // where each ends in peer
-	peerSubj []string // and its loop's exchange subject
-	batch    []byte   // codec.AppendBatch of the pre-openings
-	masks    []byte   // the mask shares' envelopes, back to back
+	batch    []byte // codec.AppendBatch of the pre-openings
+	n        int    // how many
+	lastLen  int    // the length of the last one (the whole of a lone one: batch's tail)
+	lastSubj string // and its loop's exchange subject
+	masks    []byte // the mask shares' envelopes, back to back
 	maskEnds []int
 	maskSubj []string
 }
@@ -155,10 +155,9 @@ func (s *Service) sendAfter(loop string, toPeer bool, subj string, env []byte) e
 	if len(env) > maxBatchBytes/4 {
 		return s.sendPeer(loop, subj, env)
 	}
-	a.peer = append(a.peer, env...)
-	a.peerEnds = append(a.peerEnds, len(a.peer))
-	a.peerSubj = append(a.peerSubj, subj)
-	if len(a.peerEnds) >= s.opt.PeerBatch || len(a.peer) >= maxBatchBytes {
+	a.batch = codec.AppendBatch(a.batch, env)
+	a.n, a.lastLen, a.lastSubj = a.n+1, len(env), subj
+	if a.n >= s.opt.PeerBatch || len(a.batch) >= maxBatchBytes {
 		_ = s.flushAfter() // logs its own errors
 	}
 	return nil
@@ -171,7 +170,7 @@ func (s *Service) sendAfter(loop string, toPeer bool, subj string, env []byte) e
 // the first is returned.
 func (s *Service) flushAfter() error {
 	a := &s.aout
-	if len(a.peerEnds) == 0 && len(a.maskEnds) == 0 {
+	if a.n == 0 && len(a.maskEnds) == 0 {
 		return nil
 	}
 	var first error
@@ -186,20 +185,14 @@ func (s *Service) flushAfter() error {
 	s.outMu.Lock()
 	note(s.out.subject, s.flushLocked())
 	s.outMu.Unlock()
-	switch n := len(a.peerEnds); {
-	case n == 1:
+	switch {
+	case a.n == 1:
 		s.opt.Metrics.PeerMessages.Inc()
 		s.opt.Metrics.PeerEnvelopes.Inc()
-		note(a.peerSubj[0], s.nc.Publish(a.peerSubj[0], a.peer))
-	case n > 1:
-		a.batch = a.batch[:0]
-		start := 0
-		for _, end := range a.peerEnds {
-			a.batch = codec.AppendBatch(a.batch, a.peer[start:end])
-			start = end
-		}
+		note(a.lastSubj, s.nc.Publish(a.lastSubj, a.batch[len(a.batch)-a.lastLen:]))
+	case a.n > 1:
 		s.opt.Metrics.PeerMessages.Inc()
-		s.opt.Metrics.PeerEnvelopes.Add(float64(n))
+		s.opt.Metrics.PeerEnvelopes.Add(float64(a.n))
 		note(s.out.subject, s.nc.Publish(s.out.subject, a.batch))
 	}
 	start := 0
@@ -207,15 +200,10 @@ func (s *Service) flushAfter() error {
 		note(a.maskSubj[i], s.nc.Publish(a.maskSubj[i], a.masks[start:end]))
 		start = end
 	}
-	a.peer, a.peerEnds, a.peerSubj = a.peer[:0], a.peerEnds[:0], clear0(a.peerSubj)
-	a.masks, a.maskEnds, a.maskSubj = a.masks[:0], a.maskEnds[:0], clear0(a.maskSubj)
+	clear(a.maskSubj)
+	a.batch, a.n, a.lastSubj = a.batch[:0], 0, ""
+	a.masks, a.maskEnds, a.maskSubj = a.masks[:0], a.maskEnds[:0], a.maskSubj[:0]
 	return first
-}
-
-// clear0 empties a slice of strings, keeping its array.
-func clear0(s []string) []string {
-	clear(s)
-	return s[:0]
 }
 
 // dispatchBatch routes each envelope of a batch from the other party to its

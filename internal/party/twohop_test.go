@@ -143,8 +143,8 @@ func (r *twoHopRig) between() {
 			r.t.Fatalf("party %d: deferred work found the worker busy", i)
 		}
 		a := &w.s.aout
-		if pre := w.pre.ok && !had; pre != (len(a.peerEnds) == 1 && len(a.maskEnds) == 1) {
-			r.t.Fatalf("party %d: pre-opened %v, gathered %d pre-openings and %d mask shares", i, pre, len(a.peerEnds), len(a.maskEnds))
+		if pre := w.pre.ok && !had; pre != (a.n == 1 && len(a.maskEnds) == 1) {
+			r.t.Fatalf("party %d: pre-opened %v, gathered %d pre-openings and %d mask shares", i, pre, a.n, len(a.maskEnds))
 		}
 		if err := w.s.flushAfter(); err != nil {
 			r.t.Fatal(err)
