@@ -193,7 +193,10 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 	} else {
 		prev = w.p.State()
 	}
-	u, tr, err := w.p.Multiply(mp.msg)
+	// The output share first: the tick's critical path holds the product's
+	// m output rows only; the n state rows and P0's Protocol 2 message
+	// follow it (see the subscription in run for the order P1 sees).
+	u, err := w.p.Output(mp.msg)
 	if err != nil {
 		w.reject(err)
 		w.miss(missError, "multiply failed")
@@ -202,14 +205,19 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 	if w.p.UsedPrepared() {
 		w.count(&w.ctrPrepared, w.s.opt.Metrics.ItemsPrepared)
 	}
-	var wire codec.MatrixWire
+	wire, buf := codec.AppendMatrix(f, w.wireBuf[:0], u)
+	w.wireBuf = buf
+	w.send(codec.KindOutput, t, codec.OutputPayload{Item: wireItem(w.item), U: wire})
+	tr, err := w.p.TruncStart()
+	if err != nil {
+		w.reject(err)
+		w.miss(missError, "truncation failed")
+		return
+	}
 	if w.id == 0 {
-		// Trunc before the output share: see the subscription in run.
 		wire, w.wireBuf = codec.AppendMatrix(f, w.wireBuf[:0], tr.Y)
 		w.send(codec.KindTrunc, t, codec.TruncPayload{Item: wireItem(w.item), Y: wire})
 	}
-	wire, w.wireBuf = codec.AppendMatrix(f, w.wireBuf[:0], u)
-	w.send(codec.KindOutput, t, codec.OutputPayload{Item: wireItem(w.item), U: wire})
 	if w.s.opt.Audit != nil {
 		w.s.opt.Audit(w.loop, t, w.item)
 	}

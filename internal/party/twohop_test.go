@@ -40,7 +40,10 @@ type twoHopRig struct {
 	maskTick map[int]uint64
 	maskSent [2]int                   // mask shares each party has sent
 	outs     map[uint64][2]mpc.Matrix // output shares by tick
-	rng      io.Reader
+	// truncs counts P0's Protocol 2 messages seen, each after P0's output
+	// share of its tick (the output leaves first, network checks it).
+	truncs int
+	rng    io.Reader
 	// drop, if set, says whether to drop a message of kind to party i.
 	drop func(to int, kind codec.Kind) bool
 }
@@ -206,6 +209,12 @@ func (r *twoHopRig) network() {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if h.Kind == codec.KindTrunc {
+				if o := r.outs[h.Tick]; o[0].Data == nil {
+					t.Fatalf("tick %d: P0 sent its Protocol 2 message before its output share", h.Tick)
+				}
+				r.truncs++
+			}
 			if r.drop != nil && r.drop(to, h.Kind) {
 				continue
 			}
@@ -364,6 +373,9 @@ func TestTwoHopTicks(t *testing.T) {
 				if n := metrics.Sum(r.m[i].Misses); n != 0 {
 					t.Errorf("party%d: %v misses", i, n)
 				}
+			}
+			if r.truncs != 6 {
+				t.Errorf("saw %d of P0's Protocol 2 messages, want 6, each after its output share", r.truncs)
 			}
 		})
 	}

@@ -203,9 +203,15 @@ func (w *worker) run(ctx context.Context) error {
 		return err
 	}
 	// One subscription for the sensor's and the other party's messages keeps
-	// their arrival order: P0 sends its Protocol 2 message before its output
-	// share, so P1 always sees Trunc(t) before the sensor's Measure(t+1),
-	// which is causally after the actuator received both output shares.
+	// their arrival order. P0 sends its Protocol 2 message Trunc(t) right
+	// after its output share (the state rows it needs are computed in
+	// between, off the tick's critical path), ahead of any later message of
+	// its own on the same connection. A masked measurement of t+1 is
+	// causally after Trunc(t): P1 sends its mask share for t+1 only once
+	// its tick t has ended. A three-hop Measure(t+1) comes on the sensor's
+	// own schedule; should it still overtake Trunc(t) (P0 frozen between
+	// the two messages while the plant and the sensor went on), P1 holds it
+	// until the tick ends (hold), as after any late tick.
 	// Every loop's subscription feeds the service's one channel, read by
 	// its dispatcher (see deliver): the connection's reader hands each
 	// message straight to it, and while it is busy no further goroutine is

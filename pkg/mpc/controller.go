@@ -96,6 +96,7 @@ type stage uint8
 const (
 	stageIdle stage = iota
 	stageBegun
+	stageOutput // Output ran; TruncStart computes the state rows
 	stageMultiplied
 )
 
@@ -106,6 +107,10 @@ const (
 //	msg := p.Begin(y, mat)        // send msg to the other party
 //	u, tr := p.Multiply(peerMsg)  // send u to the actuator; P0 sends tr to P1
 //	p.Finish(peerTr)              // P1 passes P0's tr; P0 passes nil
+//
+// Multiply is Output then TruncStart: a caller that sends u before the state
+// rows are computed (the tick's critical path then holds the m output rows'
+// product only) calls the two itself.
 //
 // A Party is not safe for concurrent use.
 type Party struct {
@@ -344,39 +349,82 @@ func (p *Party) checkMaterial(m TickMaterial) error {
 // Multiply is Protocol 3 steps 2-4 (first half): it completes Protocol 1 with
 // the other party's message and returns the party's share of ū_t (m x 1, to
 // the actuator, scale 2^(2l)), and for P0 the Protocol 2 message for P1. The
-// returned matrices alias internal buffers valid until the next Begin.
+// returned matrices alias internal buffers valid until the next Begin. It is
+// Output followed by TruncStart.
 func (p *Party) Multiply(peer MulMsg) (u Matrix, tr *TruncMsg, err error) {
+	u, err = p.Output(peer)
+	if err != nil {
+		return Matrix{}, nil, err
+	}
+	tr, err = p.TruncStart()
+	return u, tr, err
+}
+
+// Output is the first half of Multiply: it checks and reconstructs the other
+// party's Protocol 1 message and computes only the output rows of the
+// product, the party's share of ū_t (m x 1, aliasing an internal buffer
+// valid until the next Begin), bit-identical to Multiply's. TruncStart must
+// follow before Finish. A malformed message leaves the party begun.
+func (p *Party) Output(peer MulMsg) (u Matrix, err error) {
 	if p.st != stageBegun {
-		return Matrix{}, nil, fmt.Errorf("%w: Multiply before Begin", ErrStage)
+		return Matrix{}, fmt.Errorf("%w: Multiply before Begin", ErrStage)
 	}
 	r, c := p.prm.PhiShape()
 	if peer.T.Rows != c || peer.T.Cols != 1 || len(peer.T.Data) != c {
-		return Matrix{}, nil, fmt.Errorf("%w: T is %dx%d, want %dx1", ErrPeer, peer.T.Rows, peer.T.Cols, c)
+		return Matrix{}, fmt.Errorf("%w: T is %dx%d, want %dx1", ErrPeer, peer.T.Rows, peer.T.Cols, c)
+	}
+	if p.prm.Variant == PerTick {
+		if peer.S.Rows != r || peer.S.Cols != c || len(peer.S.Data) != r*c {
+			return Matrix{}, fmt.Errorf("%w: S is %dx%d, want %dx%d", ErrPeer, peer.S.Rows, peer.S.Cols, r, c)
+		}
 	}
 	f := p.f
 	f.Reconst(p.t, p.tOut, peer.T)
-	s, uShare := p.fixedS, p.fixedU
 	if p.prm.Variant == PerTick {
-		if peer.S.Rows != r || peer.S.Cols != c || len(peer.S.Data) != r*c {
-			return Matrix{}, nil, fmt.Errorf("%w: S is %dx%d, want %dx%d", ErrPeer, peer.S.Rows, peer.S.Cols, r, c)
-		}
 		f.Reconst(p.s, p.sOut, peer.S)
-		s, uShare = p.s, p.mat.Triple.U
 	}
 	p.usedPrepared = p.prm.Variant == FixedMask && p.mat.prepared && p.mat.preGen == p.fixedGen
-	if p.usedPrepared {
-		f.MulClosePrepared(p.z, p.fixedUS, p.t, p.mat.pre)
-	} else {
-		f.MulClose(p.z, p.id, s, p.t, p.mat.Triple, uShare, p.tmp)
+	p.closeRows(p.prm.N, r)
+	p.st = stageOutput
+	return p.z.RowRange(p.prm.N, r), nil
+}
+
+// TruncStart is the second half of Multiply: the state rows of the product
+// and Protocol 2 step 1 on them. It returns P0's Protocol 2 message for P1
+// (aliasing an internal buffer valid until the next Begin), nil for P1.
+func (p *Party) TruncStart() (*TruncMsg, error) {
+	if p.st != stageOutput {
+		return nil, fmt.Errorf("%w: TruncStart before Output", ErrStage)
 	}
-	// Protocol 2 step 1 on the state rows.
-	f.TruncOpen(p.yOpen, p.id, p.z.RowRange(0, p.prm.N), p.mat.Mask, p.prm.L)
+	p.closeRows(0, p.prm.N)
+	p.f.TruncOpen(p.yOpen, p.id, p.z.RowRange(0, p.prm.N), p.mat.Mask, p.prm.L)
 	p.st = stageMultiplied
-	if p.id == 0 {
-		p.trMsg = TruncMsg{Y: p.yOpen}
-		tr = &p.trMsg
+	if p.id != 0 {
+		return nil, nil
 	}
-	return p.z.RowRange(p.prm.N, r), tr, nil
+	p.trMsg = TruncMsg{Y: p.yOpen}
+	return &p.trMsg, nil
+}
+
+// closeRows is Protocol 1 step 2 for rows [from, to) of the product, into
+// the same rows of p.z (each row is its own dot products, so the rows
+// computed apart equal the rows computed at once).
+func (p *Party) closeRows(from, to int) {
+	if from == to {
+		return
+	}
+	rows := func(m Matrix) Matrix { return m.RowRange(from, to) }
+	z := rows(p.z)
+	if p.usedPrepared {
+		p.f.MulClosePrepared(z, rows(p.fixedUS), p.t, rows(p.mat.pre))
+		return
+	}
+	s, uShare := p.fixedS, p.fixedU
+	if p.prm.Variant == PerTick {
+		s, uShare = p.s, p.mat.Triple.U
+	}
+	tr := TripleShare{U: rows(uShare), V: p.mat.Triple.V, W: rows(p.mat.Triple.W)}
+	p.f.MulClose(z, p.id, rows(s), p.t, tr, tr.U, p.tmp)
 }
 
 // Finish is Protocol 2 steps 2-3: the state share becomes [[x̄_{t+1}]]_i. P1

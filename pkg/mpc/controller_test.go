@@ -488,3 +488,100 @@ func refill(r, m TickMaterial) {
 		copy(p[0].Data, p[1].Data)
 	}
 }
+
+// TestOutputThenTruncStart: Output followed by TruncStart (the output share
+// computed and sent before the state rows) gives, in both variants and with
+// prepared material, shares of exactly Φ̄ ξ_t in every row of the product
+// (the output rows from Output, the state rows from TruncStart, checked
+// against the product of the reconstructed Φ̄ and ξ_t), and the same output
+// and state shares as Multiply on a twin pair; the halves refuse to run out
+// of order.
+func TestOutputThenTruncStart(t *testing.T) {
+	f := mustField(t, PresetM127)
+	for _, tc := range []struct {
+		name     string
+		v        Variant
+		prepared bool
+	}{{"per-tick", PerTick, false}, {"fixed", FixedMask, false}, {"fixed-prepared", FixedMask, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a0, a1, d, sess := twoParties(t, f, tc.v, false)
+			b0, b1, _, _ := twoParties(t, f, tc.v, false)
+			prm := a0.Params()
+			r, c := prm.PhiShape()
+			phi, xi, want, z := NewMatrix(r, c), NewMatrix(c, 1), NewMatrix(r, 1), NewMatrix(r, 1)
+			f.Reconst(phi, b0.phi, b1.phi)
+			ry := seeded(9)
+			ua, ub := NewMatrix(prm.M, 1), NewMatrix(prm.M, 1)
+			for tick := range 100 {
+				y0, y1 := mustShare(t, f, ry, mustRandomMatrix(t, f, ry, prm.P, 1))
+				m0, m1 := tickMaterial(t, d, sess, ry)
+				if tc.prepared {
+					if err := b0.Prepare(&m0); err != nil {
+						t.Fatal(err)
+					}
+					if err := b1.Prepare(&m1); err != nil {
+						t.Fatal(err)
+					}
+				}
+				msg0, err := b0.Begin(y0, m0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				msg1, err := b1.Begin(y1, m1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.Reconst(xi, b0.xi, b1.xi)
+				f.MatMul(want, phi, xi)
+				if _, err := b0.TruncStart(); !errors.Is(err, ErrStage) {
+					t.Fatalf("TruncStart before Output: %v, want ErrStage", err)
+				}
+				u0, err := b0.Output(msg1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				u1, err := b1.Output(msg0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.Reconst(ub, u0, u1)
+				if !ub.Equal(want.RowRange(prm.N, r)) {
+					t.Fatalf("tick %d: ū from Output %s, want %s", tick, f.String(ub.Data[0]), f.String(want.Data[prm.N]))
+				}
+				if err := b1.Finish(&TruncMsg{Y: NewMatrix(prm.N, 1)}); !errors.Is(err, ErrStage) {
+					t.Fatalf("Finish between Output and TruncStart: %v, want ErrStage", err)
+				}
+				if _, err := b0.Output(msg1); !errors.Is(err, ErrStage) {
+					t.Fatalf("Output twice: %v, want ErrStage", err)
+				}
+				tr, err := b0.TruncStart()
+				if err != nil || tr == nil {
+					t.Fatalf("P0 TruncStart: %v, %v", tr, err)
+				}
+				if tr1, err := b1.TruncStart(); err != nil || tr1 != nil {
+					t.Fatalf("P1 TruncStart: %v, %v (P1 sends no truncation message)", tr1, err)
+				}
+				f.Reconst(z, b0.z, b1.z)
+				if !z.Equal(want) {
+					t.Fatalf("tick %d: the product's rows are not shares of Φ̄ ξ", tick)
+				}
+				if tc.prepared != b0.UsedPrepared() || tc.prepared != b1.UsedPrepared() {
+					t.Fatalf("tick %d: used prepared %v, %v", tick, b0.UsedPrepared(), b1.UsedPrepared())
+				}
+				if err := b0.Finish(nil); err != nil {
+					t.Fatal(err)
+				}
+				if err := b1.Finish(tr); err != nil {
+					t.Fatal(err)
+				}
+				// The twin pair through Multiply, on the same material.
+				if err := RunTick(a0, a1, y0, y1, m0, m1, ua); err != nil {
+					t.Fatalf("tick %d: %v", tick, err)
+				}
+				if !ua.Equal(ub) || !a0.State().Equal(b0.State()) || !a1.State().Equal(b1.State()) {
+					t.Fatalf("tick %d: Multiply and Output + TruncStart differ", tick)
+				}
+			}
+		})
+	}
+}
