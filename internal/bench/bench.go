@@ -411,9 +411,10 @@ func runTickSection(ctx context.Context, url string, plan Plan, cs mpc.Controlle
 		if c.TwoHop {
 			paths = fmt.Sprintf("  two hops %d of %d ticks (fallback %d)", row.TwoHopTicks-row.FallbackTicks, row.Lat.N+row.Misses, row.FallbackTicks)
 		}
-		pr("  %-19s p50 %7.1fµs p99 %7.1fµs  floor p50 %6.1fµs p99 %6.1fµs  ×%.2f / ×%.2f  misses %d  abandoned %d  stolen %s cores%s",
+		pr("  %-19s p50 %7.1fµs p99 %7.1fµs  floor p50 %6.1fµs p99 %6.1fµs  ×%.2f / ×%.2f  (from idle: floor p50 %6.1fµs, ×%.2f)  misses %d  abandoned %d  stolen %s cores%s",
 			row.Case, us(row.Lat.P50), us(row.Lat.P99), us(row.Floor.P50), us(row.Floor.P99),
-			ratio(row.Lat.P50, row.Floor.P50), ratio(row.Lat.P99, row.Floor.P99), row.Misses, row.Abandoned, Cores(row.Steal), paths)
+			ratio(row.Lat.P50, row.Floor.P50), ratio(row.Lat.P99, row.Floor.P99), us(row.ColdFloor.P50), ratio(row.Lat.P50, row.ColdFloor.P50),
+			row.Misses, row.Abandoned, Cores(row.Steal), paths)
 		if row.MaxDiff > row.Bound {
 			return fmt.Errorf("bench: tick %s: max |u - uplain| = %g exceeds the bound %g", c.Name, row.MaxDiff, row.Bound)
 		}

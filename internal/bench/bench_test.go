@@ -79,8 +79,13 @@ func TestRunWritesFiles(t *testing.T) {
 		t.Error(err)
 	}
 	for _, r := range rep.Tick {
-		if r.Lat.N+r.Misses != 10 || r.Floor.N != 10 || r.MaxDiff > r.Bound {
-			t.Errorf("%s: %d ticks + %d misses, %d floor ticks, max |u - uplain| %g (bound %g)", r.Case, r.Lat.N, r.Misses, r.Floor.N, r.MaxDiff, r.Bound)
+		if r.Lat.N+r.Misses != 10 || r.Floor.N != 10 || r.ColdFloor.N != 10 || r.MaxDiff > r.Bound {
+			t.Errorf("%s: %d ticks + %d misses, %d floor ticks (%d from idle), max |u - uplain| %g (bound %g)", r.Case, r.Lat.N, r.Misses, r.Floor.N, r.ColdFloor.N, r.MaxDiff, r.Bound)
+		}
+		// The floor reads a plant before each tick, as the sensor does: the
+		// sizes come from the case's own plant read.
+		if r.Sizes.PlantRequest == 0 || r.Sizes.PlantReply <= r.Sizes.PlantRequest {
+			t.Errorf("%s: plant read %d / %d bytes", r.Case, r.Sizes.PlantRequest, r.Sizes.PlantReply)
 		}
 		checkSteal(t, r.Case, r.Steal)
 		// The two-hop rows measure the two-hop tick: most of their ticks

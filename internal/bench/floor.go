@@ -27,26 +27,41 @@ type FloorSizes struct {
 	// measurement and the outputs (the parties exchanged between ticks);
 	// each party answers its measurement at once.
 	TwoHop bool
+	// PlantRequest and PlantReply, if PlantRequest > 0, are the sizes of
+	// the sensor's plant read before each tick (request/reply): the floor's
+	// sensor asks a plant of its own first and starts the clock on the
+	// reply, as the sensor service reads the plant and then stamps and
+	// sends the tick. The read wakes the sensor, the server and their
+	// threads just before the tick, which makes a tick that follows it
+	// faster than one sent from idle; a floor without it is not a lower
+	// bound for such a tick.
+	PlantRequest, PlantReply int
 }
 
 // FloorRig is the zero-computation floor of one tick over NATS: the same
 // topology as the secure loop (sensor -> both parties, one exchange between
 // them, both -> actuator) and the same message sizes, with no computation
-// and no encryption. Each of the four roles has its own connection, as the
-// services do.
+// and no encryption. Each of the four roles (five with the plant read) has
+// its own connection, as the services do.
 type FloorRig struct {
-	conns  [4]*nats.Conn // sensor, p0, p1, actuator
-	prefix string
-	meas   []byte
-	done   chan floorDone // ticks whose second output arrived
-	tick   uint64         // last tick sent (Run is not safe for concurrent use)
+	conns    [5]*nats.Conn // sensor, p0, p1, actuator, plant (PlantRequest > 0)
+	prefix   string
+	meas     []byte
+	plantReq []byte         // the plant read's request (nil: no plant read)
+	done     chan floorDone // ticks whose second output arrived
+	tick     uint64         // last tick sent (Run is not safe for concurrent use)
 }
 
 // NewFloorRig connects the four roles to url and subscribes the parties and
 // the actuator.
 func NewFloorRig(url string, sz FloorSizes) (*FloorRig, error) {
 	r := &FloorRig{prefix: fmt.Sprintf("floor.%d", time.Now().UnixNano()), meas: make([]byte, sz.Measure), done: make(chan floorDone, 16)}
-	for i := range r.conns {
+	roles := len(r.conns) - 1
+	if sz.PlantRequest > 0 {
+		roles++
+		r.plantReq = make([]byte, sz.PlantRequest)
+	}
+	for i := range roles {
 		nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("duet-floor-%d", i)))
 		if err != nil {
 			r.Close()
@@ -99,6 +114,17 @@ func NewFloorRig(url string, sz FloorSizes) (*FloorRig, error) {
 			return nil, err
 		}
 	}
+	if plant := r.conns[4]; plant != nil {
+		reply := make([]byte, sz.PlantReply)
+		if _, err := plant.Subscribe(r.prefix+".plant", func(m *nats.Msg) { _ = m.Respond(reply) }); err != nil {
+			r.Close()
+			return nil, err
+		}
+		if err := plant.Flush(); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
 	act := r.conns[3]
 	outs := map[string]bool{}
 	if _, err := act.Subscribe(r.prefix+".out.*", func(m *nats.Msg) {
@@ -133,8 +159,8 @@ type floorDone struct {
 }
 
 // Run returns n latencies from the sensor's publish to the actuator's receipt
-// of the second output message, ticks paced by gap. Tick numbers continue
-// across calls.
+// of the second output message, ticks paced by gap (with the plant read, the
+// clock starts when its reply is in). Tick numbers continue across calls.
 func (r *FloorRig) Run(ctx context.Context, n int, gap time.Duration) ([]time.Duration, error) {
 	sensor := r.conns[0]
 	lat := make([]time.Duration, 0, n)
@@ -144,6 +170,11 @@ func (r *FloorRig) Run(ctx context.Context, n int, gap time.Duration) ([]time.Du
 		r.tick++
 		t := r.tick
 		tick := strconv.FormatUint(t, 10)
+		if r.plantReq != nil {
+			if _, err := sensor.Request(r.prefix+".plant", r.plantReq, time.Second); err != nil {
+				return nil, fmt.Errorf("bench: floor tick %d: plant read: %w", t, err)
+			}
+		}
 		start := time.Now()
 		sensor.Publish(r.prefix+".p0.m."+tick, r.meas)
 		sensor.Publish(r.prefix+".p1.m."+tick, r.meas)

@@ -18,20 +18,33 @@ func TestFloorRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	var exchanged atomic.Int64
+	var exchanged, plantReads, plantBadSize atomic.Int64
 	if _, err := nc.Subscribe("floor.*.*.x.*", func(*nats.Msg) { exchanged.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	// The plant reads: one per tick with PlantRequest, of that size.
+	if _, err := nc.Subscribe("floor.*.plant", func(m *nats.Msg) {
+		plantReads.Add(1)
+		if len(m.Data) != 64 {
+			plantBadSize.Add(1)
+		}
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		sz   FloorSizes
-		want int64
-	}{{FloorSizes{}, 100}, {FloorSizes{OneWay: true}, 50}, {FloorSizes{TwoHop: true}, 0}} {
+		sz          FloorSizes
+		want, reads int64
+	}{
+		{FloorSizes{}, 100, 0}, {FloorSizes{OneWay: true}, 50, 0}, {FloorSizes{TwoHop: true}, 0, 0},
+		{FloorSizes{PlantRequest: 64, PlantReply: 90}, 100, 50}, {FloorSizes{TwoHop: true, PlantRequest: 64, PlantReply: 90}, 0, 50},
+	} {
 		sz := c.sz
 		sz.Measure, sz.Exchange, sz.Output = 200, 700, 150
 		exchanged.Store(0)
+		plantReads.Store(0)
 		lat, err := Floor(context.Background(), url, sz, 50, time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
@@ -48,6 +61,9 @@ func TestFloorRuns(t *testing.T) {
 		}
 		if got := exchanged.Load(); got != c.want {
 			t.Errorf("%+v: %d exchange messages, want %d", c.sz, got, c.want)
+		}
+		if got := plantReads.Load(); got != c.reads || plantBadSize.Load() != 0 {
+			t.Errorf("%+v: %d plant reads (%d not of 64 bytes), want %d", c.sz, got, plantBadSize.Load(), c.reads)
 		}
 	}
 }

@@ -70,6 +70,11 @@ type TickOptions struct {
 type TickRow struct {
 	Case       string
 	Lat, Floor Stats
+	// ColdFloor is the floor without the sensor's plant read before each
+	// tick (FloorSizes.PlantRequest), every tick sent from idle: the floor
+	// of the sessions before the twenty-seventh, interleaved with the
+	// others in the same run for comparison.
+	ColdFloor  Stats
 	Misses     int // deadline misses and ticks never applied
 	Sizes      FloorSizes
 	MaxDiff    float64 // max |u - uplain| over the measured ticks
@@ -164,13 +169,29 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		return row, err
 	}
 	sizes.TwoHop = c.TwoHop
+	// The plant's reply: the request's envelope (sealed with no body) plus
+	// the encoded p outputs.
+	body, err := codec.Marshal(codec.PlantYPayload{Y: make([]float64, prm.P)})
+	if err != nil {
+		return row, err
+	}
+	sizes.PlantReply = sizes.PlantRequest + len(body)
 	row.Sizes = sizes
 	floor, err := NewFloorRig(opt.URL, sizes)
 	if err != nil {
 		return row, err
 	}
 	defer floor.Close()
-	var flat []time.Duration
+	// The floor as measured before the twenty-seventh session: no plant
+	// read, each tick sent from idle (ColdFloor, for comparison).
+	coldSizes := sizes
+	coldSizes.PlantRequest, coldSizes.PlantReply = 0, 0
+	cold, err := NewFloorRig(opt.URL, coldSizes)
+	if err != nil {
+		return row, err
+	}
+	defer cold.Close()
+	var flat, coldLat []time.Duration
 	next := uint64(opt.Warmup) + 1
 	masked0, fb0 := r.tickPaths(sm)
 	cm := startCPUMeter()
@@ -184,6 +205,10 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 			return row, err
 		}
 		flat = append(flat, fl...)
+		if fl, err = cold.Run(ctx, b, opt.Gap); err != nil {
+			return row, err
+		}
+		coldLat = append(coldLat, fl...)
 		next += uint64(b)
 		done += b
 	}
@@ -193,6 +218,7 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 	row.FallbackTicks = int(max(fb1[0]-fb0[0], fb1[1]-fb0[1]))
 	lat, misses, maxDiff := rec.results(uint64(opt.Warmup)+1, uint64(total))
 	row.Lat, row.Floor, row.Misses, row.MaxDiff = Summarize(lat), Summarize(flat), misses, maxDiff
+	row.ColdFloor = Summarize(coldLat)
 	row.Abandoned = rec.abandoned
 	if n, err := r.queueItems(ctx, loop); err == nil {
 		row.QueueAfter = n
@@ -254,6 +280,8 @@ func (r *rig) sniffSizes(loop string, f func() error) (FloorSizes, error) {
 			sz.Exchange = max(sz.Exchange, n)
 		case m.Subject == bus.OutputSubject(loop):
 			sz.Output = max(sz.Output, n)
+		case m.Subject == bus.PlantYSubject(loop): // the sensor's plant read
+			sz.PlantRequest = max(sz.PlantRequest, n)
 		}
 	})
 	if err != nil {
@@ -267,7 +295,7 @@ func (r *rig) sniffSizes(loop string, f func() error) (FloorSizes, error) {
 	_ = r.admin.Flush()
 	mu.Lock()
 	defer mu.Unlock()
-	if err == nil && (sz.Measure == 0 || sz.Exchange == 0 || sz.Output == 0) {
+	if err == nil && (sz.Measure == 0 || sz.Exchange == 0 || sz.Output == 0 || sz.PlantRequest == 0) {
 		err = fmt.Errorf("bench: sniffed no complete tick (sizes %+v)", sz)
 	}
 	return sz, err
