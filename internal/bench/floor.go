@@ -52,8 +52,8 @@ type FloorRig struct {
 	tick     uint64         // last tick sent (Run is not safe for concurrent use)
 }
 
-// NewFloorRig connects the four roles to url and subscribes the parties and
-// the actuator.
+// NewFloorRig connects the four roles (five with the plant read) to url and
+// subscribes the parties, the actuator and the plant.
 func NewFloorRig(url string, sz FloorSizes) (*FloorRig, error) {
 	r := &FloorRig{prefix: fmt.Sprintf("floor.%d", time.Now().UnixNano()), meas: make([]byte, sz.Measure), done: make(chan floorDone, 16)}
 	roles := len(r.conns) - 1

@@ -205,8 +205,8 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 	if w.p.UsedPrepared() {
 		w.count(&w.ctrPrepared, w.s.opt.Metrics.ItemsPrepared)
 	}
-	wire, buf := codec.AppendMatrix(f, w.wireBuf[:0], u)
-	w.wireBuf = buf
+	var wire codec.MatrixWire
+	wire, w.wireBuf = codec.AppendMatrix(f, w.wireBuf[:0], u)
 	w.send(codec.KindOutput, t, codec.OutputPayload{Item: wireItem(w.item), U: wire})
 	tr, err := w.p.TruncStart()
 	if err != nil {
