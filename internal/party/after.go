@@ -22,26 +22,12 @@ type afterQueue struct {
 	delay time.Duration
 	mu    sync.Mutex
 	due   []*worker
-	spare []*worker // the previous batch's slice, reused
-	// timer runs a batch (fire) delay after its first worker was queued.
-	// A timer's function, not a goroutine woken to arm a timer of its own:
-	// the first worker is queued inside a tick (a party's output share just
-	// published, the connection's flusher about to send it), and a goroutine
-	// woken there would run ahead of the flusher (an execution trace of the
-	// bench's tick put 50 us on that wait).
-	timer   *time.Timer
-	runMu   sync.Mutex    // one batch at a time
-	started chan struct{} // closed by run once the fields below are set
-	ctx     context.Context
-	do      func(*worker) bool
-	done    func()
+	spare []*worker     // the previous batch's slice, reused
+	wake  chan struct{} // a batch has begun: its first worker was queued
 }
 
 func newAfterQueue(delay time.Duration) *afterQueue {
-	q := &afterQueue{delay: delay, started: make(chan struct{})}
-	q.timer = time.AfterFunc(time.Hour, q.fire)
-	q.timer.Stop()
-	return q
+	return &afterQueue{delay: delay, wake: make(chan struct{}, 1)}
 }
 
 // add queues w's deferred work (once until it has run).
@@ -56,7 +42,10 @@ func (q *afterQueue) add(w *worker) {
 	first := len(q.due) == 1
 	q.mu.Unlock()
 	if first {
-		q.timer.Reset(q.delay)
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -72,36 +61,35 @@ func (q *afterQueue) take() []*worker {
 	return batch
 }
 
-// run has do called for each batch's workers PersistDelay after the batch
+// run calls do for each batch's workers PersistDelay after the batch
 // began, until ctx ends; workers that have exited are skipped, and a worker
 // for which do reports false (busy) is queued again for the next batch.
 // done, if not nil, is called after each batch (it sends what the batch
-// gathered: Service.flushAfter). It returns when ctx has ended and no batch
-// is running.
+// gathered: Service.flushAfter).
 func (q *afterQueue) run(ctx context.Context, do func(*worker) bool, done func()) {
-	q.ctx, q.do, q.done = ctx, do, done
-	close(q.started)
-	<-ctx.Done()
-	q.timer.Stop()
-	q.runMu.Lock() // a batch under way ends first
-	q.runMu.Unlock()
-}
-
-// fire runs a batch (the timer's function).
-func (q *afterQueue) fire() {
-	<-q.started
-	q.runMu.Lock()
-	defer q.runMu.Unlock()
-	if q.ctx.Err() != nil {
-		return
-	}
-	for _, w := range q.take() {
-		if !w.exited.Load() && !q.do(w) {
-			q.add(w)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.wake:
 		}
-	}
-	if q.done != nil {
-		q.done()
+		timer.Reset(q.delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		for _, w := range q.take() {
+			if !w.exited.Load() && !do(w) {
+				q.add(w)
+			}
+		}
+		if done != nil {
+			done()
+		}
 	}
 }
 
