@@ -6,9 +6,8 @@ import (
 	"time"
 )
 
-// The work a tick leaves for after its outputs have gone (truncate: the
-// state rows and Protocol 2's first step; afterTick: start the state write,
-// stage the next offline item) runs for all loops together:
+// The work a tick leaves for after its outputs have gone (afterTick: start
+// the state write, stage the next offline item) runs for all loops together:
 // the first tick to finish arms one timer for the service, and when it fires
 // (Options.PersistDelay later) one goroutine does the queued work of every
 // loop whose tick finished meanwhile. A write thus starts at most
@@ -98,19 +97,14 @@ func (q *afterQueue) run(ctx context.Context, do func(*worker) bool, done func()
 // goroutine may be blocked in a tick's start (waiting up to ItemWait for an
 // item, or for a state write) and one busy loop must not hold up the other
 // loops' writes. A write that finds the loop fenced stops the worker, as
-// the dispatcher stops one. The deferred work is the rest of a tick whose
-// output share has gone (truncate), then, once the tick has ended, the work
-// after it (afterTick) and the start of a measurement held meanwhile
-// (release, on the worker's goroutine).
+// the dispatcher stops one.
 func (w *worker) deferred(ctx context.Context) bool {
 	if !w.mu.TryLock() {
 		return false
 	}
 	if !w.fenced {
 		w.inAfter = true // its messages join the batch's (Service.sendAfter)
-		w.truncate()
 		w.afterTick(ctx)
-		w.release(ctx)
 		w.inAfter = false
 	}
 	fenced := w.fenced

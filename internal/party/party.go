@@ -36,15 +36,12 @@ type Options struct {
 	StateKey      *[32]byte
 	StateStorage  jetstream.StorageType
 	StateReplicas int
-	// PersistDelay defers the rest of each tick after its output share (the
-	// state update: Protocol 2's first step, P0's message to P1; tick.go)
-	// and each state write after the tick that produced it (default 2 ms;
-	// negative: at once), so that this work at the party and the server
-	// does not compete with the tick's output messages for the CPU, and so
-	// that the work of the loops whose ticks finish within that window is
-	// done and sent together (after.go): it starts at most PersistDelay
-	// after its tick (P1's state write, which follows P0's message, at most
-	// twice that). The next tick still waits for the state update and the
+	// PersistDelay defers each state write after the tick that produced it
+	// (default 2 ms; negative: write at once), so that the write's work at
+	// the party and the server does not compete with the tick's output
+	// messages for the CPU, and so that the writes of the loops whose ticks
+	// finish within that window go out together (after.go): a write starts
+	// at most PersistDelay after its tick. The next tick still waits for the
 	// write's acknowledgement before it starts.
 	PersistDelay time.Duration
 	// PeerBatch is the most messages to the other party sent together in
@@ -64,10 +61,7 @@ type Options struct {
 	// off to pre-opening on probe ticks only (twoHopBackoff).
 	TwoHop bool
 	// Audit, if set, is called once per completed multiplication with the
-	// stream sequence of the item used (a test hook and audit log), after
-	// the tick's Protocol 2 step has sent its message (P0), under the
-	// loop's lock. Set, it makes the after queue send that message before
-	// calling it instead of with the batch's other messages.
+	// stream sequence of the item used (a test hook and audit log).
 	Audit func(loop string, tick, item uint64)
 }
 

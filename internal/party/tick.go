@@ -13,34 +13,11 @@ import (
 // The tick state machine (Protocol 3 over NATS):
 //
 //	measure(t)  -> take item, Begin, send Mul(t) to the peer      idle -> begun
-//	peer Mul(t) -> cross-check item and state version, the output
-//	               rows of the product, send the output share to
-//	               the actuator                                    begun -> truncating
-//	after queue -> the state rows, Protocol 2's first step (truncate):
-//	               P0 sends Trunc(t) and finishes                  truncating -> idle
-//	               P1 waits                                        truncating -> multiplied
+//	peer Mul(t) -> cross-check item and state version, Multiply,
+//	               send the output share to the actuator;
+//	               P0 sends Trunc(t) and finishes                  begun -> idle
+//	               P1 waits                                        begun -> multiplied
 //	Trunc(t)    -> P1 finishes                                     multiplied -> idle
-//
-// The state rows and Protocol 2 wait for the after queue (after.go, with the
-// state write): nothing of the tick's output needs them, and on the tick's
-// path they cost more than their own time. An execution trace of the n = 32
-// tick in the bench showed the process running the tick's goroutines on one
-// core, one after the other, while the other core stayed mostly idle (the
-// scheduler queues the goroutines a tick wakes behind the running one, and a
-// goroutine woken by the network only runs once the core has nothing else
-// to do): work done between a party's output share and the actuator's
-// receipt of the other share delays that receipt by about as long, off the
-// critical path or not. Only a loop whose measurements come more than twice
-// the after queue's delay apart (measGap, the last two) waits, and not with
-// a measurement held for the tick: at 25 Hz, 40 ms. A loop ticking faster (the demo's and the tests' fast mode, each
-// tick sent once the last is applied) would find the next measurement at
-// P1 before P0's Protocol 2 message, and hold it, every tick; it does the
-// work at once, as does every loop with no after queue
-// (Options.PersistDelay < 0). Any message to the loop ends a tick still
-// truncating first (handle), so that nothing waits for the queue; a
-// measurement that finds the previous tick not ended (truncating, or P1
-// waiting for P0's message: the period, or the time between the parties,
-// leaves too little room) makes the next truncateBackoff ticks end at once.
 //
 // A tick still open when the next measurement arrives is not given up at
 // once: the measurement is held (hold) until the open tick ends, and its
@@ -63,10 +40,6 @@ import (
 // tick and skip to items past both. If P0 advanced its state but P1 did not
 // (P0's Trunc was lost), their versions differ by one: P0 rolls back to the
 // state share it kept.
-
-// truncateBackoff is how many ticks end at once, not on the after queue,
-// after a measurement found the previous tick not ended (tick.go).
-const truncateBackoff = 256
 
 // Why a party abandons a tick: the reason label of duet_ticks_abandoned_total.
 const (
@@ -235,25 +208,6 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 	var wire codec.MatrixWire
 	wire, w.wireBuf = codec.AppendMatrix(f, w.wireBuf[:0], u)
 	w.send(codec.KindOutput, t, codec.OutputPayload{Item: wireItem(w.item), U: wire})
-	w.prevPending, w.st = prev, truncating
-	if w.deferOff > 0 {
-		w.deferOff--
-	} else if w.s.after != nil && w.measGap > 2*w.s.opt.PersistDelay && !w.held { // see the state machine above
-		w.s.after.add(w)
-		return
-	}
-	w.truncate()
-}
-
-// truncate is the rest of the open tick after its output share (state
-// truncating): the state rows of the product, Protocol 2's first step, P0's
-// Trunc(t), and P0's finish; P1 then waits for Trunc(t), which may already
-// be here.
-func (w *worker) truncate() {
-	if w.st != truncating {
-		return
-	}
-	t := w.cur
 	tr, err := w.p.TruncStart()
 	if err != nil {
 		w.reject(err)
@@ -261,22 +215,17 @@ func (w *worker) truncate() {
 		return
 	}
 	if w.id == 0 {
-		var wire codec.MatrixWire
-		wire, w.wireBuf = codec.AppendMatrix(w.prm.Field, w.wireBuf[:0], tr.Y)
+		wire, w.wireBuf = codec.AppendMatrix(f, w.wireBuf[:0], tr.Y)
 		w.send(codec.KindTrunc, t, codec.TruncPayload{Item: wireItem(w.item), Y: wire})
 	}
-	if a := w.s.opt.Audit; a != nil {
-		if w.inAfter {
-			// The hook (tests' only) sees the tick's messages sent, as
-			// on the dispatcher: not gathered for the after batch's end.
-			_ = w.s.flushAfter() // logs its own errors
-		}
-		a(w.loop, t, w.item)
+	if w.s.opt.Audit != nil {
+		w.s.opt.Audit(w.loop, t, w.item)
 	}
 	if w.id == 0 {
-		w.finish(nil, w.prevPending)
+		w.finish(nil, prev)
 		return
 	}
+	w.prevPending = prev
 	w.st = multiplied
 	if tp, ok := w.pendTrunc[t]; ok {
 		delete(w.pendTrunc, t)
@@ -316,9 +265,6 @@ func (w *worker) finish(tr *mpc.TruncMsg, prev mpc.Matrix) {
 	w.count(&w.ctrTicks, w.s.opt.Metrics.Ticks)
 	if w.persist != nil {
 		w.persist.dirty = true
-	}
-	if w.inAfter { // on the after queue (truncate): deferred does it next
-		return
 	}
 	if w.s.after != nil { // Options.PersistDelay later, with other loops' (after.go)
 		w.s.after.add(w)
@@ -380,8 +326,6 @@ func (w *worker) abandonOpen(why string) {
 	switch w.st {
 	case begun:
 		w.miss(missLate, why+" (waiting for the peer's Protocol 1 message)")
-	case truncating:
-		w.miss(missLate, why+" (its output share sent, its state not yet updated)")
 	case multiplied:
 		w.miss(missLate, why+" (waiting for P0's Protocol 2 message)")
 	}
@@ -393,13 +337,12 @@ var releaseMsg = &nats.Msg{}
 
 // release starts the held measurement's tick once the open tick has ended.
 // On the dispatcher (inline), a start that may wait (for the state write,
-// for an item: canInline) goes to the worker's goroutine instead, as does
-// any start from the after queue (deferred), which serves every loop.
+// for an item: canInline) goes to the worker's goroutine instead.
 func (w *worker) release(ctx context.Context) {
 	if !w.held || w.st != idle || w.releaseQueued {
 		return
 	}
-	if w.inAfter || w.inline && !w.canInline(w.subjMeasure) {
+	if w.inline && !w.canInline(w.subjMeasure) {
 		w.queued.Add(1)
 		select {
 		case w.inbox <- releaseMsg:

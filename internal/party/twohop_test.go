@@ -79,10 +79,6 @@ func newTwoHopRig(t *testing.T, items int) *twoHopRig {
 	if _, err := nc.ChanSubscribe(bus.Prefix+"."+rigLoop+".>", r.capture); err != nil {
 		t.Fatal(err)
 	}
-	// The deferred work's messages to the other party may leave as a batch.
-	if _, err := nc.ChanSubscribe(bus.Prefix+"."+bus.BatchToken+".>", r.capture); err != nil {
-		t.Fatal(err)
-	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -208,35 +204,23 @@ func (r *twoHopRig) network() {
 			o[id] = u
 			r.outs[h.Tick] = o
 		case strings.HasPrefix(m.Subject, bus.Prefix+"."+rigLoop+".x.p"):
-			r.toPeer(int(m.Subject[len(m.Subject)-1]-'0'), m.Data)
-		case strings.HasPrefix(m.Subject, bus.Prefix+"."+bus.BatchToken+".x.p"):
 			to := int(m.Subject[len(m.Subject)-1] - '0')
-			if err := codec.SplitBatch(m.Data, func(env []byte) { r.toPeer(to, append([]byte(nil), env...)) }); err != nil {
+			h, _, err := r.peek[to].Open(m.Data)
+			if err != nil {
 				t.Fatal(err)
 			}
+			if h.Kind == codec.KindTrunc {
+				if o := r.outs[h.Tick]; o[0].Data == nil {
+					t.Fatalf("tick %d: P0 sent its Protocol 2 message before its output share", h.Tick)
+				}
+				r.truncs++
+			}
+			if r.drop != nil && r.drop(to, h.Kind) {
+				continue
+			}
+			r.w[to].handle(context.Background(), m)
 		}
 	}
-}
-
-// toPeer delivers env, from the other party, to party to (unless dropped),
-// as on its loop's exchange subject.
-func (r *twoHopRig) toPeer(to int, env []byte) {
-	t := r.t
-	t.Helper()
-	h, _, err := r.peek[to].Open(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h.Kind == codec.KindTrunc {
-		if o := r.outs[h.Tick]; o[0].Data == nil {
-			t.Fatalf("tick %d: P0 sent its Protocol 2 message before its output share", h.Tick)
-		}
-		r.truncs++
-	}
-	if r.drop != nil && r.drop(to, h.Kind) {
-		return
-	}
-	r.w[to].handle(context.Background(), &nats.Msg{Subject: bus.ExchangeSubject(rigLoop, to), Data: env})
 }
 
 // measure sends tick t's measurement y: masked for item if masked, else as

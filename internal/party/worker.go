@@ -26,7 +26,6 @@ const (
 	idle       stage = iota
 	begun            // sent our Protocol 1 message, waiting for the peer's
 	multiplied       // P1 only: waiting for P0's Protocol 2 message
-	truncating       // output share sent; the rest of the tick waits for the after queue (truncate)
 )
 
 // maxPending bounds buffered early messages per kind.
@@ -123,14 +122,6 @@ type worker struct {
 	heldY mpc.Matrix
 
 	prevPending mpc.Matrix
-	// measAt is when the last measurement came, measGap the time between
-	// it and the one before (onMul: whether the rest of a tick waits for the
-	// after queue).
-	measAt  time.Time
-	measGap time.Duration
-	// deferOff: ticks left that end at once, not on the after queue, since
-	// a measurement found the previous tick not yet ended (truncateBackoff).
-	deferOff int
 	// prevSpare is a state buffer free for the next tick's prev.
 	prevSpare mpc.Matrix
 	// mulT, mulS: the peer's last Protocol 1 message, decoded in place
@@ -379,9 +370,6 @@ func (w *worker) canInline(subject string) bool {
 	if subject != w.subjMeasure {
 		return true
 	}
-	if w.st == truncating && w.persist != nil {
-		return false // handle ends the tick first, leaving a state write to flush
-	}
 	if p := w.persist; p != nil {
 		if p.inflight {
 			if !p.poll() || p.res.err != nil { // an error waits for resolve
@@ -536,21 +524,6 @@ func (w *worker) reject(err error) {
 // handle runs the state machine on one inbound message (or releaseMsg),
 // then starts a held measurement's tick if the open tick has ended.
 func (w *worker) handle(ctx context.Context, m *nats.Msg) {
-	// A tick waiting for the after queue to end it (truncating) ends now:
-	// whatever comes next (a measurement, P0's Protocol 2 message) needs it
-	// ended, and a loop ticking faster than the after queue's delay must
-	// not wait for it; nor should the loop's next ticks (deferOff).
-	if m.Subject == w.subjMeasure && (w.st == truncating || w.st == multiplied) {
-		w.deferOff = truncateBackoff
-	}
-	w.truncate()
-	if m.Subject == w.subjMeasure {
-		now := time.Now()
-		if !w.measAt.IsZero() {
-			w.measGap = now.Sub(w.measAt)
-		}
-		w.measAt = now
-	}
 	if m == releaseMsg {
 		w.releaseQueued = false
 	} else {
