@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,14 +210,35 @@ func TestTwoHopPartiesRejectMalformed(t *testing.T) {
 
 // TestTwoHopThroughBatches: with every message to the other party sent as
 // a batch (as under load, when the dispatcher has more messages waiting),
-// the pre-openings travel in batches too and are taken from them: the ticks
-// stay short at both parties and nothing is refused as a wrong kind.
+// the pre-openings travel in batches too, a lone one as well, and are taken
+// from them: nothing travels on the loop's exchange subjects, the ticks stay
+// short at both parties and nothing is refused as a wrong kind.
 func TestTwoHopThroughBatches(t *testing.T) {
 	cs, ps := pendulum(t)
 	c := startWith(t, Options{Controller: cs, Plant: ps, Variant: mpc.PerTick, Compress: true, Period: 10 * time.Millisecond,
 		Deadline: 250 * time.Millisecond, Dealers: 1, LowWater: 100, TwoHop: true, PeerBatchAlways: true}, 50)
+	nc, err := nats.Connect(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var direct atomic.Int64
+	for i := 0; i < 2; i++ {
+		if _, err := nc.Subscribe(bus.ExchangeSubject(c.opt.Loop, i), func(*nats.Msg) { direct.Add(1) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	const ticks = 200
 	runTwoHop(t, c, ticks)
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := direct.Load(); n != 0 {
+		t.Errorf("%d messages on the loop's exchange subjects: want every message to the other party in a batch", n)
+	}
 	checkAudit(t, c, ticks-5)
 	loop := c.opt.Loop
 	for i := 0; i < 2; i++ {

@@ -165,9 +165,9 @@ func (s *Service) sendAfter(loop string, toPeer bool, subj string, env []byte) e
 
 // flushAfter sends what the batch gathered: what the dispatcher holds for
 // the other party first (the order of a loop's messages is kept), then the
-// pre-openings (alone on the loop's subject if there is one, else as one
-// batch), then the mask shares. Every send is tried; errors are logged, and
-// the first is returned.
+// pre-openings (alone on the loop's subject if there is one, unless
+// PeerBatchAlways, else as one batch), then the mask shares. Every send is
+// tried; errors are logged, and the first is returned.
 func (s *Service) flushAfter() error {
 	a := &s.aout
 	if a.n == 0 && len(a.maskEnds) == 0 {
@@ -186,11 +186,11 @@ func (s *Service) flushAfter() error {
 	note(s.out.subject, s.flushLocked())
 	s.outMu.Unlock()
 	switch {
-	case a.n == 1:
+	case a.n == 1 && !s.opt.PeerBatchAlways:
 		s.opt.Metrics.PeerMessages.Inc()
 		s.opt.Metrics.PeerEnvelopes.Inc()
 		note(a.lastSubj, s.nc.Publish(a.lastSubj, a.batch[len(a.batch)-a.lastLen:]))
-	case a.n > 1:
+	case a.n > 0: // more than one, or every message in a batch (PeerBatchAlways)
 		s.opt.Metrics.PeerMessages.Inc()
 		s.opt.Metrics.PeerEnvelopes.Add(float64(a.n))
 		note(s.out.subject, s.nc.Publish(s.out.subject, a.batch))
