@@ -9,12 +9,16 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/duet-mpc/duet/internal/bench"
 	"github.com/duet-mpc/duet/internal/cli"
 	"github.com/duet-mpc/duet/internal/service"
 )
 
 func main() {
 	service.TuneGC()
+	if bench.RelayMain() { // a process duet bench started as a floor relay
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

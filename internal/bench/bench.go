@@ -66,10 +66,10 @@ type Report struct {
 	// ScaleVariant is Plan.ScaleVariant: the Protocol 1 variant of the
 	// scale search's loops.
 	ScaleVariant mpc.Variant
-	// ScalePartyBin is Plan.ScalePartyBin: the party binary the scale
-	// search ran the parties as, in processes of their own ("": inside the
-	// bench).
-	ScalePartyBin string
+	// PartyBin is Plan.PartyBin: the party binary the tick cases and the
+	// scale search ran the parties as, in processes of their own ("":
+	// inside the bench).
+	PartyBin string
 	// ScaleTwoHop is Plan.ScaleTwoHop: the scale search's loops ran the
 	// two-hop tick.
 	ScaleTwoHop bool
@@ -147,10 +147,11 @@ type Plan struct {
 	// ScaleRepeat is how many steps the scale search runs at each loop
 	// count; a count holds only if all of them held (0: one).
 	ScaleRepeat int
-	// ScalePartyBin, if set, runs the scale search's parties as this
-	// binary (a build of cmd/party), each in its own process
-	// (ScaleOptions.PartyBin); "": inside the bench.
-	ScalePartyBin string
+	// PartyBin, if set, runs the parties of the tick cases and of the
+	// scale search as this binary (a build of cmd/party), each in its own
+	// process (TickOptions.PartyBin, ScaleOptions.PartyBin); "": inside the
+	// bench.
+	PartyBin string
 	// ScaleTwoHop runs the scale search's loops with the two-hop tick
 	// (DUET_TWO_HOP, ScaleOptions.TwoHop); false: three hops, the
 	// services' default.
@@ -224,7 +225,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if opt.Plan != nil {
 		plan = *opt.Plan
 	}
-	rep.StateFileStore, rep.ScaleVariant, rep.ScalePartyBin, rep.ScaleTwoHop = plan.StateFileStore, plan.ScaleVariant, plan.ScalePartyBin, plan.ScaleTwoHop
+	rep.StateFileStore, rep.ScaleVariant, rep.PartyBin, rep.ScaleTwoHop = plan.StateFileStore, plan.ScaleVariant, plan.PartyBin, plan.ScaleTwoHop
 	pr := func(format string, a ...any) { fmt.Fprintf(opt.Progress, format+"\n", a...) }
 	for _, sec := range opt.Sections {
 		stop, err := startProfile(opt, sec)
@@ -402,7 +403,7 @@ func TickCases(pendulum mpc.ControllerSpec, pendulumPlant plant.Spec, ns []int) 
 
 func runTickSection(ctx context.Context, url string, plan Plan, cs mpc.ControllerSpec, ps plant.Spec, log *slog.Logger, rep *Report, pr func(string, ...any)) error {
 	for _, c := range TickCases(cs, ps, plan.TickNs) {
-		row, err := RunTick(ctx, TickOptions{URL: url, Ticks: plan.Ticks, Warmup: plan.TickWarmup, Block: plan.TickBlock, Compress: true, Log: log, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce, StateFileStore: plan.StateFileStore}, c)
+		row, err := RunTick(ctx, TickOptions{URL: url, Ticks: plan.Ticks, Warmup: plan.TickWarmup, Block: plan.TickBlock, Compress: true, Log: log, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce, StateFileStore: plan.StateFileStore, PartyBin: plan.PartyBin}, c)
 		if err != nil {
 			return fmt.Errorf("bench: tick %s: %w", c.Name, err)
 		}
@@ -487,7 +488,7 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 			loops = plan.ScaleNoPersistLoops
 		}
 		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg, StateFileStore: plan.StateFileStore,
-			Repeat: plan.ScaleRepeat, PartyBin: plan.ScalePartyBin, Controller: cs, Variant: plan.ScaleVariant, TwoHop: plan.ScaleTwoHop, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
+			Repeat: plan.ScaleRepeat, PartyBin: plan.PartyBin, Controller: cs, Variant: plan.ScaleVariant, TwoHop: plan.ScaleTwoHop, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
 				if plan.ScaleRepeat > 1 {
@@ -620,7 +621,7 @@ func (rep *Report) Targets() []Target {
 	if rep.ScaleVariant != mpc.PerTick {
 		got += fmt.Sprintf("; the loops with the %s mask", rep.ScaleVariant)
 	}
-	if rep.ScalePartyBin != "" {
+	if rep.PartyBin != "" {
 		got += "; the parties in processes of their own"
 	}
 	if rep.ScaleTwoHop {

@@ -17,7 +17,7 @@ var (
 	Protocol2Header   = Protocol1Header[1:]
 	Fig5FloorHeader   = []string{"series", "d", "p50_us", "p99_us", "mean_us", "floor_p50_us", "floor_p99_us", "floor_mean_us", "ratio_p50", "ratio_mean", "measure_bytes", "exchange_bytes", "output_bytes", "bytes_p0", "bytes_p1"}
 	TickHeader        = []string{"case", "p50_us", "p99_us", "floor_p50_us", "floor_p99_us"}
-	TickDetailHeader  = []string{"case", "n", "m", "p", "modulus", "variant", "persist", "ticks", "misses", "p50_us", "p99_us", "floor_p50_us", "floor_p99_us", "ratio_p50", "ratio_p99", "measure_bytes", "exchange_bytes", "output_bytes", "max_du", "du_bound", "abandoned", "queue_after", "steal_cores", "state_file_store", "two_hop_ticks", "fallback_ticks", "cold_floor_p50_us", "cold_floor_p99_us"}
+	TickDetailHeader  = []string{"case", "n", "m", "p", "modulus", "variant", "persist", "ticks", "misses", "p50_us", "p99_us", "floor_p50_us", "floor_p99_us", "ratio_p50", "ratio_p99", "measure_bytes", "exchange_bytes", "output_bytes", "max_du", "du_bound", "abandoned", "queue_after", "steal_cores", "state_file_store", "two_hop_ticks", "fallback_ticks", "cold_floor_p50_us", "cold_floor_p99_us", "party_procs"}
 	DealerHeader      = []string{"case", "variant", "compress", "replicas", "items_per_msg", "items", "seconds", "items_per_s", "payload_bytes_per_tick", "stream_bytes_per_item"}
 	ScaleHeader       = []string{"loops", "p50_us", "p99_us", "misses", "ok"}
 	IdleHeader        = []string{"when", "seconds", "wakeups", "stalls_over_" + StallThreshold.String(), "worst_ms", "process_cores"}
@@ -78,7 +78,7 @@ func (rep *Report) WriteCSVs(dir string) error {
 			ff(us(r.Lat.P50), 1), ff(us(r.Lat.P99), 1), ff(us(r.Floor.P50), 1), ff(us(r.Floor.P99), 1),
 			ff(ratio(r.Lat.P50, r.Floor.P50), 2), ff(ratio(r.Lat.P99, r.Floor.P99), 2),
 			fi(r.Sizes.Measure), fi(r.Sizes.Exchange), fi(r.Sizes.Output), ff(r.MaxDiff, 6), ff(r.Bound, 6), fi(r.Abandoned), fi(r.QueueAfter), fnan(r.Steal, 2), fb(r.StateFileStore), fi(r.TwoHopTicks), fi(r.FallbackTicks),
-			ff(us(r.ColdFloor.P50), 1), ff(us(r.ColdFloor.P99), 1)})
+			ff(us(r.ColdFloor.P50), 1), ff(us(r.ColdFloor.P99), 1), fb(r.PartyProcs)})
 	}
 	var dl [][]string
 	for _, r := range rep.Dealer {

@@ -50,11 +50,23 @@ type FloorRig struct {
 	plantReq []byte         // the plant read's request (nil: no plant read)
 	done     chan floorDone // ticks whose second output arrived
 	tick     uint64         // last tick sent (Run is not safe for concurrent use)
+	relays   []*relayProc   // the relays' processes (NewFloorRigRelays)
 }
 
 // NewFloorRig connects the four roles (five with the plant read) to url and
 // subscribes the parties, the actuator and the plant.
 func NewFloorRig(url string, sz FloorSizes) (*FloorRig, error) {
+	return newFloorRig(url, sz, false)
+}
+
+// NewFloorRigRelays is NewFloorRig with the parties' relays each in a
+// process of its own (floor_relay.go), beside parties that run as
+// processes: the floor of the same shape.
+func NewFloorRigRelays(url string, sz FloorSizes) (*FloorRig, error) {
+	return newFloorRig(url, sz, true)
+}
+
+func newFloorRig(url string, sz FloorSizes, relayProcs bool) (*FloorRig, error) {
 	r := &FloorRig{prefix: fmt.Sprintf("floor.%d", time.Now().UnixNano()), meas: make([]byte, sz.Measure), done: make(chan floorDone, 16)}
 	roles := len(r.conns) - 1
 	if sz.PlantRequest > 0 {
@@ -62,6 +74,9 @@ func NewFloorRig(url string, sz FloorSizes) (*FloorRig, error) {
 		r.plantReq = make([]byte, sz.PlantRequest)
 	}
 	for i := range roles {
+		if relayProcs && (i == 1 || i == 2) {
+			continue // the relays connect from their processes
+		}
 		nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("duet-floor-%d", i)))
 		if err != nil {
 			r.Close()
@@ -69,47 +84,17 @@ func NewFloorRig(url string, sz FloorSizes) (*FloorRig, error) {
 		}
 		r.conns[i] = nc
 	}
-	exch, out := make([]byte, sz.Exchange), make([]byte, sz.Output)
 	for i := 0; i < 2; i++ {
-		nc, id := r.conns[1+i], i
-		var mu sync.Mutex
-		got := map[string]int{}
-		// need is how many messages party id waits for before answering.
-		need := 2
-		if sz.OneWay && id == 0 || sz.TwoHop {
-			need = 1
+		if relayProcs {
+			p, err := startRelay(url, r.prefix, i, sz)
+			if err != nil {
+				r.Close()
+				return nil, err
+			}
+			r.relays = append(r.relays, p)
+			continue
 		}
-		step := func(tick string) {
-			mu.Lock()
-			got[tick]++
-			ready := got[tick] == need
-			if ready {
-				delete(got, tick)
-			}
-			mu.Unlock()
-			if ready {
-				nc.Publish(r.prefix+".out."+tick, out)
-			}
-		}
-		// One subscription (one goroutine) per party for the measurement and
-		// the exchange, as the party service's single inbox per loop.
-		own := fmt.Sprintf("%s.p%d.", r.prefix, id)
-		peerX := fmt.Sprintf("%s.p%d.x.", r.prefix, 1-id)
-		if _, err := nc.Subscribe(own+"*.*", func(m *nats.Msg) {
-			rest := m.Subject[len(own):] // "m.<tick>" or "x.<tick>"
-			if len(rest) < 3 {
-				return
-			}
-			tick := rest[2:]
-			if rest[0] == 'm' && !sz.TwoHop && (!sz.OneWay || id == 0) {
-				nc.Publish(peerX+tick, exch)
-			}
-			step(tick)
-		}); err != nil {
-			r.Close()
-			return nil, err
-		}
-		if err := nc.Flush(); err != nil {
+		if err := subscribeRelay(r.conns[1+i], r.prefix, i, sz); err != nil {
 			r.Close()
 			return nil, err
 		}
@@ -150,6 +135,51 @@ func NewFloorRig(url string, sz FloorSizes) (*FloorRig, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// subscribeRelay makes nc party id's zero-computation relay of the floor
+// with subjects under prefix: it answers its measurement (and, but in two
+// hops, the other party's exchange message) with an output message, and
+// sends the other party an exchange message on its measurement.
+func subscribeRelay(nc *nats.Conn, prefix string, id int, sz FloorSizes) error {
+	exch, out := make([]byte, sz.Exchange), make([]byte, sz.Output)
+	var mu sync.Mutex
+	got := map[string]int{}
+	// need is how many messages party id waits for before answering.
+	need := 2
+	if sz.OneWay && id == 0 || sz.TwoHop {
+		need = 1
+	}
+	step := func(tick string) {
+		mu.Lock()
+		got[tick]++
+		ready := got[tick] == need
+		if ready {
+			delete(got, tick)
+		}
+		mu.Unlock()
+		if ready {
+			nc.Publish(prefix+".out."+tick, out)
+		}
+	}
+	// One subscription (one goroutine) per party for the measurement and
+	// the exchange, as the party service's single inbox per loop.
+	own := fmt.Sprintf("%s.p%d.", prefix, id)
+	peerX := fmt.Sprintf("%s.p%d.x.", prefix, 1-id)
+	if _, err := nc.Subscribe(own+"*.*", func(m *nats.Msg) {
+		rest := m.Subject[len(own):] // "m.<tick>" or "x.<tick>"
+		if len(rest) < 3 {
+			return
+		}
+		tick := rest[2:]
+		if rest[0] == 'm' && !sz.TwoHop && (!sz.OneWay || id == 0) {
+			nc.Publish(peerX+tick, exch)
+		}
+		step(tick)
+	}); err != nil {
+		return err
+	}
+	return nc.Flush()
 }
 
 // floorDone is a completed floor tick and when its second output arrived.
@@ -202,13 +232,17 @@ func (r *FloorRig) Run(ctx context.Context, n int, gap time.Duration) ([]time.Du
 	return lat, nil
 }
 
-// Close closes the connections.
+// Close closes the connections and stops the relays' processes.
 func (r *FloorRig) Close() {
 	for _, nc := range r.conns {
 		if nc != nil {
 			nc.Close()
 		}
 	}
+	for _, p := range r.relays {
+		p.stop()
+	}
+	r.relays = nil
 }
 
 // Floor measures n floor ticks with a fresh rig (see FloorRig).

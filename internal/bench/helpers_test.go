@@ -13,6 +13,15 @@ import (
 	"github.com/duet-mpc/duet/pkg/plant"
 )
 
+// TestMain runs this test binary as a floor relay when a test's floor
+// started it as one (NewFloorRigRelays), and the tests otherwise.
+func TestMain(m *testing.M) {
+	if RelayMain() {
+		return
+	}
+	os.Exit(m.Run())
+}
+
 // startServer starts an embedded NATS server for one test.
 func startServer(t *testing.T) string {
 	t.Helper()

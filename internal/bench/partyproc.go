@@ -310,30 +310,58 @@ func (c *partyCounts) add(mfs map[string]*dto.MetricFamily) {
 // procCounts reads both party processes' counters from their /metrics.
 func (r *rig) procCounts(ctx context.Context) (partyCounts, error) {
 	c := partyCounts{abandoned: map[string]float64{}, rejects: map[string]float64{}}
-	client := http.Client{Timeout: 5 * time.Second}
 	for _, p := range r.procList() {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.addr+"/metrics", nil)
+		mfs, err := p.metrics(ctx)
 		if err != nil {
 			return c, err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return c, fmt.Errorf("bench: party%d process's metrics: %w", p.id, err)
-		}
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-		resp.Body.Close()
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("status %s", resp.Status)
-		}
-		if err != nil {
-			return c, fmt.Errorf("bench: party%d process's metrics: %w", p.id, err)
-		}
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		mfs, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-		if err != nil {
-			return c, fmt.Errorf("bench: party%d process's metrics: %w", p.id, err)
 		}
 		c.add(mfs)
 	}
 	return c, nil
+}
+
+// procTicks reads each party process's completed ticks of loop
+// (duet_ticks_total).
+func (r *rig) procTicks(ctx context.Context, loop string) (n [2]float64, err error) {
+	for _, p := range r.procList() {
+		mfs, err := p.metrics(ctx)
+		if err != nil {
+			return n, err
+		}
+		for _, m := range mfs["duet_ticks_total"].GetMetric() { // nil family: none yet
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "loop" && l.GetValue() == loop && p.id >= 0 && p.id < 2 {
+					n[p.id] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n, nil
+}
+
+// metrics reads the process's metric families from its /metrics.
+func (p *partyProc) metrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
+	client := http.Client{Timeout: 5 * time.Second}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("bench: party%d process's metrics: %w", p.id, err)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	resp.Body.Close()
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("status %s", resp.Status)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bench: party%d process's metrics: %w", p.id, err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("bench: party%d process's metrics: %w", p.id, err)
+	}
+	return mfs, nil
 }

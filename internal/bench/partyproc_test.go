@@ -180,3 +180,38 @@ func TestScalePartyProcExits(t *testing.T) {
 		t.Errorf("took %v to notice", took)
 	}
 }
+
+// TestTickPartyProcs: the tick case with the parties as the real party
+// service's processes, in two hops as the shipped deployments run it: every
+// tick applied and right, each paced on the processes' completed ticks read
+// from their /metrics (a tick they were not seen to complete counts as
+// abandoned), their fallbacks read from there too, and the processes gone
+// after.
+func TestTickPartyProcs(t *testing.T) {
+	bin := buildParty(t)
+	url := startServer(t)
+	cs, ps := pendulum(t)
+	c := TickCases(cs, ps, nil)[3]
+	if c.Name != "pendulum-2hop" || !c.TwoHop {
+		t.Fatalf("case %+v, want pendulum-2hop", c)
+	}
+	const ticks = 20
+	row, err := RunTick(context.Background(), TickOptions{URL: url, Ticks: ticks, Warmup: 10, Block: 10, Compress: true, PartyBin: bin}, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !row.PartyProcs || row.Lat.N+row.Misses != ticks || row.Misses > 1 || row.MaxDiff > row.Bound || row.Floor.N != ticks {
+		t.Errorf("%+v: want the parties as processes and %d ticks applied within the bound", row, ticks)
+	}
+	if row.Abandoned != 0 {
+		t.Errorf("%d ticks abandoned: the processes' completed ticks were not read", row.Abandoned)
+	}
+	// The processes got DUET_TWO_HOP: without their mask shares no
+	// measurement goes out masked.
+	if row.TwoHopTicks-row.FallbackTicks < ticks/2 {
+		t.Errorf("%d ticks sent masked, %d of them in three hops, of %d", row.TwoHopTicks, row.FallbackTicks, ticks)
+	}
+	if running(t, bin) {
+		t.Errorf("a party process still runs after the case")
+	}
+}

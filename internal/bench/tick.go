@@ -64,6 +64,10 @@ type TickOptions struct {
 	// StateFileStore puts the parties' persisted state in JetStream file
 	// storage (DUET_STATE_FILE_STORE, the services' default); false: memory.
 	StateFileStore bool
+	// PartyBin, if set, runs the two parties as this binary (a build of
+	// cmd/party), each in its own process, as ScaleOptions.PartyBin does;
+	// "": inside the bench.
+	PartyBin string
 }
 
 // TickRow is a case's result.
@@ -99,6 +103,9 @@ type TickRow struct {
 	// FallbackTicks those of them that a party still ran with the exchange
 	// after the measurement (the larger count of the two parties).
 	TwoHopTicks, FallbackTicks int
+	// PartyProcs: the parties ran as processes of their own
+	// (TickOptions.PartyBin).
+	PartyProcs bool
 }
 
 // RunTick measures one case.
@@ -112,13 +119,14 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 	if opt.Block <= 0 {
 		opt.Block = 100
 	}
-	row := TickRow{Case: c.Name, Variant: c.Variant, Persist: !c.NoPersist}
+	row := TickRow{Case: c.Name, Variant: c.Variant, Persist: !c.NoPersist, PartyProcs: opt.PartyBin != ""}
 	r, err := newRig(ctx, opt.URL, opt.Log)
 	if err != nil {
 		return row, err
 	}
 	defer r.close()
 	r.peerBatch, r.writeCoalesce, r.stateFile, r.twoHop = opt.PeerBatch, opt.WriteCoalesce, opt.StateFileStore, c.TwoHop
+	r.partyBin = opt.PartyBin
 	row.StateFileStore = opt.StateFileStore && row.Persist
 	loop := "b" + uniqueTag() // 7 characters, like "pendulum": ids travel in every header
 	total := opt.Warmup + opt.Ticks
@@ -148,7 +156,11 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 	if _, err := r.startDealers(1, lowWater, 0); err != nil {
 		return row, err
 	}
-	if err := waitFor(ctx, 60*time.Second, "parties' set-up", r.partiesReady); err != nil {
+	// A party process that exits ends the wait at once, with its output.
+	if err := waitFor(ctx, 60*time.Second, "parties' set-up", func() bool { return r.procExited() != nil || r.partiesReady() }); err != nil {
+		return row, err
+	}
+	if err := r.procExited(); err != nil {
 		return row, err
 	}
 	if err := r.waitQueues(ctx, []string{loop}, lowWater, 120*time.Second); err != nil {
@@ -164,6 +176,16 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		}
 		return true
 	}
+	if r.partyBin != "" {
+		// A party process's completed ticks are its duet_ticks_total,
+		// counted where an in-process party's state version advances; read
+		// from its /metrics, so polled less often (procTicks).
+		rec.poll = time.Millisecond
+		rec.partiesAt = func(v uint64) bool {
+			n, err := r.procTicks(ctx, loop)
+			return err == nil && n[0] >= float64(v) && n[1] >= float64(v)
+		}
+	}
 	sizes, err := r.sniffSizes(loop, func() error { return rec.run(ctx, sn, 1, opt.Warmup, opt.Gap) })
 	if err != nil {
 		return row, err
@@ -177,7 +199,13 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 	}
 	sizes.PlantReply = sizes.PlantRequest + len(body)
 	row.Sizes = sizes
-	floor, err := NewFloorRig(opt.URL, sizes)
+	// Beside parties in processes of their own, the floor's relays run in
+	// processes of their own too: the floor of the same shape.
+	newFloor := NewFloorRig
+	if r.partyBin != "" {
+		newFloor = NewFloorRigRelays
+	}
+	floor, err := newFloor(opt.URL, sizes)
 	if err != nil {
 		return row, err
 	}
@@ -186,14 +214,17 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 	// read, each tick sent from idle (ColdFloor, for comparison).
 	coldSizes := sizes
 	coldSizes.PlantRequest, coldSizes.PlantReply = 0, 0
-	cold, err := NewFloorRig(opt.URL, coldSizes)
+	cold, err := newFloor(opt.URL, coldSizes)
 	if err != nil {
 		return row, err
 	}
 	defer cold.Close()
 	var flat, coldLat []time.Duration
 	next := uint64(opt.Warmup) + 1
-	masked0, fb0 := r.tickPaths(sm)
+	masked0, fb0, err := r.tickPaths(ctx, sm)
+	if err != nil {
+		return row, err
+	}
 	cm := startCPUMeter()
 	for done := 0; done < opt.Ticks; {
 		b := min(opt.Block, opt.Ticks-done)
@@ -213,7 +244,10 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		done += b
 	}
 	_, row.Steal = cm.cores(0)
-	masked1, fb1 := r.tickPaths(sm)
+	masked1, fb1, err := r.tickPaths(ctx, sm)
+	if err != nil {
+		return row, err
+	}
 	row.TwoHopTicks = int(masked1 - masked0)
 	row.FallbackTicks = int(max(fb1[0]-fb0[0], fb1[1]-fb0[1]))
 	lat, misses, maxDiff := rec.results(uint64(opt.Warmup)+1, uint64(total))
@@ -309,8 +343,10 @@ type tickRecorder struct {
 	wake    chan uint64
 	sent    uint64 // measurements sent (the parties' state version after they complete)
 
-	// partiesAt reports whether both parties completed v state updates.
+	// partiesAt reports whether both parties completed v state updates,
+	// asked every poll (default 50 µs) until they have.
 	partiesAt func(v uint64) bool
+	poll      time.Duration
 	abandoned int
 	desync    uint64 // first tick the parties did not complete (0: none)
 }
@@ -367,9 +403,13 @@ func (t *tickRecorder) run(ctx context.Context, sn *sensor.Sensor, first uint64,
 		want := t.sent
 		t.mu.Unlock()
 		if t.partiesAt != nil {
+			poll := t.poll
+			if poll <= 0 {
+				poll = 50 * time.Microsecond
+			}
 			give := time.Now().Add(time.Second)
 			for !t.partiesAt(want) && time.Now().Before(give) {
-				time.Sleep(50 * time.Microsecond)
+				time.Sleep(poll)
 			}
 			if !t.partiesAt(want) {
 				t.abandoned++
@@ -415,13 +455,23 @@ func (t *tickRecorder) results(from, to uint64) ([]time.Duration, int, float64) 
 }
 
 // tickPaths reads the two-hop tick's counters: the masked measurements the
-// sensor has sent and each in-process party's fallbacks to three hops.
-func (r *rig) tickPaths(sensor *metrics.Set) (masked float64, fallback [2]float64) {
+// sensor has sent and each party's fallbacks to three hops (a party
+// process's from its /metrics).
+func (r *rig) tickPaths(ctx context.Context, sensor *metrics.Set) (masked float64, fallback [2]float64, err error) {
 	masked = metrics.SumBy(sensor.TickPaths, "path")["two_hop"]
 	for i, m := range r.pm {
 		if m != nil {
 			fallback[i] = metrics.SumBy(m.TickPaths, "path")["fallback"]
 		}
 	}
-	return masked, fallback
+	for _, p := range r.procList() {
+		mfs, err := p.metrics(ctx)
+		if err != nil {
+			return masked, fallback, err
+		}
+		var c partyCounts
+		c.add(mfs)
+		fallback[p.id] = c.fallback
+	}
+	return masked, fallback, nil
 }

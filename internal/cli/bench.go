@@ -41,7 +41,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	repeat := fs.Int("repeat", 0, "steps of the scale search at each loop count; a count holds only if every one of them held (default 1)")
 	mask := fs.String("mask", "", "the sensors' DUET_MASK in the scale section: per-tick (the services' default) or fixed")
 	twoHop := fs.Bool("two-hop", false, "run the scale section's loops with the two-hop tick (DUET_TWO_HOP, on in the shipped deployments; default: three hops, the services' default)")
-	partyBin := fs.String("party-bin", "", "run the scale section's two parties as this party binary (a build of cmd/party), each in its own process, instead of inside the bench")
+	partyBin := fs.String("party-bin", "", "run the two parties of the tick and scale sections as this party binary (a build of cmd/party), each in its own process, instead of inside the bench")
 	stepDur := fs.Duration("step-duration", 0, "the measured window of each scale step and of each count of the floor alone, 1s..10m (default: 6s, 2s with --quick)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
@@ -99,7 +99,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		plan.ScaleLoops, plan.ScaleNoPersistLoops, plan.ScaleBudget = ns, ns, 0
 	}
 	plan.PeerBatch, plan.ItemsPerMsg, plan.WriteCoalesce, plan.StateFileStore = *peerBatch, *perMsg, coalesce, *stateFile
-	plan.ScaleVariant, plan.ScaleRepeat, plan.ScalePartyBin, plan.ScaleTwoHop = variant, *repeat, *partyBin, *twoHop
+	plan.ScaleVariant, plan.ScaleRepeat, plan.PartyBin, plan.ScaleTwoHop = variant, *repeat, *partyBin, *twoHop
 	if *stepDur != 0 {
 		plan.ScaleDur = *stepDur
 	}
@@ -163,8 +163,8 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 		mode = "quick"
 	}
 	procs := ""
-	if rep.ScalePartyBin != "" {
-		procs = ", the scale search's parties as processes of " + rep.ScalePartyBin
+	if rep.PartyBin != "" {
+		procs = ", the parties as processes of " + rep.PartyBin + " (tick and scale sections)"
 	}
 	hops := ""
 	if rep.ScaleTwoHop {

@@ -128,12 +128,13 @@ func TestPrintSummaryTwoHop(t *testing.T) {
 	}
 }
 
-// The summary's first line names the party binary when the scale search ran
-// the parties in their own processes, and says nothing of it otherwise.
+// The summary's first line names the party binary when the tick cases and
+// the scale search ran the parties in their own processes, and says nothing
+// of it otherwise.
 func TestPrintSummaryPartyBin(t *testing.T) {
 	for _, bin := range []string{"", "/opt/duet/party"} {
 		var buf bytes.Buffer
-		printSummary(&buf, &bench.Report{Server: bench.Embedded, ScalePartyBin: bin, ScaleLimit: 10 * time.Millisecond}, "out")
+		printSummary(&buf, &bench.Report{Server: bench.Embedded, PartyBin: bin, ScaleLimit: 10 * time.Millisecond}, "out")
 		first, _, _ := strings.Cut(buf.String(), "\n")
 		if got := strings.Contains(first, "parties as processes of "+bin); got != (bin != "") || (bin == "" && strings.Contains(first, "processes")) {
 			t.Errorf("party binary %q: first line %q", bin, first)
