@@ -139,6 +139,22 @@ func TestN32TargetTwoHop(t *testing.T) {
 	}
 }
 
+// The tick targets say when the parties ran as processes of their own
+// (--party-bin), and only then: their floor is of that shape.
+func TestTickTargetsSayProcesses(t *testing.T) {
+	for _, procs := range []bool{false, true} {
+		rep := &Report{Tick: []TickRow{
+			{Case: "pendulum", Lat: Stats{N: 10, P50: 700 * time.Microsecond, P99: time.Millisecond}, Floor: Stats{N: 10, P50: 500 * time.Microsecond, P99: time.Millisecond}, PartyProcs: procs},
+			{Case: "n32", Lat: Stats{N: 10, P50: 800 * time.Microsecond}, Floor: Stats{N: 10, P50: 600 * time.Microsecond}, PartyProcs: procs},
+		}}
+		for _, tg := range rep.Targets()[:3] {
+			if got := strings.Contains(tg.Got, "in processes of their own"); got != procs {
+				t.Errorf("parties as processes %v: %s: %q", procs, tg.Name, tg.Got)
+			}
+		}
+	}
+}
+
 // TestOtherCSVHeaders checks the headers of the files the slow sections write.
 func TestOtherCSVHeaders(t *testing.T) {
 	out := t.TempDir()
