@@ -168,14 +168,6 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 	}
 
 	// Warm-up, with a sniffer recording the envelope sizes for the floor.
-	rec.partiesAt = func(v uint64) bool {
-		for _, p := range r.parties {
-			if st, ok := p.Status(loop); !ok || st.Version < v {
-				return false
-			}
-		}
-		return true
-	}
 	if r.partyBin != "" {
 		// A party process's completed ticks are its duet_ticks_total,
 		// counted where an in-process party's state version advances; read
@@ -184,6 +176,15 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		rec.partiesAt = func(v uint64) bool {
 			n, err := r.procTicks(ctx, loop)
 			return err == nil && n[0] >= float64(v) && n[1] >= float64(v)
+		}
+	} else {
+		rec.partiesAt = func(v uint64) bool {
+			for _, p := range r.parties {
+				if st, ok := p.Status(loop); !ok || st.Version < v {
+					return false
+				}
+			}
+			return true
 		}
 	}
 	sizes, err := r.sniffSizes(loop, func() error { return rec.run(ctx, sn, 1, opt.Warmup, opt.Gap) })
