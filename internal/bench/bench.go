@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -309,15 +310,16 @@ func startCPUProfile(path string) (func(), error) {
 }
 
 // startProfileExtras starts what startCPUProfile adds to the CPU profile
-// (base.allocs-start now; base.block, base.mutex, base.allocs and, with
-// DUET_BENCH_TRACE=1, base.trace when the returned function is called).
+// (base.allocs-start now; base.block, base.mutex, base.allocs, the window's
+// allocated bytes by component in base.alloc-split.csv (allocsplit.go) and,
+// with DUET_BENCH_TRACE=1, base.trace when the returned function is called).
 func startProfileExtras(base string) func() {
 	// The allocation profile is as of the last GC: collect first so that
 	// the difference holds this window's allocations, not earlier ones.
 	runtime.GC()
-	if af, err := os.Create(base + ".allocs-start"); err == nil {
-		_ = pprof.Lookup("allocs").WriteTo(af, 0)
-		af.Close()
+	var allocs0 bytes.Buffer
+	if pprof.Lookup("allocs").WriteTo(&allocs0, 0) == nil {
+		_ = os.WriteFile(base+".allocs-start", allocs0.Bytes(), 0o644)
 	}
 	runtime.SetBlockProfileRate(int(10 * time.Microsecond))
 	runtime.SetMutexProfileFraction(10)
@@ -340,9 +342,16 @@ func startProfileExtras(base string) func() {
 		}
 		runtime.GC()
 		for _, name := range []string{"block", "mutex", "allocs"} {
-			if pf, err := os.Create(base + "." + name); err == nil {
-				_ = pprof.Lookup(name).WriteTo(pf, 0)
-				pf.Close()
+			var b bytes.Buffer
+			if pprof.Lookup(name).WriteTo(&b, 0) != nil {
+				continue
+			}
+			_ = os.WriteFile(base+"."+name, b.Bytes(), 0o644)
+			if name == "allocs" && allocs0.Len() > 0 {
+				// Who allocated the window's bytes (allocsplit.go).
+				if by, err := allocSplit(allocs0.Bytes(), b.Bytes()); err == nil {
+					_ = writeAllocSplit(base+".alloc-split.csv", by)
+				}
 			}
 		}
 		runtime.SetBlockProfileRate(0)

@@ -95,6 +95,14 @@ func TestScaleQuick(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "scale-4-persist.pprof")); err != nil {
 		t.Error(err)
 	}
+	// And who allocated the window's bytes: the NATS server and client at
+	// least (a few ticks allocate a few samples' worth).
+	if b, err := os.ReadFile(filepath.Join(dir, "scale-4-persist.alloc-split.csv")); err != nil {
+		t.Error(err)
+	} else if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); len(lines) != 6 || lines[0] != "who,bytes,share" ||
+		!strings.HasPrefix(lines[1], "nats-server,") || !strings.HasPrefix(lines[5], "other,") {
+		t.Errorf("alloc split:\n%s", b)
+	}
 	b, err := os.ReadFile(filepath.Join(dir, "scale-4-persist.ticks.csv"))
 	if err != nil {
 		t.Fatal(err)
