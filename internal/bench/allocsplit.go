@@ -16,7 +16,9 @@ import (
 // 512 KB on average). Each allocation counts for the first component found
 // on its stack, from the allocating function outwards: a cipher or a codec
 // function counts for whoever called it, and a party's handler called from
-// the NATS client's reader counts for the party.
+// the NATS client's reader counts for the party. The profile is this
+// process's: parties run as processes of their own (--party-bin) allocate
+// outside it.
 
 // The components of an allocation split, in the order they are written.
 var allocWho = []string{"nats-server", "nats-client", "duet", "harness", "other"}
