@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"strings"
@@ -101,22 +100,14 @@ func writeAllocSplit(path string, by map[string]int64) error {
 	for _, v := range by {
 		total += max(v, 0)
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriter(f)
-	fmt.Fprintln(w, "who,bytes,share")
+	var b strings.Builder
+	b.WriteString("who,bytes,share\n")
 	for _, who := range allocWho {
 		share := 0.0
 		if total > 0 {
 			share = float64(max(by[who], 0)) / float64(total)
 		}
-		fmt.Fprintf(w, "%s,%d,%.4f\n", who, by[who], share)
+		fmt.Fprintf(&b, "%s,%d,%.4f\n", who, by[who], share)
 	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

@@ -46,7 +46,7 @@ func TestAllocSplit(t *testing.T) {
 	defer func(r int) { runtime.MemProfileRate = r }(runtime.MemProfileRate)
 	runtime.MemProfileRate = 1 // every allocation sampled: exact counts
 	base := filepath.Join(t.TempDir(), "w")
-	allocateHere(100, 1024) // before the window: not counted
+	allocateHere(2000, 4096) // 8 MB before the window: not counted
 	stop := startProfileExtras(base)
 	allocateHere(1000, 4096)
 	msgs := make([]*nats.Msg, 0, 2000)
@@ -78,7 +78,7 @@ func TestAllocSplit(t *testing.T) {
 		share += s
 	}
 	// 1,000 × 4 KB from allocateHere, the slice headers' growth besides;
-	// the 100 KB before the window are not in it.
+	// the 8 MB before the window are not in it.
 	if h := by["harness"]; h < 4096*1000 || h > 4096*1000*2 {
 		t.Errorf("harness allocated %.0f bytes in the window, want 4,096,000 and its slice's growth:\n%s", h, b)
 	}
