@@ -317,9 +317,9 @@ func startProfileExtras(base string) func() {
 	// The allocation profile is as of the last GC: collect first so that
 	// the difference holds this window's allocations, not earlier ones.
 	runtime.GC()
-	var allocs0 bytes.Buffer
-	if pprof.Lookup("allocs").WriteTo(&allocs0, 0) == nil {
-		_ = os.WriteFile(base+".allocs-start", allocs0.Bytes(), 0o644)
+	allocs0 := profileBytes("allocs")
+	if allocs0 != nil {
+		_ = os.WriteFile(base+".allocs-start", allocs0, 0o644)
 	}
 	runtime.SetBlockProfileRate(int(10 * time.Microsecond))
 	runtime.SetMutexProfileFraction(10)
@@ -341,22 +341,31 @@ func startProfileExtras(base string) func() {
 			tf.Close()
 		}
 		runtime.GC()
+		profs := map[string][]byte{}
 		for _, name := range []string{"block", "mutex", "allocs"} {
-			var b bytes.Buffer
-			if pprof.Lookup(name).WriteTo(&b, 0) != nil {
-				continue
+			if p := profileBytes(name); p != nil {
+				_ = os.WriteFile(base+"."+name, p, 0o644)
+				profs[name] = p
 			}
-			_ = os.WriteFile(base+"."+name, b.Bytes(), 0o644)
-			if name == "allocs" && allocs0.Len() > 0 {
-				// Who allocated the window's bytes (allocsplit.go).
-				if by, err := allocSplit(allocs0.Bytes(), b.Bytes()); err == nil {
-					_ = writeAllocSplit(base+".alloc-split.csv", by)
-				}
-			}
+		}
+		// Who allocated the window's bytes (allocsplit.go); a profile
+		// missing at either end fails to parse and writes nothing.
+		if by, err := allocSplit(allocs0, profs["allocs"]); err == nil {
+			_ = writeAllocSplit(base+".alloc-split.csv", by)
 		}
 		runtime.SetBlockProfileRate(0)
 		runtime.SetMutexProfileFraction(0)
 	}
+}
+
+// profileBytes is the named runtime profile (runtime/pprof), nil if it
+// could not be written.
+func profileBytes(name string) []byte {
+	var b bytes.Buffer
+	if pprof.Lookup(name).WriteTo(&b, 0) != nil {
+		return nil
+	}
+	return b.Bytes()
 }
 
 func (rep *Report) write(dir string) error {
