@@ -120,28 +120,46 @@ const MaxItemsPerMsg = 128
 // message of earlier releases), with PeekItem's checks on each, and at most
 // limit items (1..MaxItemsPerMsg). P0 and P1 alias data.
 func PeekItems(data []byte, limit int) ([]ItemMsg, error) {
+	return PeekItemsAppend(nil, data, limit, "")
+}
+
+// PeekItemsAppend is PeekItems appending the items to dst, for a consumer
+// that decodes message after message into the same slice: on error it
+// returns dst unchanged. Every item's Loop is loop itself, not a copy, if the
+// message names that loop (and the first item's Loop otherwise), so that the
+// consumer of one loop's items decodes them without allocating.
+func PeekItemsAppend(dst []ItemMsg, data []byte, limit int, loop string) ([]ItemMsg, error) {
 	if len(data) > MaxEnvelope {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxEnvelope)
+		return dst, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxEnvelope)
 	}
 	limit = min(MaxItemsPerMsg, max(1, limit))
-	var items []ItemMsg
-	for off := 0; off < len(data) || len(items) == 0; {
-		if len(items) == limit {
-			return nil, fmt.Errorf("%w: more than %d items in one stream message", ErrMalformed, limit)
+	base := len(dst)
+	items := dst
+	for off := 0; off < len(data) || len(items) == base; {
+		n := len(items) - base
+		if n == limit {
+			clear(items[base:])
+			return dst, fmt.Errorf("%w: more than %d items in one stream message", ErrMalformed, limit)
+		}
+		if n > 0 {
+			loop = items[base].Loop
 		}
 		var m ItemMsg
-		n, err := m.parsePrefix(data[off:])
+		k, err := m.parsePrefix(data[off:], loop)
 		if err != nil {
-			return nil, fmt.Errorf("%w (decoding item %d of the message)", err, len(items))
+			err = fmt.Errorf("%w (decoding item %d of the message)", err, n)
+		} else {
+			err = m.validate()
 		}
-		if err := m.validate(); err != nil {
-			return nil, err
+		if err == nil && n > 0 && (m.Loop != items[base].Loop || m.Epoch != items[base].Epoch) {
+			err = fmt.Errorf("%w: item %d is for loop %q epoch %d, the message's first for %q epoch %d", ErrHeader, n, m.Loop, m.Epoch, items[base].Loop, items[base].Epoch)
 		}
-		if len(items) > 0 && (m.Loop != items[0].Loop || m.Epoch != items[0].Epoch) {
-			return nil, fmt.Errorf("%w: item %d is for loop %q epoch %d, the message's first for %q epoch %d", ErrHeader, len(items), m.Loop, m.Epoch, items[0].Loop, items[0].Epoch)
+		if err != nil {
+			clear(items[base:]) // no references into data are kept
+			return dst, err
 		}
 		items = append(items, m)
-		off += n
+		off += k
 	}
 	return items, nil
 }

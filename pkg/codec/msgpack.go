@@ -100,9 +100,11 @@ func Unmarshal(data []byte, v any) error {
 // copying.
 type viewDecoder interface{ unmarshalView(data []byte) error }
 
-// UnmarshalView is Unmarshal, except that the matrices of a MulPayload or a
-// MaterialPayload (the payloads a party decodes, and then decodes into field
-// elements, every tick) alias data instead of being copies: v is valid only
+// UnmarshalView is Unmarshal, except that the matrices of the payloads a
+// party decodes, and then decodes into field elements, every tick
+// (MeasurePayload, MeasureMaskedPayload, MulPayload, TruncPayload,
+// MaterialPayload; and MaskYPayload and OutputPayload, which the sensor and
+// the actuator decode) alias data instead of being copies: v is valid only
 // while data is not overwritten. Any other type is decoded by Unmarshal.
 func UnmarshalView(data []byte, v any) error {
 	if len(data) > MaxEnvelope {

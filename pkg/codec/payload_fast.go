@@ -53,6 +53,15 @@ func (p MeasurePayload) appendMsgpack(b []byte) []byte {
 }
 
 func (p *MeasurePayload) unmarshalMsgpack(data []byte) error {
+	if err := p.unmarshalView(data); err != nil {
+		return err
+	}
+	own(&p.Y.Data)
+	return nil
+}
+
+// unmarshalView is unmarshalMsgpack with Y aliasing data.
+func (p *MeasurePayload) unmarshalView(data []byte) error {
 	d := newDecoder(data)
 	var v MeasurePayload
 	d.mapHeader("MeasurePayload", 2)
@@ -61,7 +70,6 @@ func (p *MeasurePayload) unmarshalMsgpack(data []byte) error {
 	if err := d.end(); err != nil {
 		return err
 	}
-	own(&v.Y.Data)
 	*p = v
 	return nil
 }
@@ -114,6 +122,15 @@ func (p MaskYPayload) appendMsgpack(b []byte) []byte {
 }
 
 func (p *MaskYPayload) unmarshalMsgpack(data []byte) error {
+	if err := p.unmarshalView(data); err != nil {
+		return err
+	}
+	own(&p.V.Data)
+	return nil
+}
+
+// unmarshalView is unmarshalMsgpack with V aliasing data.
+func (p *MaskYPayload) unmarshalView(data []byte) error {
 	d := newDecoder(data)
 	var v MaskYPayload
 	d.mapHeader("MaskYPayload", 2)
@@ -122,7 +139,6 @@ func (p *MaskYPayload) unmarshalMsgpack(data []byte) error {
 	if err := d.end(); err != nil {
 		return err
 	}
-	own(&v.V.Data)
 	*p = v
 	return nil
 }
@@ -139,6 +155,15 @@ func (p MeasureMaskedPayload) appendMsgpack(b []byte) []byte {
 }
 
 func (p *MeasureMaskedPayload) unmarshalMsgpack(data []byte) error {
+	if err := p.unmarshalView(data); err != nil {
+		return err
+	}
+	own(&p.T.Data)
+	return nil
+}
+
+// unmarshalView is unmarshalMsgpack with T aliasing data.
+func (p *MeasureMaskedPayload) unmarshalView(data []byte) error {
 	d := newDecoder(data)
 	var v MeasureMaskedPayload
 	d.mapHeader("MeasureMaskedPayload", 3)
@@ -148,7 +173,6 @@ func (p *MeasureMaskedPayload) unmarshalMsgpack(data []byte) error {
 	if err := d.end(); err != nil {
 		return err
 	}
-	own(&v.T.Data)
 	*p = v
 	return nil
 }
@@ -164,6 +188,15 @@ func (p TruncPayload) appendMsgpack(b []byte) []byte {
 }
 
 func (p *TruncPayload) unmarshalMsgpack(data []byte) error {
+	if err := p.unmarshalView(data); err != nil {
+		return err
+	}
+	own(&p.Y.Data)
+	return nil
+}
+
+// unmarshalView is unmarshalMsgpack with Y aliasing data.
+func (p *TruncPayload) unmarshalView(data []byte) error {
 	d := newDecoder(data)
 	var v TruncPayload
 	d.mapHeader("TruncPayload", 2)
@@ -172,7 +205,6 @@ func (p *TruncPayload) unmarshalMsgpack(data []byte) error {
 	if err := d.end(); err != nil {
 		return err
 	}
-	own(&v.Y.Data)
 	*p = v
 	return nil
 }
@@ -188,6 +220,15 @@ func (p OutputPayload) appendMsgpack(b []byte) []byte {
 }
 
 func (p *OutputPayload) unmarshalMsgpack(data []byte) error {
+	if err := p.unmarshalView(data); err != nil {
+		return err
+	}
+	own(&p.U.Data)
+	return nil
+}
+
+// unmarshalView is unmarshalMsgpack with U aliasing data.
+func (p *OutputPayload) unmarshalView(data []byte) error {
 	d := newDecoder(data)
 	var v OutputPayload
 	d.mapHeader("OutputPayload", 2)
@@ -196,7 +237,6 @@ func (p *OutputPayload) unmarshalMsgpack(data []byte) error {
 	if err := d.end(); err != nil {
 		return err
 	}
-	own(&v.U.Data)
 	*p = v
 	return nil
 }
@@ -288,7 +328,7 @@ func (m *ItemMsg) unmarshalMsgpack(data []byte) error {
 
 // parse decodes data into m, P0 and P1 aliasing data.
 func (m *ItemMsg) parse(data []byte) error {
-	n, err := m.parsePrefix(data)
+	n, err := m.parsePrefix(data, "")
 	if err == nil {
 		r := reader{b: data, off: n}
 		err = r.end("payload")
@@ -297,8 +337,9 @@ func (m *ItemMsg) parse(data []byte) error {
 }
 
 // parsePrefix decodes the item at the start of data into m (P0 and P1
-// aliasing data) and returns the number of bytes it took.
-func (m *ItemMsg) parsePrefix(data []byte) (int, error) {
+// aliasing data) and returns the number of bytes it took. m.Loop is known
+// itself, not a copy, if the item names that loop.
+func (m *ItemMsg) parsePrefix(data []byte, known string) (int, error) {
 	d := newDecoder(data)
 	var v ItemMsg
 	d.mapHeader("ItemMsg", 5)
@@ -310,7 +351,11 @@ func (m *ItemMsg) parsePrefix(data []byte) (int, error) {
 	if d.err != nil {
 		return 0, d.err
 	}
-	v.Loop = string(loop)
+	if string(loop) == known {
+		v.Loop = known
+	} else {
+		v.Loop = string(loop)
+	}
 	*m = v
 	return d.r.off, nil
 }

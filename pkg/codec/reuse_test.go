@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"reflect"
+	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -204,6 +207,51 @@ func TestPeekItems(t *testing.T) {
 		if its, err := PeekItems(c.in, c.limit); !errors.Is(err, c.want) || its != nil {
 			t.Errorf("%s: %d items, err %v; want %v", name, len(its), err, c.want)
 		}
+	}
+}
+
+// PeekItemsAppend decodes what PeekItems does after dst's items, into dst's
+// storage once it has room; an item naming the given loop carries that very
+// string, so that decoding a loop's messages allocates nothing; an error
+// leaves dst as it was.
+func TestPeekItemsAppend(t *testing.T) {
+	var data []byte
+	for i := range 3 {
+		b, err := Marshal(ItemMsg{Loop: "loop-a", Epoch: 2, Nonce: [16]byte{byte(i)}, P1: []byte{byte(i), 9}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, b...)
+	}
+	want, err := PeekItems(data, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop := strings.Clone("loop-a")
+	head := ItemMsg{Loop: "kept", P1: []byte{7}}
+	got, err := PeekItemsAppend([]ItemMsg{head}, data, 3, loop)
+	if err != nil || !reflect.DeepEqual(got[0], head) || !reflect.DeepEqual(got[1:], want) {
+		t.Fatalf("PeekItemsAppend: %+v, %v; want %+v after %+v", got, err, want, head)
+	}
+	for i, it := range got[1:] {
+		if unsafe.StringData(it.Loop) != unsafe.StringData(loop) {
+			t.Errorf("item %d: Loop is a copy, not the loop passed", i)
+		}
+	}
+	// Another loop's message decodes the same, with copies of its ID.
+	if got, err := PeekItemsAppend(nil, data, 3, "loop-b"); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("other loop: %+v, %v", got, err)
+	}
+	buf := make([]ItemMsg, 0, 3)
+	if n := testing.AllocsPerRun(50, func() {
+		buf, _ = PeekItemsAppend(buf[:0], data, 3, loop)
+	}); n != 0 {
+		t.Errorf("PeekItemsAppend into room allocates %.0f times per message", n)
+	}
+	bad := append(bytes.Clone(data), 0xc0)
+	dst := []ItemMsg{head}
+	if got, err := PeekItemsAppend(dst, bad, 3, loop); !errors.Is(err, ErrMalformed) || len(got) != 1 || !reflect.DeepEqual(got[0], head) {
+		t.Errorf("trailing byte: %+v, %v; want dst back and ErrMalformed", got, err)
 	}
 }
 

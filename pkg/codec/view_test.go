@@ -11,16 +11,17 @@ import (
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
-// TestUnmarshalView: for MulPayload and MaterialPayload, UnmarshalView
-// decodes what Unmarshal decodes, with the matrices aliasing the input
-// (Unmarshal's are copies); it refuses what Unmarshal refuses; other types
-// are copies as with Unmarshal.
+// TestUnmarshalView: for every payload a party decodes on the tick's path,
+// UnmarshalView decodes what Unmarshal decodes, with the matrices aliasing
+// the input (Unmarshal's are copies); it refuses what Unmarshal refuses;
+// other types are copies as with Unmarshal.
 func TestUnmarshalView(t *testing.T) {
 	p := testParams(t, mpc.PresetM127, mpc.PerTick)
 	f := p.Field
 	rng := rand.NewChaCha8([32]byte{5})
 	r, c := p.PhiShape()
 	mul := PutMul(f, 77, mpc.MulMsg{S: randomMatrix(t, f, rng, r, c), T: randomMatrix(t, f, rng, c, 1)})
+	vec := func() MatrixWire { return PutMatrix(f, randomMatrix(t, f, rng, p.N, 1)) }
 	mat := PutMaterial(f, [16]byte{3}, mpc.TickMaterial{
 		Triple: mpc.TripleShare{U: randomMatrix(t, f, rng, r, c), V: randomMatrix(t, f, rng, c, 1), W: randomMatrix(t, f, rng, r, 1)},
 		Mask:   mpc.MaskShare{M: randomMatrix(t, f, rng, p.N, 1), L: randomMatrix(t, f, rng, p.N, 1)}})
@@ -31,6 +32,11 @@ func TestUnmarshalView(t *testing.T) {
 	}{
 		{"MulPayload", mul, func() any { return new(MulPayload) }},
 		{"MaterialPayload", mat, func() any { return new(MaterialPayload) }},
+		{"MeasurePayload", MeasurePayload{Y: vec(), SentUnixNano: -3}, func() any { return new(MeasurePayload) }},
+		{"MeasureMaskedPayload", MeasureMaskedPayload{Item: 9, T: vec(), SentUnixNano: 11}, func() any { return new(MeasureMaskedPayload) }},
+		{"MaskYPayload", MaskYPayload{Item: 1 << 63, V: vec()}, func() any { return new(MaskYPayload) }},
+		{"TruncPayload", TruncPayload{Item: 4, Y: vec()}, func() any { return new(TruncPayload) }},
+		{"OutputPayload", OutputPayload{Item: 5, U: vec()}, func() any { return new(OutputPayload) }},
 	} {
 		data, err := Marshal(c.in)
 		if err != nil {
@@ -69,11 +75,10 @@ func TestUnmarshalView(t *testing.T) {
 		}
 	}
 	// A type without a view is decoded by Unmarshal: copies.
-	tr := TruncPayload{Item: 4, Y: PutMatrix(f, randomMatrix(t, f, rng, p.N, 1))}
-	data, _ := Marshal(tr)
-	var got TruncPayload
-	if err := UnmarshalView(data, &got); err != nil || got.Item != 4 || inside(got.Y.Data, data) {
-		t.Errorf("TruncPayload: %+v, %v", got, err)
+	data, _ := Marshal(vec())
+	var got MatrixWire
+	if err := UnmarshalView(data, &got); err != nil || got.Rows != uint32(p.N) || inside(got.Data, data) {
+		t.Errorf("MatrixWire: %+v, %v", got, err)
 	}
 	if err := UnmarshalView(data, (*MulPayload)(nil)); err == nil {
 		t.Error("nil *MulPayload accepted")
@@ -86,6 +91,16 @@ func matrixData(v any) [][]byte {
 		return [][]byte{v.S.Data, v.T.Data}
 	case *MaterialPayload:
 		return [][]byte{v.U.Data, v.V.Data, v.W.Data, v.M.Data, v.L.Data}
+	case *MeasurePayload:
+		return [][]byte{v.Y.Data}
+	case *MeasureMaskedPayload:
+		return [][]byte{v.T.Data}
+	case *MaskYPayload:
+		return [][]byte{v.V.Data}
+	case *TruncPayload:
+		return [][]byte{v.Y.Data}
+	case *OutputPayload:
+		return [][]byte{v.U.Data}
 	}
 	return nil
 }
