@@ -231,7 +231,11 @@ func (s *Service) dispatchBatch(ctx context.Context, m *nats.Msg, holding bool) 
 		if holding {
 			s.before(h.Loop)
 		}
-		w.deliver(ctx, &nats.Msg{Subject: w.subjExchange, Data: env})
+		// The message escapes only if it is queued (not the common case).
+		m := nats.Msg{Subject: w.subjExchange, Data: env}
+		if w.deliverInline(ctx, &m) {
+			w.enqueue(&nats.Msg{Subject: w.subjExchange, Data: env})
+		}
 	})
 	if err != nil {
 		s.opt.Metrics.Reject(err)

@@ -57,11 +57,12 @@ type persister struct {
 	hasRes   bool
 
 	// Reused from write to write (nats.Conn.PublishMsg copies what it
-	// sends): the message, its header value, the sealed record and the
-	// state's encoding.
+	// sends): the message, its header value, the sealed record, the
+	// state's encoding and the record being sealed (which aliases wire).
 	msg       *nats.Msg
 	lastSeq   []string
 	buf, wire []byte
+	rec       stateRecord
 }
 
 // saveTimeout bounds a state write; the tick loop never waits longer.
@@ -216,9 +217,8 @@ func (w *worker) save(ctx context.Context) error {
 	case <-p.ackCh:
 	default:
 	}
-	rec, wire := w.recordAppend(p.wire[:0])
-	p.wire = wire
-	data, err := codec.SealRecordAppend(p.buf[:0], &p.key, rec)
+	p.rec, p.wire = w.recordAppend(p.wire[:0])
+	data, err := codec.SealRecordAppend(p.buf[:0], &p.key, &p.rec)
 	if err != nil {
 		return err
 	}

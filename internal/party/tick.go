@@ -116,7 +116,8 @@ func (w *worker) started(t, seq uint64, msg mpc.MulMsg) {
 
 // sendMul sends a Protocol 1 message to the other party.
 func (w *worker) sendMul(t, seq, version uint64, msg mpc.MulMsg) {
-	out := codec.MulPayload{Item: wireItem(seq), Version: version}
+	out := &w.out.mul
+	*out = codec.MulPayload{Item: wireItem(seq), Version: version}
 	buf := w.wireBuf[:0]
 	out.T, buf = codec.AppendMatrix(w.prm.Field, buf, msg.T)
 	if w.prm.Variant == mpc.PerTick {
@@ -207,7 +208,8 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 	}
 	var wire codec.MatrixWire
 	wire, w.wireBuf = codec.AppendMatrix(f, w.wireBuf[:0], u)
-	w.send(codec.KindOutput, t, codec.OutputPayload{Item: wireItem(w.item), U: wire})
+	w.out.out = codec.OutputPayload{Item: wireItem(w.item), U: wire}
+	w.send(codec.KindOutput, t, &w.out.out)
 	tr, err := w.p.TruncStart()
 	if err != nil {
 		w.reject(err)
@@ -216,7 +218,8 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 	}
 	if w.id == 0 {
 		wire, w.wireBuf = codec.AppendMatrix(f, w.wireBuf[:0], tr.Y)
-		w.send(codec.KindTrunc, t, codec.TruncPayload{Item: wireItem(w.item), Y: wire})
+		w.out.trunc = codec.TruncPayload{Item: wireItem(w.item), Y: wire}
+		w.send(codec.KindTrunc, t, &w.out.trunc)
 	}
 	if w.s.opt.Audit != nil {
 		w.s.opt.Audit(w.loop, t, w.item)

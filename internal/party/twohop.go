@@ -111,7 +111,8 @@ func (w *worker) preOpenNext(ctx context.Context) {
 	}
 	w.pre = preOpen{ok: true, seq: seq, mat: mat, version: w.version}
 	f := w.prm.Field
-	out := codec.MulPayload{Item: wireItem(seq), Version: w.version}
+	out := &w.out.mul
+	*out = codec.MulPayload{Item: wireItem(seq), Version: w.version}
 	buf := w.wireBuf[:0]
 	out.T, buf = codec.AppendMatrix(f, buf, msg.T)
 	if w.prm.Variant == mpc.PerTick {
@@ -120,7 +121,8 @@ func (w *worker) preOpenNext(ctx context.Context) {
 	w.send(codec.KindPreT, w.cur, out)
 	var v codec.MatrixWire
 	v, buf = codec.AppendMatrix(f, buf[:0], vy)
-	w.send(codec.KindMaskY, w.cur, codec.MaskYPayload{Item: wireItem(seq), V: v})
+	w.out.maskY = codec.MaskYPayload{Item: wireItem(seq), V: v}
+	w.send(codec.KindMaskY, w.cur, &w.out.maskY)
 	w.wireBuf = buf
 }
 

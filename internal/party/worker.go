@@ -138,6 +138,27 @@ type worker struct {
 	// wireBuf holds the encoded matrices of the message being built
 	// (codec.AppendMatrix); send marshals them into bodyBuf at once.
 	wireBuf []byte
+	// peeked holds the items of the stream message trimItems is taking
+	// apart (in the offline consumer's callback only).
+	peeked []codec.ItemMsg
+	// in and out hold the payloads being decoded and sent, so that none is
+	// moved to the heap for each message, as a payload handed to the codec
+	// as an interface would be. Each is set in full before it is used, and
+	// not used after the message: a decoded one aliases openBuf or itemBuf
+	// (codec.UnmarshalView), a sent one wireBuf.
+	in struct {
+		measure codec.MeasurePayload
+		masked  codec.MeasureMaskedPayload
+		mul     codec.MulPayload
+		trunc   codec.TruncPayload
+		mat     codec.MaterialPayload
+	}
+	out struct {
+		mul   codec.MulPayload
+		maskY codec.MaskYPayload
+		out   codec.OutputPayload
+		trunc codec.TruncPayload
+	}
 	// The two-hop tick (twohop.go): this party's pre-opening of the next
 	// item, the other party's, the sensor's T_y being handled, the other
 	// party's T as this party builds it, and this party's Protocol 1
@@ -335,8 +356,19 @@ func (w *worker) exit() {
 // Under load the dispatcher handles message after message without waking
 // a goroutine for each.
 func (w *worker) deliver(ctx context.Context, m *nats.Msg) {
+	if w.deliverInline(ctx, m) {
+		w.enqueue(m)
+	}
+}
+
+// deliverInline is deliver up to the queue: it handles m at once if it can
+// (or drops it, if the worker has exited) and reports whether m is to be
+// queued instead, in which case it has counted it in w.queued and the
+// caller must enqueue it. m does not escape: a caller with a message only
+// to hand over may pass one on its stack, and allocate only to enqueue.
+func (w *worker) deliverInline(ctx context.Context, m *nats.Msg) (queue bool) {
 	if w.exited.Load() {
-		return
+		return false
 	}
 	if w.live.Load() && w.queued.Load() == 0 && w.mu.TryLock() {
 		if w.queued.Load() == 0 && w.canInline(m.Subject) {
@@ -348,13 +380,19 @@ func (w *worker) deliver(ctx context.Context, m *nats.Msg) {
 			if fenced {
 				w.once.Do(func() { close(w.stop) })
 			}
-			return
+			return false
 		}
 		w.queued.Add(1)
 		w.mu.Unlock()
 	} else {
 		w.queued.Add(1)
 	}
+	return true
+}
+
+// enqueue queues m for the worker's event loop, counted in w.queued by
+// deliverInline; a full queue drops it (overload).
+func (w *worker) enqueue(m *nats.Msg) {
 	select {
 	case w.inbox <- m:
 	default:
@@ -481,9 +519,12 @@ func (w *worker) sendFixedS(ask bool) {
 	if ask {
 		item = 0
 	}
-	w.send(codec.KindMul, 0, codec.MulPayload{Item: item, S: codec.PutMatrix(w.prm.Field, w.ownS)})
+	w.out.mul = codec.MulPayload{Item: item, S: codec.PutMatrix(w.prm.Field, w.ownS)}
+	w.send(codec.KindMul, 0, &w.out.mul)
 }
 
+// send seals and publishes payload, a pointer to one of w.out's payloads
+// (or to any other payload type).
 func (w *worker) send(kind codec.Kind, tick uint64, payload any) {
 	body, err := codec.MarshalAppend(w.bodyBuf[:0], payload)
 	if err != nil {
@@ -547,16 +588,16 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 	}
 	switch {
 	case h.Kind == codec.KindMeasure && h.From == codec.RoleSensor:
-		var mp codec.MeasurePayload
-		if err := w.accept(h, body, &mp, func() error { return mp.Y.DecodeInto(w.prm.Field, w.yBuf) }); err != nil {
+		mp := &w.in.measure
+		if err := w.accept(h, body, mp, func() error { return mp.Y.DecodeInto(w.prm.Field, w.yBuf) }); err != nil {
 			return
 		}
 		w.noteShares(h.Tick)
 		w.onMeasure(ctx, h.Tick, false)
 	case h.Kind == codec.KindMeasureMasked && h.From == codec.RoleSensor:
-		var mp codec.MeasureMaskedPayload
+		mp := &w.in.masked
 		var item uint64
-		if err := w.accept(h, body, &mp, func() error {
+		if err := w.accept(h, body, mp, func() error {
 			item = fromWire(mp.Item)
 			w.tyBuf = sized(w.tyBuf, w.prm.P, 1)
 			return mp.T.DecodeInto(w.prm.Field, w.tyBuf)
@@ -565,8 +606,8 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 		}
 		w.onMeasureMasked(ctx, h.Tick, item)
 	case h.Kind == codec.KindPreT && h.From == w.peer:
-		var mp codec.MulPayload
-		if err := w.accept(h, body, &mp, func() error { return w.decodePreT(mp) }); err != nil {
+		mp := &w.in.mul
+		if err := w.accept(h, body, mp, func() error { return w.decodePreT(*mp) }); err != nil {
 			return
 		}
 	case h.Kind == codec.KindMul && h.From == w.peer && h.Tick == 0 && w.prm.Variant == mpc.FixedMask:
@@ -577,16 +618,16 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 		}
 		w.onFixedS(mp)
 	case h.Kind == codec.KindMul && h.From == w.peer:
-		var mp codec.MulPayload
+		mp := &w.in.mul
 		var in peerMul
-		if err := w.accept(h, body, &mp, func() (err error) { in, err = w.decodeMul(mp); return }); err != nil {
+		if err := w.accept(h, body, mp, func() (err error) { in, err = w.decodeMul(*mp); return }); err != nil {
 			return
 		}
 		w.onMul(h.Tick, in)
 	case h.Kind == codec.KindTrunc && h.From == codec.RoleParty0 && w.id == 1:
-		var tp codec.TruncPayload
+		tp := &w.in.trunc
 		var in peerTrunc
-		if err := w.accept(h, body, &tp, func() (err error) {
+		if err := w.accept(h, body, tp, func() (err error) {
 			in.item = fromWire(tp.Item)
 			in.y, err = tp.Y.Decode(w.prm.Field, w.prm.N, 1)
 			return
@@ -704,7 +745,9 @@ type item struct {
 // is seq<<8 | its index in the message (itemID); an error is one rawItem
 // that carries it.
 func (w *worker) trimItems(data []byte, seq uint64) []rawItem {
-	its, err := codec.PeekItems(data, w.perMsg)
+	its, err := codec.PeekItemsAppend(w.peeked[:0], data, w.perMsg, w.loop)
+	w.peeked = its
+	defer clear(its) // keeps nothing of data alive
 	if err != nil {
 		return []rawItem{{seq: itemID(seq, 0), err: err}}
 	}
@@ -915,8 +958,8 @@ func (w *worker) material(r rawItem, m *mpc.TickMaterial) error {
 		return fmt.Errorf("%w: material envelope is %s from %s", codec.ErrHeader, h.Kind, h.From)
 	}
 	// mp's matrices alias w.itemBuf, until MaterialInto has decoded them.
-	var mp codec.MaterialPayload
-	if err := codec.UnmarshalView(body, &mp); err != nil {
+	mp := &w.in.mat
+	if err := codec.UnmarshalView(body, mp); err != nil {
 		return err
 	}
 	if mp.Nonce != r.nonce {
