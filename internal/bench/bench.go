@@ -523,6 +523,9 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 				if r.TwoHop {
 					pr("         two hops: %d of %d measured ticks sent masked, %d fallbacks to three hops (both parties' counts added)", r.TwoHopTicks, r.Ticks, r.FallbackTicks)
 				}
+				if r.PartyProcs {
+					pr("         party processes: %.2f KB allocated/tick, %d GCs (both processes' heaps added)", r.PartyAllocPerTick/1024, r.PartyGCs)
+				}
 			}})
 		if err != nil {
 			return err

@@ -270,6 +270,9 @@ type partyCounts struct {
 	peerMsgs, envs       float64
 	fallback             float64 // two-hop ticks run in three hops (duet_tick_paths_total{path="fallback"})
 	rejects              map[string]float64
+	// The processes' own heaps: bytes allocated (go_memstats_alloc_bytes_total)
+	// and collections completed (go_gc_duration_seconds' count).
+	alloc, gcs float64
 }
 
 // add adds the counters of one party's metric families (the Prometheus
@@ -305,6 +308,10 @@ func (c *partyCounts) add(mfs map[string]*dto.MetricFamily) {
 	c.abandoned = by(c.abandoned, "duet_ticks_abandoned_total", "reason")
 	c.rejects = by(c.rejects, "duet_rejects_total", "reason")
 	c.fallback += by(nil, "duet_tick_paths_total", "path")["fallback"]
+	c.alloc += sum("go_memstats_alloc_bytes_total")
+	for _, m := range mfs["go_gc_duration_seconds"].GetMetric() {
+		c.gcs += float64(m.GetSummary().GetSampleCount())
+	}
 }
 
 // procCounts reads both party processes' counters from their /metrics.

@@ -151,6 +151,12 @@ func TestScalePartyProcs(t *testing.T) {
 	if !(r.Roles.Party[0] > 0 && r.Roles.Party[1] > 0) || !(r.CPU > r.Roles.Pair()) {
 		t.Errorf("parties' cores %v, step's %v: want both parties' CPU measured and in the step's", r.Roles.Party, r.CPU)
 	}
+	// Every tick decodes and seals messages in both processes: their heaps'
+	// allocations, read from their /metrics, are not zero (and not the
+	// bench process's, which the in-process parties leave unknown).
+	if !(r.PartyAllocPerTick > 0) || r.PartyGCs < 0 {
+		t.Errorf("party processes' allocations %.0f B per tick, %d collections: not read from their /metrics", r.PartyAllocPerTick, r.PartyGCs)
+	}
 	// The processes got DUET_TWO_HOP: without their mask shares no
 	// measurement goes out masked.
 	if !r.TwoHop || r.TwoHopTicks < r.Ticks/2 || r.TwoHopTicks > r.Ticks || r.FallbackTicks < 0 {

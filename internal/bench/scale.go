@@ -178,6 +178,13 @@ type ScaleRow struct {
 	GCs             int
 	AllocPerTick    float64
 	GCCPU, GCAssist time.Duration
+	// With PartyProcs, the same for the party processes' own heaps (both
+	// added, read from their /metrics): bytes they allocated per measured
+	// tick and collections they completed during the measurement; NaN and
+	// 0 when the parties ran in the bench's process (their allocations are
+	// then in AllocPerTick).
+	PartyAllocPerTick float64
+	PartyGCs          int
 	// The parties' messages to each other per tick sent: NATS messages, and
 	// the protocol messages they carried (fewer messages when batched).
 	PeerMsgsPerTick, PeerEnvsPerTick float64
@@ -193,6 +200,14 @@ type ScaleRow struct {
 	// is the same for the floor's run, whose two relays stand for the
 	// parties.
 	Roles, FloorRoles RoleCPU
+}
+
+// partyGCs is PartyGCs, NaN (unknown) unless the parties ran as processes.
+func (r ScaleRow) partyGCs() float64 {
+	if !r.PartyProcs {
+		return math.NaN()
+	}
+	return float64(r.PartyGCs)
 }
 
 func (o *ScaleOptions) defaults() {
@@ -436,6 +451,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		gcs                  uint32
 		alloc                uint64
 		gcCPU, gcAssist      float64 // seconds
+		partyAlloc, partyGCs float64 // the party processes' (partyCounts)
 	}
 	var readErr error // a party process's counters could not be read
 	read := func() (c counts) {
@@ -447,6 +463,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 			}
 			c.misses, c.noItem, c.held, c.abandoned, c.peerMsgs, c.envs = pc.misses, pc.noItem, pc.held, pc.abandoned, pc.peerMsgs, pc.envs
 			c.fallback = pc.fallback
+			c.partyAlloc, c.partyGCs = pc.alloc, pc.gcs
 			maps.Copy(c.rejects, pc.rejects)
 		}
 		for _, m := range r.pm {
@@ -562,6 +579,11 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	row.GCCPU = time.Duration((c1.gcCPU - c0.gcCPU) * 1e9)
 	row.GCAssist = time.Duration((c1.gcAssist - c0.gcAssist) * 1e9)
 	row.SchedP99, row.SyscallsPerTick = waited.SchedP99, perTick(waited.Syscalls, row.Ticks)
+	row.PartyAllocPerTick = math.NaN()
+	if r.partyBin != "" {
+		row.PartyGCs = int(c1.partyGCs - c0.partyGCs)
+		row.PartyAllocPerTick = perTick(c1.partyAlloc-c0.partyAlloc, row.Ticks)
+	}
 	if row.Ticks > 0 {
 		row.AllocPerTick = float64(c1.alloc-c0.alloc) / float64(row.Ticks)
 		row.PeerMsgsPerTick = (c1.peerMsgs - c0.peerMsgs) / float64(row.Ticks)
