@@ -16,6 +16,11 @@ import (
 type ReplayGuard struct {
 	mu    sync.Mutex
 	loops map[string]*replayLoop
+	// last is the loop found last and lastID its ID: a guard that serves
+	// one loop (a party worker's) finds it without hashing its ID for every
+	// message. Reset forgets it with the loop.
+	lastID string
+	last   *replayLoop
 }
 
 // replayLoop holds, per sender and kind, the last accepted tick.
@@ -49,7 +54,7 @@ func (g *ReplayGuard) Accept(h Header) error {
 	if err := g.check(h); err != nil {
 		return err
 	}
-	l := g.loops[h.Loop]
+	l := g.find(h.Loop)
 	if l == nil {
 		l = new(replayLoop)
 		g.loops[h.Loop] = l
@@ -84,11 +89,26 @@ func (g *ReplayGuard) Restore(loop string, tick uint64) {
 func (g *ReplayGuard) Reset(loop string) {
 	g.mu.Lock()
 	delete(g.loops, loop)
+	if g.lastID == loop {
+		g.lastID, g.last = "", nil
+	}
 	g.mu.Unlock()
 }
 
+// find returns loop's counters, nil if none (under mu).
+func (g *ReplayGuard) find(loop string) *replayLoop {
+	if g.last != nil && loop == g.lastID {
+		return g.last
+	}
+	l := g.loops[loop]
+	if l != nil {
+		g.lastID, g.last = loop, l
+	}
+	return l
+}
+
 func (g *ReplayGuard) check(h Header) error {
-	l := g.loops[h.Loop]
+	l := g.find(h.Loop)
 	if l == nil {
 		return nil
 	}
