@@ -150,9 +150,10 @@ func ExpandP0(prm Params, p0Seed [32]byte, nonce [16]byte) (TickMaterial, error)
 	return NewExpander(prm, p0Seed).Expand(nonce)
 }
 
-// Expander is ExpandP0 for one set-up: it keeps the seed's AES key schedule
-// and the keystream buffer from one item to the next. Not safe for
-// concurrent use.
+// Expander is ExpandP0 for one set-up: it keeps the seed's AES key schedule,
+// the keystream's state and its buffer from one item to the next, so that
+// expanding an item allocates nothing (ExpandInto into recycled material).
+// Not safe for concurrent use.
 type Expander struct {
 	prm Params
 	blk cipher.Block
@@ -180,7 +181,7 @@ func (e *Expander) Expand(nonce [16]byte) (TickMaterial, error) {
 // reused where they have the right shape). On error m's entries are
 // unspecified.
 func (e *Expander) ExpandInto(nonce [16]byte, m *TickMaterial) error {
-	e.r0.s = cipher.NewCTR(e.blk, nonce[:])
+	e.r0.ctr.reset(e.blk, nonce)
 	return expandP0(e.prm, &e.r0, m)
 }
 

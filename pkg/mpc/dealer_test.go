@@ -109,6 +109,10 @@ func TestExpandP0(t *testing.T) {
 					t.Fatalf("ExpandInto(%x) did not reuse the material's storage", n)
 				}
 			}
+			// ... and allocates nothing at all: P0 expands an item per tick.
+			if n := testing.AllocsPerRun(20, func() { _ = ex.ExpandInto([16]byte{3}, &into) }); n != 0 {
+				t.Errorf("ExpandInto into recycled material: %.0f allocations", n)
+			}
 
 			// Through the dealer: a compressed item equals generation from the
 			// same streams, and Material(0) expands it.

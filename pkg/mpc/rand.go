@@ -2,7 +2,6 @@ package mpc
 
 import (
 	"crypto/aes"
-	"crypto/cipher"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -168,24 +167,26 @@ func (f *Field) FillSigned(r io.Reader, dst []Elem, b int) error {
 // prg is an AES-256-CTR keystream, with a buffer for FillRandom and
 // FillSigned to draw into.
 type prg struct {
-	s   cipher.Stream
+	ctr ctr
 	buf [randBuf]byte
 }
 
 // NewPRG returns a deterministic reader: the AES-256-CTR keystream under a
-// 32-byte seed and a 16-byte nonce. It backs seed compression of dealer
-// material and seeded tests; a fresh seed from crypto/rand makes it a fast
+// 32-byte seed and a 16-byte nonce (the nonce the initial counter block, as
+// cipher.NewCTR takes it). It backs seed compression of dealer material
+// and seeded tests; a fresh seed from crypto/rand makes it a fast
 // production source.
 func NewPRG(seed [32]byte, nonce [16]byte) io.Reader {
 	blk, err := aes.NewCipher(seed[:])
 	if err != nil {
 		panic(err) // a 32-byte key is always valid
 	}
-	return &prg{s: cipher.NewCTR(blk, nonce[:])}
+	p := new(prg)
+	p.ctr.reset(blk, nonce)
+	return p
 }
 
 func (p *prg) Read(b []byte) (int, error) {
-	clear(b)
-	p.s.XORKeyStream(b, b)
+	p.ctr.read(b)
 	return len(b), nil
 }
