@@ -24,7 +24,8 @@ const ctrBulk = 512
 // every IV, it is reset in place: P0 expands a small item (the pendulum's,
 // every read under ctrBulk) from its seed without allocating. From the first
 // read of ctrBulk bytes or more on, the library's stream, started at the
-// counter reached, produces the rest of the keystream.
+// counter reached, produces the rest of the keystream; a long-lived stream
+// (start) uses it from the first byte.
 type ctr struct {
 	blk    cipher.Block
 	hi, lo uint64 // the next counter block
@@ -43,6 +44,13 @@ func (c *ctr) reset(blk cipher.Block, iv [16]byte) {
 	c.hi, c.lo = binary.BigEndian.Uint64(iv[:8]), binary.BigEndian.Uint64(iv[8:])
 	c.used = len(c.ks)
 	c.bulk = nil
+}
+
+// start is reset for a long-lived stream (NewPRG): the library's stream
+// from the first byte, whose start is paid for by the bytes that follow.
+func (c *ctr) start(blk cipher.Block, iv [16]byte) {
+	c.reset(blk, iv)
+	c.bulk = cipher.NewCTR(blk, iv[:])
 }
 
 // fill writes the next n <= ctrBatch keystream blocks into dst.

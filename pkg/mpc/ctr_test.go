@@ -19,7 +19,7 @@ func libraryKeystream(blk cipher.Block, iv [16]byte, n int) []byte {
 // (seed compression depends on it: a dealer of an earlier release expanded
 // P0's shares with the library), whatever the sizes of the reads, across
 // the carry out of the counter's low 64 bits and its wrap at 2^128, and
-// after a reset in mid-stream.
+// after a reset in mid-stream; and from start, the library's own stream.
 func TestCTRMatchesLibrary(t *testing.T) {
 	blk, err := aes.NewCipher(bytes.Repeat([]byte{7}, 32))
 	if err != nil {
@@ -36,48 +36,35 @@ func TestCTRMatchesLibrary(t *testing.T) {
 	for name, iv := range ivs {
 		want := libraryKeystream(blk, iv, 1000)
 		for _, sizes := range reads {
+			// read reads the keystream in these sizes; every byte is
+			// overwritten, not XORed.
+			read := func() []byte {
+				var got []byte
+				for _, n := range sizes {
+					b := bytes.Repeat([]byte{0xaa}, n)
+					c.read(b)
+					got = append(got, b...)
+				}
+				return got
+			}
 			c.reset(blk, [16]byte{9}) // a reset in mid-stream forgets the old keystream
 			c.read(make([]byte, 21))
 			c.reset(blk, iv)
-			var got []byte
-			for _, n := range sizes {
-				b := bytes.Repeat([]byte{0xaa}, n) // overwritten, not XORed
-				c.read(b)
-				got = append(got, b...)
-			}
-			if !bytes.Equal(got, want) {
+			if got := read(); !bytes.Equal(got, want) {
 				t.Errorf("%s, reads %v: keystream differs from cipher.NewCTR's", name, sizes)
+			}
+			c.start(blk, iv) // a long-lived stream: the library's from the first byte
+			if got := read(); !bytes.Equal(got, want) {
+				t.Errorf("%s, reads %v after start: keystream differs from cipher.NewCTR's", name, sizes)
 			}
 		}
 	}
 }
 
-// BenchmarkCTR and BenchmarkCTRLibrary: a fresh keystream of 304 bytes, a
-// pendulum item's P0 material in the fixed-mask variant (19 elements of
-// 2^127-1), from a kept key schedule, as P0 expands one item per tick.
-func BenchmarkCTR(b *testing.B) {
-	blk, _ := aes.NewCipher(make([]byte, 32))
-	buf := make([]byte, 304)
-	var c ctr
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		c.reset(blk, [16]byte{byte(i)})
-		c.read(buf)
-	}
-}
-
-func BenchmarkCTRLibrary(b *testing.B) {
-	blk, _ := aes.NewCipher(make([]byte, 32))
-	buf := make([]byte, 304)
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		clear(buf)
-		cipher.NewCTR(blk, []byte{byte(i), 15: 0}).XORKeyStream(buf, buf)
-	}
-}
-
-// BenchmarkCTRSizes: ctr against the library at a small item's size and
-// at larger ones (n = 32's material is about 2 KB, d = 100's per-tick
+// BenchmarkCTRSizes: a fresh keystream from a kept key schedule, as P0
+// expands one item per tick, by ctr and by the library, at a pendulum
+// item's size (304 bytes: 19 elements of 2^127-1, the fixed-mask variant)
+// and at larger ones (n = 32's material is about 2 KB, d = 100's per-tick
 // triple 160 KB), where ctr hands over to the library's stream.
 func BenchmarkCTRSizes(b *testing.B) {
 	blk, _ := aes.NewCipher(make([]byte, 32))
@@ -85,12 +72,14 @@ func BenchmarkCTRSizes(b *testing.B) {
 		buf := make([]byte, n)
 		b.Run(fmt.Sprintf("ctr-%d", n), func(b *testing.B) {
 			var c ctr
+			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				c.reset(blk, [16]byte{byte(i)})
 				c.read(buf)
 			}
 		})
 		b.Run(fmt.Sprintf("library-%d", n), func(b *testing.B) {
+			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				clear(buf)
 				cipher.NewCTR(blk, []byte{byte(i), 15: 0}).XORKeyStream(buf, buf)

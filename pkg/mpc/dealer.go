@@ -152,8 +152,8 @@ func ExpandP0(prm Params, p0Seed [32]byte, nonce [16]byte) (TickMaterial, error)
 
 // Expander is ExpandP0 for one set-up: it keeps the seed's AES key schedule,
 // the keystream's state and its buffer from one item to the next, so that
-// expanding an item allocates nothing (ExpandInto into recycled material).
-// Not safe for concurrent use.
+// expanding a small item (every matrix under ctrBulk bytes, the pendulum's)
+// into recycled material allocates nothing. Not safe for concurrent use.
 type Expander struct {
 	prm Params
 	blk cipher.Block

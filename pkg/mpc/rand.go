@@ -182,7 +182,7 @@ func NewPRG(seed [32]byte, nonce [16]byte) io.Reader {
 		panic(err) // a 32-byte key is always valid
 	}
 	p := new(prg)
-	p.ctr.reset(blk, nonce)
+	p.ctr.start(blk, nonce)
 	return p
 }
 
