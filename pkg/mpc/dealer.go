@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // Dealer material (protocol.md §6, offline phase): one Item per tick holds a
@@ -89,7 +90,17 @@ type Dealer struct {
 	compress bool
 	p0Seed   [32]byte
 	fixedU   Matrix
+	// p0Blk is p0Seed's AES key schedule, made once (compress): a
+	// cipher.Block is safe for concurrent use, and each item's keystream
+	// is a pooled prg reset in place on it (ctr.reset), where NewPRG made a
+	// key schedule, a copy of it for the library's stream and a 1 KB
+	// buffer per item.
+	p0Blk cipher.Block
 }
+
+// prgPool holds the streams that compressed items are drawn from: a
+// stream is reset per item, so what is left in it is never read again.
+var prgPool = sync.Pool{New: func() any { return new(prg) }}
 
 // NewDealer returns a dealer for the loop's parameters.
 func NewDealer(prm Params, s *Session, compress bool) (*Dealer, error) {
@@ -97,6 +108,13 @@ func NewDealer(prm Params, s *Session, compress bool) (*Dealer, error) {
 		return nil, err
 	}
 	d := &Dealer{prm: prm, compress: compress, p0Seed: s.P0Seed()}
+	if compress {
+		blk, err := aes.NewCipher(d.p0Seed[:])
+		if err != nil {
+			panic(err) // a 32-byte key is always valid
+		}
+		d.p0Blk = blk
+	}
 	if prm.Variant == FixedMask {
 		u, err := s.FixedU(prm)
 		if err != nil {
@@ -115,7 +133,12 @@ func (d *Dealer) Next(r io.Reader) (Item, error) {
 	}
 	r0 := r
 	if d.compress {
-		r0 = NewPRG(d.p0Seed, it.Nonce)
+		// The keystream NewPRG(d.p0Seed, it.Nonce) would give, to the
+		// byte (ctr), which ExpandP0 replays.
+		p := prgPool.Get().(*prg)
+		defer prgPool.Put(p)
+		p.ctr.reset(d.p0Blk, it.Nonce)
+		r0 = p
 	}
 	m0, m1, err := genMaterial(d.prm, r, r0, d.fixedU)
 	if err != nil {

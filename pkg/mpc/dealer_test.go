@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"testing"
 	"testing/iotest"
 )
@@ -278,5 +279,75 @@ func TestDealerErrors(t *testing.T) {
 		if _, err := d.Next(io.LimitReader(seeded(124), n)); err == nil {
 			t.Errorf("Next with %d bytes of randomness: no error", n)
 		}
+	}
+}
+
+// TestDealerConcurrentCompressed: a compressed dealer shared by goroutines
+// (its items' streams are pooled and reset per item) gives each goroutine
+// the items a dealer of its own gives for the same reader, each expanding
+// to material that reconstructs; and a compressed item costs no more
+// allocations than a plain one (no key schedule or stream made per item;
+// a large one at most the library's stream that ctr hands its bulk to).
+func TestDealerConcurrentCompressed(t *testing.T) {
+	for _, prm := range dealerParams(t) {
+		t.Run(paramsName(prm), func(t *testing.T) {
+			sess := NewSession([32]byte{'c', 'c'})
+			fixedU, _ := sess.FixedU(prm)
+			if prm.Variant == PerTick {
+				fixedU = Matrix{}
+			}
+			shared, err := NewDealer(prm, sess, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const workers, each = 4, 20
+			got := make([][]Item, workers)
+			var wg sync.WaitGroup
+			for g := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := seeded(byte(200 + g))
+					for range each {
+						it, err := shared.Next(r)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						got[g] = append(got[g], it)
+					}
+				}()
+			}
+			wg.Wait()
+			for g := range workers {
+				own, _ := NewDealer(prm, sess, true)
+				r := seeded(byte(200 + g))
+				for i, it := range got[g] {
+					want, err := own.Next(r)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if it.Nonce != want.Nonce || !materialEqual(it.P1, want.P1) {
+						t.Fatalf("goroutine %d item %d differs from a dealer of its own", g, i)
+					}
+					m0, err := it.Material(prm, 0, sess.P0Seed())
+					if err != nil {
+						t.Fatal(err)
+					}
+					checkMaterial(t, prm, fixedU, m0, it.P1)
+				}
+			}
+			plain, _ := NewDealer(prm, sess, false)
+			r := seeded(9)
+			c := testing.AllocsPerRun(20, func() { _, _ = shared.Next(r) })
+			p := testing.AllocsPerRun(20, func() { _, _ = plain.Next(r) })
+			most := p
+			if MaterialElems(prm)*prm.Field.ByteLen() >= ctrBulk {
+				most += 2 // the library's stream for the bulk of P0's share
+			}
+			if c > most {
+				t.Errorf("a compressed item: %.0f allocations, a plain one %.0f", c, p)
+			}
+		})
 	}
 }
