@@ -64,6 +64,9 @@ type Report struct {
 	// StateFileStore is Plan.StateFileStore: where the tick and scale
 	// sections persisted the parties' state.
 	StateFileStore bool
+	// Prefetch is Plan.Prefetch: the parties' offline items per pull and
+	// loop in the tick and scale sections (0: the default).
+	Prefetch int
 	// ScaleVariant is Plan.ScaleVariant: the Protocol 1 variant of the
 	// scale search's loops.
 	ScaleVariant mpc.Variant
@@ -130,6 +133,9 @@ type Plan struct {
 	// PeerBatch is the parties' party.Options.PeerBatch in the tick and
 	// scale sections (0: the default; 1: no batching).
 	PeerBatch int
+	// Prefetch is the parties' DUET_PREFETCH, offline items per pull and
+	// loop, in the tick and scale sections (0: the default, 64).
+	Prefetch int
 	// ItemsPerMsg is the sensors' items per stream message in the scale
 	// section (0: the default).
 	ItemsPerMsg int
@@ -227,6 +233,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		plan = *opt.Plan
 	}
 	rep.StateFileStore, rep.ScaleVariant, rep.PartyBin, rep.ScaleTwoHop = plan.StateFileStore, plan.ScaleVariant, plan.PartyBin, plan.ScaleTwoHop
+	rep.Prefetch = plan.Prefetch
 	pr := func(format string, a ...any) { fmt.Fprintf(opt.Progress, format+"\n", a...) }
 	for _, sec := range opt.Sections {
 		stop, err := startProfile(opt, sec)
@@ -421,7 +428,7 @@ func TickCases(pendulum mpc.ControllerSpec, pendulumPlant plant.Spec, ns []int) 
 
 func runTickSection(ctx context.Context, url string, plan Plan, cs mpc.ControllerSpec, ps plant.Spec, log *slog.Logger, rep *Report, pr func(string, ...any)) error {
 	for _, c := range TickCases(cs, ps, plan.TickNs) {
-		row, err := RunTick(ctx, TickOptions{URL: url, Ticks: plan.Ticks, Warmup: plan.TickWarmup, Block: plan.TickBlock, Compress: true, Log: log, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce, StateFileStore: plan.StateFileStore, PartyBin: plan.PartyBin}, c)
+		row, err := RunTick(ctx, TickOptions{URL: url, Ticks: plan.Ticks, Warmup: plan.TickWarmup, Block: plan.TickBlock, Compress: true, Log: log, PeerBatch: plan.PeerBatch, Prefetch: plan.Prefetch, WriteCoalesce: plan.WriteCoalesce, StateFileStore: plan.StateFileStore, PartyBin: plan.PartyBin}, c)
 		if err != nil {
 			return fmt.Errorf("bench: tick %s: %w", c.Name, err)
 		}
@@ -505,7 +512,7 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 		if !persist {
 			loops = plan.ScaleNoPersistLoops
 		}
-		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg, StateFileStore: plan.StateFileStore,
+		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, Prefetch: plan.Prefetch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg, StateFileStore: plan.StateFileStore,
 			Repeat: plan.ScaleRepeat, PartyBin: plan.PartyBin, Controller: cs, Variant: plan.ScaleVariant, TwoHop: plan.ScaleTwoHop, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)

@@ -116,6 +116,9 @@ func (r *rig) partyEnv(i int, loops []string, persist bool, keysDir, addr string
 	if r.peerBatch != 0 {
 		env = append(env, "DUET_PEER_BATCH="+strconv.Itoa(r.peerBatch))
 	}
+	if r.prefetch != 0 {
+		env = append(env, "DUET_PREFETCH="+strconv.Itoa(r.prefetch))
+	}
 	return env
 }
 

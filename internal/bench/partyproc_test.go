@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/duet-mpc/duet/internal/party"
 )
 
 func TestParsePidStatCPU(t *testing.T) {
@@ -164,6 +166,35 @@ func TestScalePartyProcs(t *testing.T) {
 	}
 	if running(t, bin) {
 		t.Errorf("a party process still runs after the step")
+	}
+}
+
+// TestPartyEnvPrefetch: --prefetch reaches the party processes as
+// DUET_PREFETCH, and without it they keep the service's default.
+func TestPartyEnvPrefetch(t *testing.T) {
+	t.Setenv("DUET_PREFETCH", "3") // the bench's own DUET_ variables never reach them
+	find := func(env []string) (string, int) {
+		v, n := "", 0
+		for _, e := range env {
+			if s, ok := strings.CutPrefix(e, "DUET_PREFETCH="); ok {
+				v, n = s, n+1
+			}
+		}
+		return v, n
+	}
+	r := &rig{url: "nats://127.0.0.1:4222"}
+	if v, n := find(r.partyEnv(0, []string{"a"}, true, "/keys", "127.0.0.1:1")); n != 0 {
+		t.Errorf("default prefetch: DUET_PREFETCH=%s in the party's environment, want none", v)
+	}
+	r.prefetch = 16
+	if v, n := find(r.partyEnv(1, []string{"a"}, true, "/keys", "127.0.0.1:1")); v != "16" || n != 1 {
+		t.Errorf("prefetch 16: DUET_PREFETCH=%q (%d times), want 16 once", v, n)
+	}
+	if got := r.prefetchOrDefault(); got != 16 {
+		t.Errorf("prefetchOrDefault = %d, want 16", got)
+	}
+	if got := (&rig{}).prefetchOrDefault(); got != party.DefaultPrefetch {
+		t.Errorf("prefetchOrDefault unset = %d, want %d", got, party.DefaultPrefetch)
 	}
 }
 

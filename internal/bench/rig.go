@@ -46,6 +46,8 @@ type rig struct {
 	pm      [2]*metrics.Set
 	// peerBatch is the parties' Options.PeerBatch (0: the default).
 	peerBatch int
+	// prefetch is the parties' Options.Prefetch (0: the default).
+	prefetch int
 	// writeCoalesce is the parties' DUET_WRITE_COALESCE (0: the default,
 	// party.DefaultWriteCoalesce; negative: off).
 	writeCoalesce time.Duration
@@ -177,7 +179,7 @@ func (r *rig) startParty(i int, loops []string, persist bool, audit func(id int,
 		return err
 	}
 	m := metrics.New(fmt.Sprintf("party%d", i))
-	opt := party.Options{ID: i, Loops: loops, Log: r.log, Metrics: m, PeerBatch: r.peerBatch, TwoHop: r.twoHop}
+	opt := party.Options{ID: i, Loops: loops, Log: r.log, Metrics: m, PeerBatch: r.peerBatch, Prefetch: r.prefetch, TwoHop: r.twoHop}
 	if audit != nil {
 		id := i
 		opt.Audit = func(loop string, tick, item uint64) { audit(id, loop, tick, item) }
@@ -360,3 +362,6 @@ func (r *rig) cleanup() {
 	close(work)
 	wg.Wait()
 }
+
+// prefetchOrDefault is the offline items per pull and loop the parties use.
+func (r *rig) prefetchOrDefault() int { return party.PrefetchFor(r.prefetch) }

@@ -60,6 +60,8 @@ type ScaleOptions struct {
 	Clients    int // client connections (default 4)
 	// PeerBatch is the parties' party.Options.PeerBatch (0: the default).
 	PeerBatch int
+	// Prefetch is the parties' party.Options.Prefetch (0: the default).
+	Prefetch int
 	// WriteCoalesce is the parties' DUET_WRITE_COALESCE (0: the default;
 	// negative: off).
 	WriteCoalesce time.Duration
@@ -152,6 +154,8 @@ type ScaleRow struct {
 	PartyRejects map[string]int
 	// WriteCoalesce is the parties' write coalescing interval (0: off).
 	WriteCoalesce time.Duration
+	// Prefetch is the parties' offline items per pull and loop.
+	Prefetch int
 	// StateFileStore: the state was persisted to JetStream file storage
 	// (false: memory, or not persisted).
 	StateFileStore bool
@@ -280,12 +284,12 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	defer r.close()
 	r.peerBatch, r.writeCoalesce, r.stateFile = opt.PeerBatch, opt.WriteCoalesce, opt.StateFileStore
 	r.partyBin, row.PartyProcs = opt.PartyBin, opt.PartyBin != ""
+	r.prefetch, row.Prefetch = opt.Prefetch, party.PrefetchFor(opt.Prefetch)
 	r.twoHop, row.TwoHop = opt.TwoHop, opt.TwoHop
 	row.StateFileStore = opt.StateFileStore && row.Persist
 	row.Variant = opt.Variant
 	ticksPerLoop := int((opt.Warmup+opt.Duration)/opt.Period) + 10
-	const prefetch = 64
-	lowWater := ticksPerLoop + 2*prefetch + 32
+	lowWater := ticksPerLoop + 2*r.prefetchOrDefault() + 32
 	run := uniqueTag()
 	loops := make([]string, n)
 	for i := range loops {

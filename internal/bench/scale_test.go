@@ -129,7 +129,7 @@ func TestScaleQuickFixedMask(t *testing.T) {
 	url := startServer(t)
 	cs, _ := pendulum(t)
 	rows, err := RunScale(context.Background(), ScaleOptions{URL: url, Loops: []int{3}, Duration: 300 * time.Millisecond, Warmup: 200 * time.Millisecond,
-		Controller: cs, Variant: mpc.FixedMask, Compress: true, NoPersist: true})
+		Controller: cs, Variant: mpc.FixedMask, Compress: true, NoPersist: true, Prefetch: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +138,11 @@ func TestScaleQuickFixedMask(t *testing.T) {
 	}
 	if r := rows[0]; r.Variant != mpc.FixedMask || r.Ticks < r.Loops*6 || r.Wrong != 0 || r.PartyMisses != 0 || r.TwoHop || r.TwoHopTicks != 0 {
 		t.Errorf("%+v: want the fixed mask, about 7 ticks per loop, no wrong result, no miss and three hops", r)
+	}
+	// With a prefetch of 8 (one stream message a pull) no tick went without
+	// its item, and the row says which prefetch it ran with.
+	if r := rows[0]; r.Prefetch != 8 || r.NoItem != 0 {
+		t.Errorf("prefetch %d, %d ticks without an item: want 8 and none", r.Prefetch, r.NoItem)
 	}
 }
 

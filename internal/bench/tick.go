@@ -58,6 +58,8 @@ type TickOptions struct {
 	Log      *slog.Logger
 	// PeerBatch is the parties' party.Options.PeerBatch (0: the default).
 	PeerBatch int
+	// Prefetch is the parties' party.Options.Prefetch (0: the default).
+	Prefetch int
 	// WriteCoalesce is the parties' DUET_WRITE_COALESCE (0: the default;
 	// negative: off).
 	WriteCoalesce time.Duration
@@ -126,12 +128,11 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 	}
 	defer r.close()
 	r.peerBatch, r.writeCoalesce, r.stateFile, r.twoHop = opt.PeerBatch, opt.WriteCoalesce, opt.StateFileStore, c.TwoHop
-	r.partyBin = opt.PartyBin
+	r.partyBin, r.prefetch = opt.PartyBin, opt.Prefetch
 	row.StateFileStore = opt.StateFileStore && row.Persist
 	loop := "b" + uniqueTag() // 7 characters, like "pendulum": ids travel in every header
 	total := opt.Warmup + opt.Ticks
-	const prefetch = 64 // party.Options default: items buffered ahead per party
-	lowWater := total + 2*prefetch + 64
+	lowWater := total + 2*r.prefetchOrDefault() + 64 // a party holds up to about three times its prefetch
 	rec := newTickRecorder()
 
 	nc, err := r.connect("sensor")

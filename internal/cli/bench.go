@@ -35,6 +35,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	verbose := fs.Bool("v", false, "log service events to stderr")
 	loops := fs.String("loops", "", "comma-separated loop counts for the scale search, tried in order (default: the plan's, 50 up to 1500)")
 	peerBatch := fs.Int("peer-batch", 0, "the parties' DUET_PEER_BATCH in the tick and scale sections (default: the service default; 1: no batching)")
+	prefetch := fs.Int("prefetch", 0, "the parties' DUET_PREFETCH in the tick and scale sections, offline items per pull and loop (default: the service default, 64)")
 	coalesceFlag := fs.String("write-coalesce", "", "the parties' DUET_WRITE_COALESCE in the tick and scale sections, a duration up to 10ms (default: the service default; 0: off)")
 	stateFile := fs.Bool("state-file-store", false, "persist the parties' state to JetStream file storage in the tick and scale sections (DUET_STATE_FILE_STORE=true, the services' default; default: memory storage, as the README's results)")
 	perMsg := fs.Int("items-per-msg", 0, "the sensors' DUET_ITEMS_PER_MSG in the scale section (default: the service default)")
@@ -58,6 +59,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *peerBatch < 0 || *peerBatch > codec.MaxBatchEnvelopes {
 		return fmt.Errorf("%w: --peer-batch %d: want 1..%d (0: the default)", ErrUsage, *peerBatch, codec.MaxBatchEnvelopes)
+	}
+	if *prefetch < 0 || *prefetch > party.MaxPrefetch {
+		return fmt.Errorf("%w: --prefetch %d: want 1..%d (0: the default)", ErrUsage, *prefetch, party.MaxPrefetch)
 	}
 	if *perMsg < 0 || *perMsg > codec.MaxItemsPerMsg {
 		return fmt.Errorf("%w: --items-per-msg %d: want 1..%d (0: the default)", ErrUsage, *perMsg, codec.MaxItemsPerMsg)
@@ -99,6 +103,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		plan.ScaleLoops, plan.ScaleNoPersistLoops, plan.ScaleBudget = ns, ns, 0
 	}
 	plan.PeerBatch, plan.ItemsPerMsg, plan.WriteCoalesce, plan.StateFileStore = *peerBatch, *perMsg, coalesce, *stateFile
+	plan.Prefetch = *prefetch
 	plan.ScaleVariant, plan.ScaleRepeat, plan.PartyBin, plan.ScaleTwoHop = variant, *repeat, *partyBin, *twoHop
 	if *stepDur != 0 {
 		plan.ScaleDur = *stepDur
@@ -169,6 +174,9 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 	hops := ""
 	if rep.ScaleTwoHop {
 		hops = " and the two-hop tick"
+	}
+	if rep.Prefetch != 0 {
+		procs += fmt.Sprintf(", the parties prefetching %d offline items per pull and loop (tick and scale sections)", rep.Prefetch)
 	}
 	fmt.Fprintf(w, "duet bench (%s, NATS %s, state persisted to %s, scale loops with the %s mask%s%s)\n", mode, rep.Server, stateStore(rep.StateFileStore), rep.ScaleVariant, hops, procs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

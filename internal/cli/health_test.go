@@ -65,6 +65,8 @@ func TestBenchUsage(t *testing.T) {
 		{"bench"}, // no --out
 		{"bench", "--out", out, "--peer-batch", "-1"},
 		{"bench", "--out", out, "--peer-batch", "257"},
+		{"bench", "--out", out, "--prefetch", "-1"},
+		{"bench", "--out", out, "--prefetch", "100001"},
 		{"bench", "--out", out, "--items-per-msg", "-1"},
 		{"bench", "--out", out, "--items-per-msg", "129"},
 		{"bench", "--out", out, "--loops", "0"},

@@ -11,6 +11,22 @@ import (
 	"github.com/duet-mpc/duet/pkg/codec"
 )
 
+// DefaultPrefetch is DUET_PREFETCH's default and MaxPrefetch its largest
+// value.
+const (
+	DefaultPrefetch = 64
+	MaxPrefetch     = 100000
+)
+
+// PrefetchFor is the prefetch a party uses for Options.Prefetch n (0 or
+// less: the default).
+func PrefetchFor(n int) int {
+	if n <= 0 {
+		return DefaultPrefetch
+	}
+	return n
+}
+
 // Config is the party service's environment.
 type Config struct {
 	config.Common
@@ -60,8 +76,8 @@ func (c *Config) Validate() error {
 	if len(c.Loops) == 0 {
 		return fmt.Errorf("DUET_LOOPS is empty")
 	}
-	if c.Prefetch < 1 || c.Prefetch > 100000 {
-		return fmt.Errorf("DUET_PREFETCH=%d: want 1..100000", c.Prefetch)
+	if c.Prefetch < 1 || c.Prefetch > MaxPrefetch {
+		return fmt.Errorf("DUET_PREFETCH=%d: want 1..%d", c.Prefetch, MaxPrefetch)
 	}
 	if c.StateReplicas < 1 || c.StateReplicas > 5 {
 		return fmt.Errorf("DUET_STATE_REPLICAS=%d: want 1..5", c.StateReplicas)

@@ -125,7 +125,7 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Service, error) {
 		return nil, errors.New("party: no loops configured")
 	}
 	if opt.Prefetch <= 0 {
-		opt.Prefetch = 64
+		opt.Prefetch = DefaultPrefetch
 	}
 	if opt.ItemWait <= 0 {
 		opt.ItemWait = 20 * time.Millisecond
