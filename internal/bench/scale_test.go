@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/duet-mpc/duet/internal/party"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
@@ -183,9 +184,9 @@ func TestScaleQuickTwoHop(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	// The parties ran in the bench's process: their own heaps' columns are
-	// empty (unknown), not zero.
-	want := fmt.Sprintf(",true,%d,%d,,,", r.TwoHopTicks, r.FallbackTicks)
-	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks,party_rejects_by,party_alloc_kb_per_tick,party_gc_cycles") || !strings.HasSuffix(lines[1], want) {
+	// empty (unknown), not zero; the prefetch is the parties' default.
+	want := fmt.Sprintf(",true,%d,%d,,,,%d", r.TwoHopTicks, r.FallbackTicks, party.DefaultPrefetch)
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks,party_rejects_by,party_alloc_kb_per_tick,party_gc_cycles,prefetch") || !strings.HasSuffix(lines[1], want) {
 		t.Errorf("scale_detail.csv %q: want the two-hop columns and empty party-process heap columns, ending %q", lines, want)
 	}
 	if !math.IsNaN(r.PartyAllocPerTick) || r.PartyGCs != 0 {
