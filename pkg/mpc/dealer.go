@@ -1,7 +1,6 @@
 package mpc
 
 import (
-	"crypto/aes"
 	"crypto/cipher"
 	"crypto/sha256"
 	"fmt"
@@ -109,11 +108,7 @@ func NewDealer(prm Params, s *Session, compress bool) (*Dealer, error) {
 	}
 	d := &Dealer{prm: prm, compress: compress, p0Seed: s.P0Seed()}
 	if compress {
-		blk, err := aes.NewCipher(d.p0Seed[:])
-		if err != nil {
-			panic(err) // a 32-byte key is always valid
-		}
-		d.p0Blk = blk
+		d.p0Blk = seedCipher(d.p0Seed)
 	}
 	if prm.Variant == FixedMask {
 		u, err := s.FixedU(prm)
@@ -185,11 +180,7 @@ type Expander struct {
 
 // NewExpander returns an expander of P0's material under p0Seed.
 func NewExpander(prm Params, p0Seed [32]byte) *Expander {
-	blk, err := aes.NewCipher(p0Seed[:])
-	if err != nil {
-		panic(err) // a 32-byte key is always valid
-	}
-	return &Expander{prm: prm, blk: blk}
+	return &Expander{prm: prm, blk: seedCipher(p0Seed)}
 }
 
 // Expand regenerates P0's material of the item with this nonce: the same

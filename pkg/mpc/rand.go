@@ -2,6 +2,7 @@ package mpc
 
 import (
 	"crypto/aes"
+	"crypto/cipher"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -177,13 +178,19 @@ type prg struct {
 // and seeded tests; a fresh seed from crypto/rand makes it a fast
 // production source.
 func NewPRG(seed [32]byte, nonce [16]byte) io.Reader {
+	p := new(prg)
+	p.ctr.start(seedCipher(seed), nonce)
+	return p
+}
+
+// seedCipher is AES-256 keyed by a 32-byte seed: the key schedule of
+// NewPRG's streams, the Expander's and the Dealer's.
+func seedCipher(seed [32]byte) cipher.Block {
 	blk, err := aes.NewCipher(seed[:])
 	if err != nil {
 		panic(err) // a 32-byte key is always valid
 	}
-	p := new(prg)
-	p.ctr.start(blk, nonce)
-	return p
+	return blk
 }
 
 func (p *prg) Read(b []byte) (int, error) {
