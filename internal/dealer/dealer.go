@@ -210,6 +210,16 @@ type queue struct {
 	perMsg int // items per stream message (lowered once to fit limit)
 	limit  int // bytes per stream message
 	sized  bool
+
+	// Scratch reused for every item (one goroutine serves a queue): the
+	// material's matrix entries, its encoding, and each party's sealed
+	// share, which MarshalAppend copies into the stream message.
+	mat, body, seal0, seal1 []byte
+	msgLen                  int // the last stream message's length, to size the next
+	// The payloads being encoded, kept here so that handing them to the
+	// codec (as an interface) does not move a copy to the heap per item.
+	pm  codec.MaterialPayload
+	msg codec.ItemMsg
 }
 
 // pendingMsgs is the queue depth as the parties see it, in stream messages:
@@ -283,7 +293,9 @@ func (d *Dealer) refill(ctx context.Context, q *queue, n int) bool {
 // has sized it from an estimate already; a server with a smaller
 // max_payload lowers it further).
 func (d *Dealer) message(q *queue) ([]byte, int, error) {
-	data, err := d.item(q, nil)
+	// Each message gets its own buffer (a publish future keeps it), sized
+	// from the last one so that appending items does not regrow it.
+	data, err := d.item(q, make([]byte, 0, q.msgLen))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -296,6 +308,7 @@ func (d *Dealer) message(q *queue) ([]byte, int, error) {
 			return nil, 0, err
 		}
 	}
+	q.msgLen = len(data)
 	return data, k, nil
 }
 
@@ -307,20 +320,30 @@ func (d *Dealer) item(q *queue, b []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	msg := codec.ItemMsg{Loop: loop, Epoch: epoch, Nonce: it.Nonce}
-	seal := func(to codec.Role, m mpc.TickMaterial) ([]byte, error) {
-		body, err := codec.Marshal(codec.PutMaterial(prm.Field, it.Nonce, m))
-		if err != nil {
+	msg := &q.msg
+	*msg = codec.ItemMsg{Loop: loop, Epoch: epoch, Nonce: it.Nonce}
+	seal := func(dst *[]byte, to codec.Role, m mpc.TickMaterial) ([]byte, error) {
+		q.mat = q.mat[:0]
+		put := func(x mpc.Matrix) codec.MatrixWire {
+			var w codec.MatrixWire
+			w, q.mat = codec.AppendMatrix(prm.Field, q.mat, x)
+			return w
+		}
+		// The wires alias q.mat (each one its own part of it) until the
+		// body is encoded.
+		q.pm = codec.MaterialPayload{Nonce: it.Nonce, U: put(m.Triple.U), V: put(m.Triple.V), W: put(m.Triple.W), M: put(m.Mask.M), L: put(m.Mask.L)}
+		if q.body, err = codec.MarshalAppend(q.body[:0], &q.pm); err != nil {
 			return nil, err
 		}
-		return d.sealer.Seal(codec.Header{Kind: codec.KindMaterial, Loop: loop, Tick: epoch, From: codec.RoleDealer, To: to}, body)
+		*dst, err = d.sealer.SealAppend((*dst)[:0], codec.Header{Kind: codec.KindMaterial, Loop: loop, Tick: epoch, From: codec.RoleDealer, To: to}, q.body)
+		return *dst, err
 	}
 	if it.P0 != nil {
-		if msg.P0, err = seal(codec.RoleParty0, *it.P0); err != nil {
+		if msg.P0, err = seal(&q.seal0, codec.RoleParty0, *it.P0); err != nil {
 			return nil, err
 		}
 	}
-	if msg.P1, err = seal(codec.RoleParty1, it.P1); err != nil {
+	if msg.P1, err = seal(&q.seal1, codec.RoleParty1, it.P1); err != nil {
 		return nil, err
 	}
 	return codec.MarshalAppend(b, msg)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package dealer
+
+const raceEnabled = false
