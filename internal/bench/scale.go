@@ -289,7 +289,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	row.StateFileStore = opt.StateFileStore && row.Persist
 	row.Variant = opt.Variant
 	ticksPerLoop := int((opt.Warmup+opt.Duration)/opt.Period) + 10
-	lowWater := ticksPerLoop + 2*r.prefetchOrDefault() + 32
+	lowWater := ticksPerLoop + 2*row.Prefetch + 32
 	run := uniqueTag()
 	loops := make([]string, n)
 	for i := range loops {

@@ -167,18 +167,18 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 	if rep.Quick {
 		mode = "quick"
 	}
-	procs := ""
+	parties := ""
 	if rep.PartyBin != "" {
-		procs = ", the parties as processes of " + rep.PartyBin + " (tick and scale sections)"
+		parties = ", the parties as processes of " + rep.PartyBin + " (tick and scale sections)"
 	}
 	hops := ""
 	if rep.ScaleTwoHop {
 		hops = " and the two-hop tick"
 	}
 	if rep.Prefetch != 0 {
-		procs += fmt.Sprintf(", the parties prefetching %d offline items per pull and loop (tick and scale sections)", rep.Prefetch)
+		parties += fmt.Sprintf(", the parties prefetching %d offline items per pull and loop (tick and scale sections)", rep.Prefetch)
 	}
-	fmt.Fprintf(w, "duet bench (%s, NATS %s, state persisted to %s, scale loops with the %s mask%s%s)\n", mode, rep.Server, stateStore(rep.StateFileStore), rep.ScaleVariant, hops, procs)
+	fmt.Fprintf(w, "duet bench (%s, NATS %s, state persisted to %s, scale loops with the %s mask%s%s)\n", mode, rep.Server, stateStore(rep.StateFileStore), rep.ScaleVariant, hops, parties)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if len(rep.Fig5) > 0 {
 		fmt.Fprintln(w, "\nFig. 5: round trip at the client (µs); floor: same messages, no computation or encryption")
