@@ -519,12 +519,12 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 				if plan.ScaleRepeat > 1 {
 					pr("  step %d of %d at %d loops:", r.Try, plan.ScaleRepeat, r.Loops)
 				}
-				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f stolen %s | parties: %d abandoned%s, %d without item, %d refused%s | cpu %.2f cores, stolen %s, %d GCs (%.0f ms CPU, %.0f ms of it assists), %.1f KB allocated/tick, %.2f peer messages/tick for %.2f, run-queue p99 %.0fµs (floor %.0fµs), %s syscalls/tick (floor %s) | cores by role: parties %s + %s (%s µs/tick for the pair), broker %s, harness %s, collector %s, other %s (floor: relays %s, broker %s, harness %s)  ok %v (set-up %v)",
+				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f stolen %s | parties: %d abandoned%s, %d without item, %d refused%s | cpu %.2f cores, stolen %s, %d GCs (%.0f ms CPU, %.0f ms of it assists), %.1f KB allocated/tick, %.2f peer messages/tick for %.2f, run-queue p99 %.0fµs (floor %.0fµs), %s syscalls/tick (floor %s) | cores by role: parties %s + %s (%s µs/tick for the pair), broker %s, harness %s, collector %s (sweeping %s), other %s (floor: relays %s, broker %s, harness %s)  ok %v (set-up %v)",
 					r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong, r.Stalls, r.StallMax.Round(100*time.Microsecond),
 					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond), r.FloorCPU, Cores(r.FloorSteal), r.PartyMisses, parenthesized(r.AbandonedBy()), r.NoItem, r.Rejected(), parenthesized(r.RejectsBy()),
 					r.CPU, Cores(r.Steal), r.GCs, float64(r.GCCPU)/1e6, float64(r.GCAssist)/1e6, r.AllocPerTick/1024, r.PeerMsgsPerTick, r.PeerEnvsPerTick,
 					us(r.SchedP99), us(r.FloorSchedP99), Cores(r.SyscallsPerTick), Cores(r.FloorSyscallsPerTick),
-					Cores(r.Roles.Party[0]), Cores(r.Roles.Party[1]), Cores(r.Roles.PairPerTick(r.Loops, r.Period)), Cores(r.Roles.Broker), Cores(r.Roles.Harness), Cores(r.Roles.Collector), Cores(r.Roles.Other),
+					Cores(r.Roles.Party[0]), Cores(r.Roles.Party[1]), Cores(r.Roles.PairPerTick(r.Loops, r.Period)), Cores(r.Roles.Broker), Cores(r.Roles.Harness), Cores(r.Roles.Collector), Cores(r.Roles.Sweep), Cores(r.Roles.Other),
 					Cores(r.FloorRoles.Pair()), Cores(r.FloorRoles.Broker), Cores(r.FloorRoles.Harness),
 					r.OK, r.Setup.Round(100*time.Millisecond))
 				if r.TwoHop {

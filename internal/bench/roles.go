@@ -51,7 +51,12 @@ type RoleCPU struct {
 	Party            [2]float64
 	Broker, Harness  float64
 	Collector, Other float64
-	Samples          int
+	// Sweep is the part of Collector that is the background sweeper
+	// (runtime.bgsweep): the spans of the heap swept after a cycle's mark,
+	// which runtime/metrics' GC CPU (GCCPU) does not count. The sweeping
+	// done by allocating goroutines is in their roles.
+	Sweep   float64
+	Samples int
 }
 
 // Total is the sum over the roles.
@@ -74,7 +79,7 @@ func (c RoleCPU) PairPerTick(loops int, period time.Duration) float64 {
 
 func unmeasuredRoles() RoleCPU {
 	n := math.NaN()
-	return RoleCPU{Party: [2]float64{n, n}, Broker: n, Harness: n, Collector: n, Other: n}
+	return RoleCPU{Party: [2]float64{n, n}, Broker: n, Harness: n, Collector: n, Other: n, Sweep: n}
 }
 
 // roleProfile is a CPU profile into memory.
@@ -143,8 +148,11 @@ func cpuByRole(raw []byte, wall time.Duration) (RoleCPU, error) {
 		case RoleHarness:
 			c.Harness += v
 		default:
-			if inCollector(s) {
+			if gc, sweep := inCollector(s); gc {
 				c.Collector += v
+				if sweep {
+					c.Sweep += v
+				}
 			} else {
 				c.Other += v
 			}
@@ -154,19 +162,22 @@ func cpuByRole(raw []byte, wall time.Duration) (RoleCPU, error) {
 }
 
 // inCollector reports whether an unlabelled sample is the collector's
-// background work (marking, sweeping, scavenging).
-func inCollector(s *profile.Sample) bool {
+// background work (marking, sweeping, scavenging), and whether it is the
+// background sweeper's.
+func inCollector(s *profile.Sample) (gc, sweep bool) {
 	for _, loc := range s.Location {
 		for _, ln := range loc.Line {
 			if ln.Function == nil {
 				continue
 			}
 			switch name := ln.Function.Name; {
-			case name == "runtime.gcBgMarkWorker", name == "runtime.bgsweep", name == "runtime.bgscavenge",
+			case name == "runtime.bgsweep":
+				return true, true
+			case name == "runtime.gcBgMarkWorker", name == "runtime.bgscavenge",
 				strings.HasPrefix(name, "runtime.gcMarkTermination"), name == "runtime.gcStart":
-				return true
+				return true, false
 			}
 		}
 	}
-	return false
+	return false, false
 }

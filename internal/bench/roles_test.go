@@ -20,10 +20,13 @@ import (
 func TestCPUByRole(t *testing.T) {
 	fn := func(id uint64, name string) *profile.Function { return &profile.Function{ID: id, Name: name} }
 	work, mark, sched := fn(1, "github.com/duet-mpc/duet/internal/party.(*worker).handle"), fn(2, "runtime.gcBgMarkWorker"), fn(3, "runtime.schedule")
+	sweep, sweepOne := fn(4, "runtime.bgsweep"), fn(5, "runtime.sweepone")
 	loc := func(id uint64, f *profile.Function) *profile.Location {
 		return &profile.Location{ID: id, Line: []profile.Line{{Function: f}}}
 	}
 	lw, lm, ls := loc(1, work), loc(2, mark), loc(3, sched)
+	// The background sweeper's stack: sweepone called from bgsweep.
+	lsw := &profile.Location{ID: 4, Line: []profile.Line{{Function: sweepOne}, {Function: sweep}}}
 	ms := int64(time.Millisecond)
 	sample := func(ns int64, l *profile.Location, role string) *profile.Sample {
 		s := &profile.Sample{Location: []*profile.Location{l}, Value: []int64{ns / (10 * ms), ns}}
@@ -35,11 +38,12 @@ func TestCPUByRole(t *testing.T) {
 	p := &profile.Profile{
 		SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
 		PeriodType: &profile.ValueType{Type: "cpu", Unit: "nanoseconds"}, Period: 10 * ms,
-		Function: []*profile.Function{work, mark, sched}, Location: []*profile.Location{lw, lm, ls},
+		Function: []*profile.Function{work, mark, sched, sweep, sweepOne}, Location: []*profile.Location{lw, lm, ls, lsw},
 		Sample: []*profile.Sample{
 			sample(400*ms, lw, RoleParty0), sample(300*ms, lw, RoleParty1), sample(100*ms, lw, RoleParty1),
 			sample(500*ms, lw, RoleBroker), sample(200*ms, lw, RoleHarness), sample(100*ms, lw, RoleDealer), // a dealer: Other
 			sample(50*ms, lm, ""), sample(30*ms, ls, ""), serverLabelled(sample(60*ms, lw, ""), "stream", "KV_duet-state-party0"),
+			sample(40*ms, lsw, ""),
 		},
 	}
 	var buf bytes.Buffer
@@ -50,13 +54,14 @@ func TestCPUByRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := RoleCPU{Party: [2]float64{0.2, 0.2}, Broker: 0.28, Harness: 0.1, Collector: 0.025, Other: 0.065, Samples: 9}
+	// Collector: 50 ms of marking and 40 of sweeping; Sweep is the 40.
+	want := RoleCPU{Party: [2]float64{0.2, 0.2}, Broker: 0.28, Harness: 0.1, Collector: 0.045, Other: 0.065, Sweep: 0.02, Samples: 10}
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	if !near(c.Party[0], want.Party[0]) || !near(c.Party[1], want.Party[1]) || !near(c.Broker, want.Broker) || !near(c.Harness, want.Harness) ||
-		!near(c.Collector, want.Collector) || !near(c.Other, want.Other) || c.Samples != want.Samples {
+		!near(c.Collector, want.Collector) || !near(c.Other, want.Other) || !near(c.Sweep, want.Sweep) || c.Samples != want.Samples {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
-	if !near(c.Total(), 0.87) || !near(c.Pair(), 0.4) { // 1,740 ms over 2 s
+	if !near(c.Total(), 0.89) || !near(c.Pair(), 0.4) { // 1,780 ms over 2 s
 		t.Errorf("total %v, pair %v", c.Total(), c.Pair())
 	}
 	// 0.4 cores for 100 loops at 25 Hz: 160 µs per tick for the pair.

@@ -289,7 +289,13 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	row.StateFileStore = opt.StateFileStore && row.Persist
 	row.Variant = opt.Variant
 	ticksPerLoop := int((opt.Warmup+opt.Duration)/opt.Period) + 10
-	lowWater := ticksPerLoop + 2*row.Prefetch + 32
+	// Each queue alone holds an item for every tick of the step, and a
+	// margin; what the parties have pulled before the first tick (up to
+	// about three times their prefetch) is more margin. No deployment's
+	// queue holds more than its dealers' low-water mark: a step's queues
+	// fuller than it needs would only add to the heap that the one
+	// process's collector marks and sweeps while it serves the loops.
+	lowWater := ticksPerLoop + 32
 	run := uniqueTag()
 	loops := make([]string, n)
 	for i := range loops {
