@@ -193,7 +193,7 @@ func (a *Actuator) onMsg(m *nats.Msg) {
 		if h.From == codec.RoleParty1 {
 			id = 1
 		}
-		a.onShare(h.Tick, id, op.Item, u)
+		a.onShare(h.Tick, id, op.Item, op.SentUnixNano, u)
 	default:
 		a.reject(fmt.Errorf("%w: %s from %s is not accepted by the actuator", codec.ErrKind, h.Kind, h.From))
 	}
@@ -231,19 +231,35 @@ func (a *Actuator) entry(t uint64) *pending {
 	return p
 }
 
+// onTick is the sensor's notice of tick t, which it sends after the tick's
+// measurements (sensor.Options.NoticeDelay): for a tick already applied it
+// does nothing; for one whose output shares have not come (or not both)
+// it dates the tick, so that the fail-safe applies at its deadline.
 func (a *Actuator) onTick(t uint64, sent int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	p := a.entry(t)
-	if p == nil || p.timer != nil {
+	if p := a.entry(t); p != nil {
+		a.date(t, p, sent)
+	}
+}
+
+// date dates tick t by the sensor's stamp of its measurement, from the
+// sensor's notice or from an output share (each party relays it), and
+// starts its deadline: the earliest stamp seen dates the tick, so that a
+// party cannot put a tick's deadline later than the sensor's stamp does.
+func (a *Actuator) date(t uint64, p *pending, sent int64) {
+	if sent <= 0 || (p.timer != nil && sent >= p.sent) {
 		return
+	}
+	if p.timer != nil {
+		p.timer.Stop() // an earlier deadline replaces it
 	}
 	p.sent = sent
 	wait := time.Until(time.Unix(0, sent).Add(a.opt.Deadline))
 	p.timer = time.AfterFunc(wait, func() { a.deadline(t) })
 }
 
-func (a *Actuator) onShare(t uint64, id int, item uint64, share mpc.Matrix) {
+func (a *Actuator) onShare(t uint64, id int, item uint64, sent int64, share mpc.Matrix) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p := a.entry(t)
@@ -251,6 +267,7 @@ func (a *Actuator) onShare(t uint64, id int, item uint64, share mpc.Matrix) {
 		a.opt.Metrics.Rejects.WithLabelValues("late").Inc()
 		return
 	}
+	a.date(t, p, sent)
 	p.have[id], p.item[id], p.u[id] = true, item, share
 	if !p.have[0] || !p.have[1] {
 		return

@@ -117,6 +117,8 @@ type loopSpec struct {
 	Fast        bool
 	OnTick      func(tick uint64, y, uplain []float64)
 	TwoHop      bool // the sensor's DUET_TWO_HOP
+	// NoticeDelay is the sensor's Options.NoticeDelay.
+	NoticeDelay time.Duration
 	// Metrics is the sensor's metric set (nil: a new one).
 	Metrics *metrics.Set
 }
@@ -133,7 +135,7 @@ func (r *rig) setupLoop(nc *nats.Conn, ls loopSpec) (*sensor.Sensor, error) {
 		m = metrics.New("sensor")
 	}
 	sn, err := sensor.New(nc, s, sensor.Options{Loop: ls.Loop, Controller: ls.Controller, Variant: ls.Variant, Compress: ls.Compress,
-		Fast: ls.Fast, QueueMax: ls.QueueMax, ItemsPerMsg: ls.ItemsPerMsg, Log: r.log, Metrics: m, OnTick: ls.OnTick, TwoHop: ls.TwoHop})
+		Fast: ls.Fast, QueueMax: ls.QueueMax, ItemsPerMsg: ls.ItemsPerMsg, Log: r.log, Metrics: m, OnTick: ls.OnTick, TwoHop: ls.TwoHop, NoticeDelay: ls.NoticeDelay})
 	if err != nil {
 		return nil, err
 	}

@@ -187,9 +187,10 @@ func TestScaleQuickTwoHop(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	// The parties ran in the bench's process: their own heaps' columns are
-	// empty (unknown), not zero; the prefetch is the parties' default.
-	want := fmt.Sprintf(",true,%d,%d,,,,%d", r.TwoHopTicks, r.FallbackTicks, party.DefaultPrefetch)
-	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks,party_rejects_by,party_alloc_kb_per_tick,party_gc_cycles,prefetch") || !strings.HasSuffix(lines[1], want) {
+	// empty (unknown), not zero; the prefetch is the parties' default; the
+	// last column is the collector's background sweeping, measured.
+	want := fmt.Sprintf(",true,%d,%d,,,,%d,%.3f", r.TwoHopTicks, r.FallbackTicks, party.DefaultPrefetch, r.Roles.Sweep)
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks,party_rejects_by,party_alloc_kb_per_tick,party_gc_cycles,prefetch,collector_sweep_cores") || !strings.HasSuffix(lines[1], want) || math.IsNaN(r.Roles.Sweep) {
 		t.Errorf("scale_detail.csv %q: want the two-hop columns and empty party-process heap columns, ending %q", lines, want)
 	}
 	if !math.IsNaN(r.PartyAllocPerTick) || r.PartyGCs != 0 {

@@ -140,8 +140,12 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		return row, err
 	}
 	sm := metrics.New("sensor")
+	// The sensor ticks as fast as the recorder's plant lets it, and sends
+	// each tick's notice to the actuator 2 ms after its measurements, as a
+	// sensor in real time does after DefaultNoticeDelay: after the tick,
+	// within the recorder's gap, before the next tick's plant read.
 	sn, err := r.setupLoop(nc, loopSpec{Loop: loop, Controller: c.Controller, Variant: c.Variant, Compress: opt.Compress,
-		QueueMax: int64(2*lowWater + 256), Fast: true, OnTick: rec.onTick, TwoHop: c.TwoHop, Metrics: sm})
+		QueueMax: int64(2*lowWater + 256), Fast: true, OnTick: rec.onTick, TwoHop: c.TwoHop, Metrics: sm, NoticeDelay: 2 * time.Millisecond})
 	if err != nil {
 		return row, err
 	}

@@ -104,7 +104,7 @@ func (w *worker) onMeasure(ctx context.Context, t uint64, fromHold bool) {
 // started sends this party's Protocol 1 message of tick t, begun with item
 // seq, and runs the other party's if it came first.
 func (w *worker) started(t, seq uint64, msg mpc.MulMsg) {
-	w.cur, w.item, w.st = t, seq, begun
+	w.cur, w.item, w.st, w.sent = t, seq, begun, w.ySent
 	w.reply = pendingReply{}
 	w.sendMul(t, seq, w.version, msg)
 	w.clearPending(t)
@@ -208,7 +208,7 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 	}
 	var wire codec.MatrixWire
 	wire, w.wireBuf = codec.AppendMatrix(f, w.wireBuf[:0], u)
-	w.out.out = codec.OutputPayload{Item: wireItem(w.item), U: wire}
+	w.out.out = codec.OutputPayload{Item: wireItem(w.item), U: wire, SentUnixNano: w.sent}
 	w.send(codec.KindOutput, t, &w.out.out)
 	tr, err := w.p.TruncStart()
 	if err != nil {
@@ -309,7 +309,7 @@ func (w *worker) hold(t uint64) {
 		w.heldY = mpc.NewMatrix(w.yBuf.Rows, w.yBuf.Cols)
 	}
 	w.yBuf, w.heldY = w.heldY, w.yBuf
-	w.held, w.heldT = true, t
+	w.held, w.heldT, w.heldSent = true, t, w.ySent
 	w.count(&w.ctrHeld, w.s.opt.Metrics.Held)
 }
 
@@ -359,6 +359,7 @@ func (w *worker) release(ctx context.Context) {
 	}
 	w.held = false
 	w.yBuf, w.heldY = w.heldY, w.yBuf
+	w.ySent = w.heldSent
 	w.onMeasure(ctx, w.heldT, true)
 }
 

@@ -244,7 +244,7 @@ func (w *worker) onMeasureMasked(ctx context.Context, t, item uint64) {
 		return
 	}
 	w.countPath(&w.ctrTwoHop, "two_hop")
-	w.cur, w.item, w.st = t, seq, begun
+	w.cur, w.item, w.st, w.sent = t, seq, begun, w.ySent
 	w.reply = pendingReply{ok: true, tick: t, version: w.version, msg: msg}
 	w.clearPending(t)
 	n, q := w.prm.N, w.prm.P

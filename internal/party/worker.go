@@ -115,6 +115,10 @@ type worker struct {
 	// is in the inbox. inline: handle runs on the dispatcher (deliver).
 	held, curHeld, releaseQueued, inline bool
 	heldT                                uint64
+	// The sensor's stamps (SentUnixNano) of the measurement in yBuf
+	// (ySent), of the held one (heldSent), and of the open tick's (sent),
+	// which its output share carries to the actuator.
+	ySent, heldSent, sent int64
 	// burn: items to discard before the next one used, one per held
 	// measurement given up (dropHeld), whose tick took none: the peer
 	// took one for that tick, and the parties' items stay paired.
@@ -593,6 +597,7 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 			return
 		}
 		w.noteShares(h.Tick)
+		w.ySent = mp.SentUnixNano
 		w.onMeasure(ctx, h.Tick, false)
 	case h.Kind == codec.KindMeasureMasked && h.From == codec.RoleSensor:
 		mp := &w.in.masked
@@ -604,6 +609,7 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 		}); err != nil {
 			return
 		}
+		w.ySent = mp.SentUnixNano
 		w.onMeasureMasked(ctx, h.Tick, item)
 	case h.Kind == codec.KindPreT && h.From == w.peer:
 		mp := &w.in.mul

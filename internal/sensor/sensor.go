@@ -50,6 +50,33 @@ type Options struct {
 	// OnTick, if set, is called for every tick sent with y and the float64
 	// plaintext controller's u on the same y.
 	OnTick func(tick uint64, y, uplain []float64)
+	// NoticeDelay is how long after a tick's measurements the sensor sends
+	// the actuator its notice of the tick (0: DefaultNoticeDelay, or
+	// Period/4 if shorter, in real time; at once with Fast; negative: at
+	// once). The output shares carry the tick's stamp, so a tick that
+	// completes needs no notice, and one sent later keeps its server write
+	// and the actuator's read out of the tick's own latency; a tick whose
+	// shares never come is still dated by it, and the actuator applies the
+	// fail-safe at its deadline, provided the delay is shorter than that.
+	NoticeDelay time.Duration
+}
+
+// DefaultNoticeDelay is Options.NoticeDelay's default in real time (Period/4
+// if shorter): well after a tick's output shares, well before the
+// actuator's deadline (30 ms by default).
+const DefaultNoticeDelay = 5 * time.Millisecond
+
+// noticeDelay resolves Options.NoticeDelay.
+func (o Options) noticeDelay() time.Duration {
+	switch {
+	case o.NoticeDelay < 0:
+		return 0
+	case o.NoticeDelay > 0:
+		return o.NoticeDelay
+	case o.Fast:
+		return 0
+	}
+	return min(DefaultNoticeDelay, o.Period/4)
 }
 
 // Sensor runs one loop's client measuring side.
@@ -64,6 +91,7 @@ type Sensor struct {
 	epoch  uint64
 	next   uint64 // next tick number
 	ticker *time.Ticker
+	notice *time.Timer // waits Options.NoticeDelay before a tick's notice
 	kv     jetstream.KeyValue
 	// plantUp: the plant has answered once since this sensor started.
 	// Until then "no responders" means the loop has not started (the
@@ -329,7 +357,6 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 			s.opt.OnTick(t, y, up)
 		}
 		now := time.Now().UnixNano()
-		s.publish(codec.KindTick, codec.RoleActuator, bus.TickSubject(s.opt.Loop), t, codec.TickPayload{SentUnixNano: now})
 		if masked {
 			mp := codec.MeasureMaskedPayload{Item: item, T: codec.PutMatrix(f, ty), SentUnixNano: now}
 			s.publish(codec.KindMeasureMasked, codec.RoleParty0, bus.MeasureSubject(s.opt.Loop, 0), t, mp)
@@ -343,8 +370,32 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 		if t%resumeEvery == 0 {
 			go func(next uint64) { _ = s.saveRecord(ctx, next) }(s.next)
 		}
+		if !s.waitNotice(ctx) {
+			return nil
+		}
+		s.publish(codec.KindTick, codec.RoleActuator, bus.TickSubject(s.opt.Loop), t, codec.TickPayload{SentUnixNano: now})
 	}
 	return nil
+}
+
+// waitNotice waits Options.NoticeDelay after a tick's measurements; false
+// if ctx ended meanwhile.
+func (s *Sensor) waitNotice(ctx context.Context) bool {
+	d := s.opt.noticeDelay()
+	if d <= 0 {
+		return true
+	}
+	if s.notice == nil {
+		s.notice = time.NewTimer(d)
+	} else {
+		s.notice.Reset(d)
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-s.notice.C:
+		return true
+	}
 }
 
 func (s *Sensor) publish(kind codec.Kind, to codec.Role, subj string, tick uint64, payload any) {

@@ -184,7 +184,7 @@ func (g gen) value(i int) any {
 	case reflect.TypeFor[MeasureMaskedPayload]():
 		return &MeasureMaskedPayload{Item: g.uint64(), T: g.matrix(), SentUnixNano: g.int64()}
 	case reflect.TypeFor[OutputPayload]():
-		return &OutputPayload{Item: g.uint64(), U: g.matrix()}
+		return &OutputPayload{Item: g.uint64(), U: g.matrix(), SentUnixNano: g.int64()}
 	case reflect.TypeFor[TickPayload]():
 		return &TickPayload{SentUnixNano: g.int64()}
 	case reflect.TypeFor[ItemMsg]():

@@ -63,10 +63,14 @@ type TruncPayload struct {
 }
 
 // OutputPayload (KindOutput, party -> actuator) is the party's share of ū_t
-// (m x 1, scale 2^(2l)).
+// (m x 1, scale 2^(2l)), with the sensor's stamp of the tick's measurement
+// (its SentUnixNano), from which the actuator dates the tick: its deadline
+// and its latency. The sensor's tick notice, which also carries it, comes
+// after the tick (TickPayload).
 type OutputPayload struct {
-	Item uint64     `msgpack:"item"`
-	U    MatrixWire `msgpack:"u"`
+	Item         uint64     `msgpack:"item"`
+	U            MatrixWire `msgpack:"u"`
+	SentUnixNano int64      `msgpack:"sent"`
 }
 
 // MaskYPayload (KindMaskY, party i -> sensor) is the party's share of the
@@ -87,7 +91,10 @@ type MeasureMaskedPayload struct {
 	SentUnixNano int64      `msgpack:"sent"`
 }
 
-// TickPayload (KindTick, sensor -> actuator) announces a tick.
+// TickPayload (KindTick, sensor -> actuator) announces a tick, after its
+// measurements (sensor.Options.NoticeDelay): the actuator learns of a tick
+// whose output shares never come, and applies the fail-safe at its
+// deadline.
 type TickPayload struct {
 	SentUnixNano int64 `msgpack:"sent"`
 }

@@ -210,13 +210,14 @@ func (p *TruncPayload) unmarshalView(data []byte) error {
 }
 
 func (p OutputPayload) encodedLen() int {
-	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("u") + p.U.encodedLen()
+	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("u") + p.U.encodedLen() + keyLen("sent") + intLen(p.SentUnixNano)
 }
 
 func (p OutputPayload) appendMsgpack(b []byte) []byte {
-	b = append(b, mpFixMap|2)
+	b = append(b, mpFixMap|3)
 	b = appendUint(appendKey(b, "item"), p.Item)
-	return p.U.appendMsgpack(appendKey(b, "u"))
+	b = p.U.appendMsgpack(appendKey(b, "u"))
+	return appendInt(appendKey(b, "sent"), p.SentUnixNano)
 }
 
 func (p *OutputPayload) unmarshalMsgpack(data []byte) error {
@@ -231,9 +232,10 @@ func (p *OutputPayload) unmarshalMsgpack(data []byte) error {
 func (p *OutputPayload) unmarshalView(data []byte) error {
 	d := newDecoder(data)
 	var v OutputPayload
-	d.mapHeader("OutputPayload", 2)
+	d.mapHeader("OutputPayload", 3)
 	v.Item = d.uint("item")
 	v.U = d.matrix("u")
+	v.SentUnixNano = d.int("sent")
 	if err := d.end(); err != nil {
 		return err
 	}

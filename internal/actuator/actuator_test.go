@@ -1,0 +1,184 @@
+package actuator
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// rig is an actuator on a real (embedded) NATS server, its set-up applied
+// directly, and sealers for the roles that send to it.
+type rig struct {
+	a       *Actuator
+	from    map[codec.Role]*codec.Sealer
+	prm     mpc.Params
+	mu      sync.Mutex
+	applied map[uint64]Applied
+	got     chan uint64
+}
+
+func newRig(t *testing.T, deadline time.Duration) *rig {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(5 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ids := map[codec.Role]*codec.Identity{}
+	pubs := map[codec.Role]string{}
+	for _, r := range codec.AllRoles {
+		id, err := codec.GenerateIdentity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[r], pubs[r] = id, id.PublicKey()
+	}
+	sealer := func(r codec.Role) *codec.Sealer {
+		s, err := codec.NewSealer(r, ids[r], pubs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	r := &rig{from: map[codec.Role]*codec.Sealer{}, applied: map[uint64]Applied{}, got: make(chan uint64, 16)}
+	for _, role := range []codec.Role{codec.RoleSensor, codec.RoleParty0, codec.RoleParty1} {
+		r.from[role] = sealer(role)
+	}
+	r.a, err = New(nc, sealer(codec.RoleActuator), Options{Loop: "loop1", Deadline: deadline, OnApply: func(ap Applied) {
+		r.mu.Lock()
+		r.applied[ap.Tick] = ap
+		r.mu.Unlock()
+		r.got <- ap.Tick
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := mpc.ParseModulus(mpc.PresetM127)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.prm = mpc.Params{Field: f, M: 1, K: 24, L: 8}
+	r.a.prm, r.a.last, r.a.uBuf = r.prm, make([]float64, 1), mpc.NewMatrix(1, 1)
+	return r
+}
+
+func (r *rig) send(t *testing.T, from codec.Role, kind codec.Kind, tick uint64, payload any) {
+	t.Helper()
+	body, err := codec.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := r.from[from].Seal(codec.Header{Kind: kind, Loop: "loop1", Tick: tick, From: from, To: codec.RoleActuator}, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.a.onMsg(&nats.Msg{Data: env})
+}
+
+// share sends party id's share of u = 1.5 (P0's 1.5 + r, P1's -r) for tick.
+func (r *rig) share(t *testing.T, id int, tick uint64, sent int64) {
+	t.Helper()
+	f := r.prm.Field
+	u := mpc.NewMatrix(1, 1)
+	if err := f.EcdInto(u.Data, []float64{1.5}, r.prm.K, 2*r.prm.L); err != nil {
+		t.Fatal(err)
+	}
+	rnd := mpc.NewMatrix(1, 1)
+	rnd.Data[0] = f.FromUint64(12345)
+	sh := mpc.NewMatrix(1, 1)
+	from := codec.RoleParty0
+	if id == 0 {
+		f.MatAdd(sh, u, rnd)
+	} else {
+		f.MatSub(sh, mpc.NewMatrix(1, 1), rnd)
+		from = codec.RoleParty1
+	}
+	r.send(t, from, codec.KindOutput, tick, codec.OutputPayload{Item: 7, U: codec.PutMatrix(f, sh), SentUnixNano: sent})
+}
+
+func (r *rig) wait(t *testing.T, within time.Duration) Applied {
+	t.Helper()
+	select {
+	case tick := <-r.got:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.applied[tick]
+	case <-time.After(within):
+		t.Fatal("nothing applied")
+		return Applied{}
+	}
+}
+
+// The output shares date their tick: without any notice from the sensor a
+// tick is applied, its latency taken from the stamp the shares carry, and
+// the notice that comes after it changes nothing.
+func TestSharesDateTheTick(t *testing.T) {
+	r := newRig(t, 30*time.Millisecond)
+	sent := time.Now().Add(-3 * time.Millisecond).UnixNano()
+	r.share(t, 0, 1, sent)
+	r.share(t, 1, 1, sent)
+	ap := r.wait(t, time.Second)
+	if ap.Tick != 1 || ap.Miss || len(ap.U) != 1 || ap.U[0] != 1.5 {
+		t.Fatalf("applied %+v, want tick 1, u = 1.5, no miss", ap)
+	}
+	if ap.Latency < 3*time.Millisecond || ap.Latency > time.Second {
+		t.Errorf("latency %v, want at least the 3 ms since the stamp", ap.Latency)
+	}
+	r.send(t, codec.RoleSensor, codec.KindTick, 1, codec.TickPayload{SentUnixNano: sent})
+	select {
+	case tick := <-r.got:
+		t.Fatalf("tick %d applied again after its notice", tick)
+	case <-time.After(60 * time.Millisecond):
+	}
+}
+
+// A tick whose shares never come is known from the sensor's notice, which
+// comes after it: the fail-safe applies at the deadline from the notice's
+// stamp, not from the notice's arrival.
+func TestLateNoticeAppliesFailSafeAtDeadline(t *testing.T) {
+	r := newRig(t, 40*time.Millisecond)
+	stamp := time.Now()
+	time.Sleep(10 * time.Millisecond) // the sensor's notice delay
+	r.send(t, codec.RoleSensor, codec.KindTick, 1, codec.TickPayload{SentUnixNano: stamp.UnixNano()})
+	ap := r.wait(t, time.Second)
+	took := time.Since(stamp)
+	if ap.Tick != 1 || !ap.Miss || ap.U[0] != 0 {
+		t.Fatalf("applied %+v, want tick 1's fail-safe (zero)", ap)
+	}
+	if took < 40*time.Millisecond || took > 40*time.Millisecond+500*time.Millisecond {
+		t.Errorf("fail-safe %v after the stamp, want at the 40 ms deadline", took)
+	}
+}
+
+// One share only: the tick is dated by the earliest stamp seen. A share
+// whose stamp is later than the sensor's cannot put the deadline off: the
+// sensor's notice brings it back to the sensor's stamp.
+func TestEarliestStampDatesTheTick(t *testing.T) {
+	r := newRig(t, 60*time.Millisecond)
+	stamp := time.Now()
+	r.share(t, 0, 1, stamp.Add(10*time.Second).UnixNano()) // a stamp far too late
+	r.send(t, codec.RoleSensor, codec.KindTick, 1, codec.TickPayload{SentUnixNano: stamp.UnixNano()})
+	ap := r.wait(t, 5*time.Second)
+	took := time.Since(stamp)
+	if ap.Tick != 1 || !ap.Miss {
+		t.Fatalf("applied %+v, want tick 1's fail-safe", ap)
+	}
+	if took < 60*time.Millisecond || took > 60*time.Millisecond+500*time.Millisecond {
+		t.Errorf("fail-safe %v after the sensor's stamp, want at its 60 ms deadline", took)
+	}
+}
