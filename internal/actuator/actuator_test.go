@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/duet-mpc/duet/internal/natstest"
+	"github.com/duet-mpc/duet/internal/testkeys"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -25,41 +26,14 @@ type rig struct {
 
 func newRig(t *testing.T, deadline time.Duration) *rig {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(5 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	ids := map[codec.Role]*codec.Identity{}
-	pubs := map[codec.Role]string{}
-	for _, r := range codec.AllRoles {
-		id, err := codec.GenerateIdentity()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[r], pubs[r] = id, id.PublicKey()
-	}
-	sealer := func(r codec.Role) *codec.Sealer {
-		s, err := codec.NewSealer(r, ids[r], pubs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	nc := natstest.Conn(t)
+	sealers := testkeys.Sealers(t)
 	r := &rig{from: map[codec.Role]*codec.Sealer{}, applied: map[uint64]Applied{}, got: make(chan uint64, 16)}
 	for _, role := range []codec.Role{codec.RoleSensor, codec.RoleParty0, codec.RoleParty1} {
-		r.from[role] = sealer(role)
+		r.from[role] = sealers[role]
 	}
-	r.a, err = New(nc, sealer(codec.RoleActuator), Options{Loop: "loop1", Deadline: deadline, OnApply: func(ap Applied) {
+	var err error
+	r.a, err = New(nc, sealers[codec.RoleActuator], Options{Loop: "loop1", Deadline: deadline, OnApply: func(ap Applied) {
 		r.mu.Lock()
 		r.applied[ap.Tick] = ap
 		r.mu.Unlock()

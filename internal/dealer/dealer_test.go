@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/duet-mpc/duet/internal/sim"
+	"github.com/duet-mpc/duet/internal/testkeys"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -12,23 +13,8 @@ import (
 // testSealers returns the dealer's and both parties' sealers.
 func testSealers(t testing.TB) (dealer, p0, p1 *codec.Sealer) {
 	t.Helper()
-	ids := map[codec.Role]*codec.Identity{}
-	pubs := map[codec.Role]string{}
-	for _, r := range codec.AllRoles {
-		id, err := codec.GenerateIdentity()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[r], pubs[r] = id, id.PublicKey()
-	}
-	s := func(r codec.Role) *codec.Sealer {
-		x, err := codec.NewSealer(r, ids[r], pubs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return x
-	}
-	return s(codec.RoleDealer), s(codec.RoleParty0), s(codec.RoleParty1)
+	s := testkeys.Sealers(t)
+	return s[codec.RoleDealer], s[codec.RoleParty0], s[codec.RoleParty1]
 }
 
 func pendulumParams(t testing.TB, v mpc.Variant) mpc.Params {
