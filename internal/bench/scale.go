@@ -291,10 +291,10 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	ticksPerLoop := int((opt.Warmup+opt.Duration)/opt.Period) + 10
 	// Each queue alone holds an item for every tick of the step, and a
 	// margin; what the parties have pulled before the first tick (up to
-	// about three times their prefetch) is more margin. No deployment's
-	// queue holds more than its dealers' low-water mark: a step's queues
-	// fuller than it needs would only add to the heap that the one
-	// process's collector marks and sweeps while it serves the loops.
+	// about three times their prefetch) is more margin. The dealers are
+	// stopped during the measurement, so nothing else needs the items: more
+	// would only add to the heap that the one process's collector marks
+	// and sweeps while it serves the loops.
 	lowWater := ticksPerLoop + 32
 	run := uniqueTag()
 	loops := make([]string, n)

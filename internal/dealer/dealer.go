@@ -323,15 +323,8 @@ func (d *Dealer) item(q *queue, b []byte) ([]byte, error) {
 	msg := &q.msg
 	*msg = codec.ItemMsg{Loop: loop, Epoch: epoch, Nonce: it.Nonce}
 	seal := func(dst *[]byte, to codec.Role, m mpc.TickMaterial) ([]byte, error) {
-		q.mat = q.mat[:0]
-		put := func(x mpc.Matrix) codec.MatrixWire {
-			var w codec.MatrixWire
-			w, q.mat = codec.AppendMatrix(prm.Field, q.mat, x)
-			return w
-		}
-		// The wires alias q.mat (each one its own part of it) until the
-		// body is encoded.
-		q.pm = codec.MaterialPayload{Nonce: it.Nonce, U: put(m.Triple.U), V: put(m.Triple.V), W: put(m.Triple.W), M: put(m.Mask.M), L: put(m.Mask.L)}
+		// The payload's matrices alias q.mat until the body is encoded.
+		q.pm, q.mat = codec.AppendMaterial(prm.Field, q.mat[:0], it.Nonce, m)
 		if q.body, err = codec.MarshalAppend(q.body[:0], &q.pm); err != nil {
 			return nil, err
 		}

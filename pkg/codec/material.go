@@ -30,6 +30,19 @@ func PutMaterial(f *mpc.Field, nonce [16]byte, m mpc.TickMaterial) MaterialPaylo
 	}
 }
 
+// AppendMaterial is PutMaterial with every matrix's entries appended to buf,
+// which it returns extended: the payload's matrices alias buf until the
+// caller reuses it. For a caller that encodes material after material.
+func AppendMaterial(f *mpc.Field, buf []byte, nonce [16]byte, m mpc.TickMaterial) (MaterialPayload, []byte) {
+	p := MaterialPayload{Nonce: nonce}
+	p.U, buf = AppendMatrix(f, buf, m.Triple.U)
+	p.V, buf = AppendMatrix(f, buf, m.Triple.V)
+	p.W, buf = AppendMatrix(f, buf, m.Triple.W)
+	p.M, buf = AppendMatrix(f, buf, m.Mask.M)
+	p.L, buf = AppendMatrix(f, buf, m.Mask.L)
+	return p, buf
+}
+
 // Material decodes the material, checking every shape against p: U is
 // (n+m) x (n+p) in the per-tick variant and 0 x 0 in the fixed one (the
 // result's U is then the zero Matrix), V is (n+p) x 1, W is (n+m) x 1, M and

@@ -32,6 +32,10 @@ func AppendMatrix(f *mpc.Field, buf []byte, m mpc.Matrix) (MatrixWire, []byte) {
 	}
 	bl := f.ByteLen()
 	n := len(m.Data) * bl
+	if n == 0 {
+		// As PutMatrix encodes it, whatever buf is: no entries, nil Data.
+		return MatrixWire{Rows: uint32(m.Rows), Cols: uint32(m.Cols)}, buf
+	}
 	buf = slices.Grow(buf, n)
 	start := len(buf)
 	buf = buf[:start+n]

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -264,6 +265,44 @@ func TestSetupItemsPerMsgCompat(t *testing.T) {
 		var sp SetupPayload
 		if err := Unmarshal(b, &sp); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%d items per message: err %v, want ErrMalformed", n, err)
+		}
+	}
+}
+
+// AppendMaterial encodes exactly as PutMaterial, its matrices in the buffer
+// it was given (after what the buffer held), reused from item to item.
+func TestAppendMaterial(t *testing.T) {
+	for _, q := range testModuli {
+		for _, v := range []mpc.Variant{mpc.PerTick, mpc.FixedMask} {
+			p := testParams(t, q, v)
+			d, err := mpc.NewDealer(p, mpc.NewSession([32]byte{7}), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := []byte("prefix")
+			for i := 0; i < 3; i++ {
+				it, err := d.Next(rand.NewChaCha8([32]byte{byte(i)}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := Marshal(PutMaterial(p.Field, it.Nonce, it.P1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var pm MaterialPayload
+				pm, buf = AppendMaterial(p.Field, buf[:len("prefix")], it.Nonce, it.P1)
+				got, err := Marshal(&pm)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Fatalf("%s %v item %d: AppendMaterial encodes differently from PutMaterial", q, v, i)
+				}
+				all := slices.Concat(pm.U.Data, pm.V.Data, pm.W.Data, pm.M.Data, pm.L.Data)
+				if string(buf[:len("prefix")]) != "prefix" || !bytes.Equal(buf[len("prefix"):], all) {
+					t.Fatalf("%s %v item %d: the matrices are not in the buffer after its contents", q, v, i)
+				}
+			}
 		}
 	}
 }
