@@ -77,6 +77,10 @@ func TestInvalidValuesStop(t *testing.T) {
 		{&sensor.Config{}, map[string]string{"DUET_PERIOD": "fast"}, "PERIOD"},
 		{&sensor.Config{}, map[string]string{"DUET_ITEMS_PER_MSG": "0"}, "DUET_ITEMS_PER_MSG=0"},
 		{&sensor.Config{}, map[string]string{"DUET_ITEMS_PER_MSG": "129"}, "DUET_ITEMS_PER_MSG=129"},
+		{&sensor.Config{}, map[string]string{"DUET_NOTICE_DELAY": "soon"}, `DUET_NOTICE_DELAY="soon"`},
+		{&sensor.Config{}, map[string]string{"DUET_NOTICE_DELAY": "-1ms"}, "DUET_NOTICE_DELAY=-1ms"},
+		{&sensor.Config{}, map[string]string{"DUET_NOTICE_DELAY": "40ms"}, "DUET_NOTICE_DELAY=40ms"},
+		{&sensor.Config{}, map[string]string{"DUET_NOTICE_DELAY": "3ms", "DUET_PERIOD": "2ms"}, "DUET_NOTICE_DELAY=3ms"},
 	}
 	for _, c := range cases {
 		t.Run(c.want, func(t *testing.T) {
@@ -98,5 +102,32 @@ func TestDefaults(t *testing.T) {
 	}
 	if cfg.Deadline != 30*time.Millisecond || cfg.FailSafe != "zero" || cfg.NATSURL != "nats://127.0.0.1:4222" {
 		t.Fatalf("defaults: %+v", cfg)
+	}
+}
+
+// DUET_NOTICE_DELAY reaches the sensor's Options.NoticeDelay: auto (the
+// default) as 0, which the sensor resolves; 0 as at once; a duration as
+// itself.
+func TestSensorNoticeDelay(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want time.Duration
+	}{
+		{"", 0},
+		{"auto", 0},
+		{"0", -1},
+		{"0s", -1},
+		{"7ms", 7 * time.Millisecond},
+	} {
+		if c.env != "" {
+			t.Setenv("DUET_NOTICE_DELAY", c.env)
+		}
+		var cfg sensor.Config
+		if err := config.Load(&cfg, nil, &bytes.Buffer{}); err != nil {
+			t.Fatalf("DUET_NOTICE_DELAY=%q: %v", c.env, err)
+		}
+		if got := cfg.NoticeDelayOption(); got != c.want {
+			t.Errorf("DUET_NOTICE_DELAY=%q: Options.NoticeDelay %v, want %v", c.env, got, c.want)
+		}
 	}
 }

@@ -22,6 +22,34 @@ type Config struct {
 	FileStore   bool          `envconfig:"FILE_STORE" default:"false" desc:"JetStream file storage for the queue and set-up records"`
 	TwoHop      bool          `envconfig:"TWO_HOP" default:"false" desc:"the two-hop tick: when both parties have sent their shares of the next item's measurement mask, send them ȳ minus the mask instead of shares of ȳ, so the tick needs no exchange after the measurement (docs/two-hop-design.md); set on the sensor and both parties"`
 	Replicas    int           `envconfig:"REPLICAS" default:"1" desc:"JetStream replicas for the queue and set-up records"`
+	NoticeDelay string        `envconfig:"NOTICE_DELAY" default:"auto" desc:"how long after a tick's measurements the actuator is sent its notice of the tick, which dates a tick whose output shares never come (auto: 5ms, or a quarter of DUET_PERIOD if shorter; 0: with the measurements, inside the tick's latency); under DUET_PERIOD, and keep it under the actuator's DUET_DEADLINE"`
+}
+
+// noticeAuto is DUET_NOTICE_DELAY's default: Options.NoticeDelay 0.
+const noticeAuto = "auto"
+
+// NoticeDelayOption is DUET_NOTICE_DELAY as Options.NoticeDelay (0: the
+// default; negative: at once). Call it after Validate.
+func (c *Config) NoticeDelayOption() time.Duration {
+	d, _ := c.noticeDelay()
+	return d
+}
+
+func (c *Config) noticeDelay() (time.Duration, error) {
+	if c.NoticeDelay == noticeAuto {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(c.NoticeDelay)
+	if err != nil {
+		return 0, fmt.Errorf("DUET_NOTICE_DELAY=%q: want auto or a duration such as 5ms", c.NoticeDelay)
+	}
+	if d < 0 || d >= c.Period {
+		return 0, fmt.Errorf("DUET_NOTICE_DELAY=%v: want 0 or more and less than DUET_PERIOD (%v)", d, c.Period)
+	}
+	if d == 0 {
+		return -1, nil
+	}
+	return d, nil
 }
 
 // Validate checks the values.
@@ -43,6 +71,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		return fmt.Errorf("DUET_REPLICAS=%d: want 1..5", c.Replicas)
+	}
+	if _, err := c.noticeDelay(); err != nil {
+		return err
 	}
 	return nil
 }
