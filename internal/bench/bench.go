@@ -90,6 +90,9 @@ type Report struct {
 	// Idle is the machine with nothing of the bench running, before the
 	// scale search and after the floor alone (Plan.IdleCheck).
 	Idle []IdleRow
+	// Machine is the machine's own speed at the start of the run
+	// (machine.go; nil: not measured, Plan.MachineRTTs 0).
+	Machine *MachineRow
 }
 
 // IdleRow is a stall monitor (internal/stall: a 1 ms sleeper) run for Took
@@ -130,6 +133,9 @@ type Plan struct {
 	// IdleCheck is how long the machine's stalls are measured with nothing
 	// of the bench running, before the scale search and after it (0: not).
 	IdleCheck time.Duration
+	// MachineRTTs is how many loopback round trips measure the machine's
+	// speed at the start of the run (machine.go; 0: not measured).
+	MachineRTTs int
 	// PeerBatch is the parties' party.Options.PeerBatch in the tick and
 	// scale sections (0: the default; 1: no batching).
 	PeerBatch int
@@ -170,13 +176,13 @@ func PlanFor(quick bool) Plan {
 	if quick {
 		return Plan{Fig5Ds: []int{10, 50, 100}, Fig5Reps: 20, Fig5Warmup: 5, Ticks: 300, TickWarmup: 50, TickBlock: 50, TickNs: []int{4, 16, 32, 64},
 			DealerItems: 2000, ScaleLoops: []int{25, 50}, ScaleDur: 2 * time.Second, ScaleBudget: time.Minute,
-			ScaleNoPersistLoops: []int{25, 50}, ScaleFloorLoops: []int{500}, IdleCheck: 2 * time.Second}
+			ScaleNoPersistLoops: []int{25, 50}, ScaleFloorLoops: []int{500}, IdleCheck: 2 * time.Second, MachineRTTs: 200}
 	}
 	return Plan{Fig5Ds: []int{10, 20, 30, 40, 50, 60, 70, 80, 90, 100}, Fig5Reps: 100, Fig5Warmup: 10, Ticks: 2000, TickWarmup: 100, TickBlock: 100,
 		TickNs:      []int{4, 16, 32, 64},
 		DealerItems: 5000, ScaleLoops: []int{50, 100, 200, 300, 400, 500, 600, 700, 850, 1000, 1250, 1500}, ScaleDur: 6 * time.Second,
 		ScaleBudget: 2 * time.Minute, ScaleNoPersistLoops: []int{50, 100, 200, 300, 400, 500, 600, 700, 850, 1000, 1250, 1500},
-		ScaleFloorLoops: []int{100, 200, 500, 1000}, IdleCheck: 10 * time.Second}
+		ScaleFloorLoops: []int{100, 200, 500, 1000}, IdleCheck: 10 * time.Second, MachineRTTs: 1000}
 }
 
 // Run runs the selected sections and writes their CSV files and plots into
@@ -235,6 +241,17 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	rep.StateFileStore, rep.ScaleVariant, rep.PartyBin, rep.ScaleTwoHop = plan.StateFileStore, plan.ScaleVariant, plan.PartyBin, plan.ScaleTwoHop
 	rep.Prefetch = plan.Prefetch
 	pr := func(format string, a ...any) { fmt.Fprintf(opt.Progress, format+"\n", a...) }
+	if plan.MachineRTTs > 0 {
+		m, err := measureMachine(ctx, plan.MachineRTTs)
+		if err != nil {
+			return rep, err
+		}
+		rep.Machine = &m
+		pr("bench: this machine: %s", m)
+		if err := rep.write(opt.Out); err != nil {
+			return rep, err
+		}
+	}
 	for _, sec := range opt.Sections {
 		stop, err := startProfile(opt, sec)
 		if err != nil {

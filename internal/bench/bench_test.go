@@ -40,7 +40,7 @@ func readCSV(t *testing.T, path string) [][]string {
 func TestRunWritesFiles(t *testing.T) {
 	url := startServer(t)
 	out := t.TempDir()
-	plan := Plan{Fig5Ds: []int{10}, Fig5Reps: 5, Fig5Warmup: 1, Ticks: 10, TickWarmup: 5, TickBlock: 5, TickNs: []int{4, 16, 32, 64}}
+	plan := Plan{Fig5Ds: []int{10}, Fig5Reps: 5, Fig5Warmup: 1, Ticks: 10, TickWarmup: 5, TickBlock: 5, TickNs: []int{4, 16, 32, 64}, MachineRTTs: 20}
 	quiesced := countQuiesce(t)
 	rep, err := Run(context.Background(), Options{URL: url, Out: out, Sections: []string{SectionFig5, SectionTick},
 		Examples: "../../examples/qube-servo2", Plan: &plan})
@@ -57,6 +57,7 @@ func TestRunWritesFiles(t *testing.T) {
 		{"tick.csv", []string{"case", "p50_us", "p99_us", "floor_p50_us", "floor_p99_us"}, 9},
 		{"fig5_floor.csv", Fig5FloorHeader, 3},
 		{"tick_detail.csv", TickDetailHeader, 9},
+		{"machine.csv", MachineHeader, 1},
 	} {
 		recs := readCSV(t, filepath.Join(out, f.name))
 		if !slices.Equal(recs[0], f.header) {
@@ -94,6 +95,10 @@ func TestRunWritesFiles(t *testing.T) {
 		if two := strings.HasSuffix(r.Case, "-2hop"); two && (r.TwoHopTicks-r.FallbackTicks < r.Lat.N/2 || r.TwoHopTicks > 10) || !two && r.TwoHopTicks+r.FallbackTicks != 0 {
 			t.Errorf("%s: %d ticks sent masked, %d of them fell back to three hops, of %d measured", r.Case, r.TwoHopTicks, r.FallbackTicks, r.Lat.N+r.Misses)
 		}
+	}
+	// The machine's speed is measured once, before the sections.
+	if m := rep.Machine; m == nil || m.RTTs != 20 || m.MatVecRuns != machineMatVecs || m.MatVec <= 0 || !(0 < m.RTTMin && m.RTTMin <= m.RTTP50 && m.RTTP50 <= m.RTTP99) {
+		t.Errorf("machine: %+v", rep.Machine)
 	}
 	// The Fig. 5 points and the tick cases run in a warm process (quiesce).
 	if *quiesced != 0 {
@@ -160,7 +165,8 @@ func TestOtherCSVHeaders(t *testing.T) {
 	out := t.TempDir()
 	rep := &Report{Dealer: []DealerRow{{Case: "pendulum", Replicas: 1}}, Scale: []ScaleRow{{Loops: 50, P99: time.Millisecond, OK: true, Persist: true}, {Loops: 50, OK: true, Variant: mpc.FixedMask, Try: 2}}, ScaleLimit: 10 * time.Millisecond,
 		ScaleFloor: []ScaleFloorRow{{Loops: 500, Ticks: 100, Misses: 1, P99: 7 * time.Millisecond, Steal: math.NaN(), Stalls: 2, StallMax: 12300 * time.Microsecond, RSS: 212.4}},
-		Idle:       []IdleRow{{When: "before", Took: 10 * time.Second, Result: stall.Result{Wakeups: 9000, Count: 3, Worst: 22400 * time.Microsecond}, CPU: 0.031}}}
+		Idle:       []IdleRow{{When: "before", Took: 10 * time.Second, Result: stall.Result{Wakeups: 9000, Count: 3, Worst: 22400 * time.Microsecond}, CPU: 0.031}},
+		Machine:    &MachineRow{MatVec: 33100 * time.Nanosecond, MatVecRuns: 200, RTTs: 1000, RTTMin: 21 * time.Microsecond, RTTP50: 48 * time.Microsecond, RTTP99: 112500 * time.Nanosecond}}
 	if err := rep.write(out); err != nil {
 		t.Fatal(err)
 	}
@@ -185,6 +191,10 @@ func TestOtherCSVHeaders(t *testing.T) {
 	if got := readCSV(t, filepath.Join(out, "machine_idle.csv")); !slices.Equal(got[0], IdleHeader) || len(got) != 2 ||
 		!slices.Equal(got[1], []string{"before", "10.0", "9000", "3", "22.4", "0.031"}) {
 		t.Errorf("machine_idle.csv: %q", got)
+	}
+	if got := readCSV(t, filepath.Join(out, "machine.csv")); !slices.Equal(got[0], MachineHeader) || len(got) != 2 ||
+		!slices.Equal(got[1], []string{"33.10", "200", "1000", "21.0", "48.0", "112.5"}) {
+		t.Errorf("machine.csv: %q", got)
 	}
 	var scale Target
 	for _, tg := range rep.Targets() {

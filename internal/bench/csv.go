@@ -20,6 +20,7 @@ var (
 	TickDetailHeader  = []string{"case", "n", "m", "p", "modulus", "variant", "persist", "ticks", "misses", "p50_us", "p99_us", "floor_p50_us", "floor_p99_us", "ratio_p50", "ratio_p99", "measure_bytes", "exchange_bytes", "output_bytes", "max_du", "du_bound", "abandoned", "queue_after", "steal_cores", "state_file_store", "two_hop_ticks", "fallback_ticks", "cold_floor_p50_us", "cold_floor_p99_us", "party_procs"}
 	DealerHeader      = []string{"case", "variant", "compress", "replicas", "items_per_msg", "items", "seconds", "items_per_s", "payload_bytes_per_tick", "stream_bytes_per_item"}
 	ScaleHeader       = []string{"loops", "p50_us", "p99_us", "misses", "ok"}
+	MachineHeader     = []string{"matvec_us", "matvec_runs", "rtts", "rtt_min_us", "rtt_p50_us", "rtt_p99_us"}
 	IdleHeader        = []string{"when", "seconds", "wakeups", "stalls_over_" + StallThreshold.String(), "worst_ms", "process_cores"}
 	ScaleFloorHeader  = []string{"loops", "ticks", "misses", "p50_us", "p99_us", "cpu_cores", "steal_cores", "sched_p99_us", "syscalls_per_tick", "stalls", "stall_max_ms", "rss_mb"}
 	ScaleDetailHeader = []string{"loops", "persist", "ticks", "p50_us", "p99_us", "misses", "wrong", "ok", "floor_ticks", "floor_p50_us", "floor_p99_us", "floor_misses", "stalls", "stall_max_ms", "floor_stalls", "floor_stall_max_ms", "cpu_cores", "setup_s", "party_misses", "party_no_item", "floor_cpu_cores", "gc_cycles", "alloc_kb_per_tick", "peer_msgs_per_tick", "peer_envelopes_per_tick", "party_abandoned_by", "steal_cores", "floor_steal_cores", "party_held", "write_coalesce_us", "sched_p99_us", "floor_sched_p99_us", "syscalls_per_tick", "floor_syscalls_per_tick", "gc_cpu_ms", "gc_assist_ms", "party0_cores", "party1_cores", "broker_cores", "harness_cores", "collector_cores", "other_cores", "pair_cpu_us_per_tick", "floor_pair_cores", "floor_broker_cores", "floor_harness_cores", "state_file_store", "rss_mb", "variant", "try", "party_procs", "two_hop", "two_hop_ticks", "fallback_ticks", "party_rejects_by", "party_alloc_kb_per_tick", "party_gc_cycles", "prefetch", "collector_sweep_cores"}
@@ -108,6 +109,10 @@ func (rep *Report) WriteCSVs(dir string) error {
 	for _, r := range rep.Idle {
 		il = append(il, []string{r.When, ff(r.Took.Seconds(), 1), fi(r.Wakeups), fi(r.Count), ff(float64(r.Worst)/1e6, 1), ff(r.CPU, 3)})
 	}
+	var mc [][]string
+	if m := rep.Machine; m != nil {
+		mc = append(mc, []string{ff(us(m.MatVec), 2), fi(m.MatVecRuns), fi(m.RTTs), ff(us(m.RTTMin), 1), ff(us(m.RTTP50), 1), ff(us(m.RTTP99), 1)})
+	}
 	files := []struct {
 		name   string
 		header []string
@@ -124,6 +129,7 @@ func (rep *Report) WriteCSVs(dir string) error {
 		{"scale_detail.csv", ScaleDetailHeader, sd, len(rep.Scale) > 0},
 		{"scale_floor.csv", ScaleFloorHeader, sf, len(rep.ScaleFloor) > 0},
 		{"machine_idle.csv", IdleHeader, il, len(rep.Idle) > 0},
+		{"machine.csv", MachineHeader, mc, rep.Machine != nil},
 	}
 	for _, f := range files {
 		if !f.have {

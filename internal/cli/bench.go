@@ -179,6 +179,9 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 		parties += fmt.Sprintf(", the parties prefetching %d offline items per pull and loop (tick and scale sections)", rep.Prefetch)
 	}
 	fmt.Fprintf(w, "duet bench (%s, NATS %s, state persisted to %s, scale loops with the %s mask%s%s)\n", mode, rep.Server, stateStore(rep.StateFileStore), rep.ScaleVariant, hops, parties)
+	if rep.Machine != nil {
+		fmt.Fprintf(w, "this machine: %s\n", rep.Machine)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if len(rep.Fig5) > 0 {
 		fmt.Fprintln(w, "\nFig. 5: round trip at the client (µs); floor: same messages, no computation or encryption")
