@@ -111,12 +111,10 @@ func BenchmarkMatVec(b *testing.B) {
 	}
 }
 
-// BenchmarkProtocol1 is the local computation of both parties in one
-// Protocol 1 multiplication of a d x d shared matrix by a shared d-vector:
-// step 1 (openings), the reconstruction of S and T, and step 2. The fixed
-// variant opens only T; S was opened at set-up.
 // BenchmarkProtocol1 is both parties' local computation of one Protocol 1
-// run (the wire is not included). "fixed-prepared" is the fixed mask with
+// run of a d x d shared matrix by a shared d-vector (the wire is not
+// included): step 1 (openings), the reconstruction of S and T, and step 2.
+// The fixed variant opens only T; S was opened at set-up. "fixed-prepared" is the fixed mask with
 // S [[V]]_i + [[W]]_i precomputed (MulPrepare, not timed: the party does it
 // between ticks), i.e. what remains on a tick's critical path.
 func BenchmarkProtocol1(b *testing.B) {
