@@ -1,0 +1,102 @@
+package dealer
+
+import (
+	"context"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/natstest"
+)
+
+// A queue's depth is the fewer of the messages either party's consumer has
+// not taken, and each check after the first costs the server one
+// consumer-info request per party, not a lookup and an info each (every
+// replica checks every loop's queue every DUET_POLL). A consumer that can
+// no longer be read is looked up again, and a recreated one is found.
+func TestPendingMsgsRequests(t *testing.T) {
+	ctx := context.Background()
+	nc := natstest.Conn(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: "pendulum", MaxMsgs: 100}, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if _, err := js.Publish(ctx, bus.OfflineSubject("pendulum"), []byte("item")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Party 0 takes two items, party 1 one: the depth is party 0's 3.
+	take := func(party, n int) {
+		t.Helper()
+		c, err := stream.Consumer(ctx, bus.ConsumerName(party))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch, err := c.Fetch(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for range batch.Messages() {
+			got++
+		}
+		if got != n {
+			t.Fatalf("party %d took %d items, want %d", party, got, n)
+		}
+	}
+	take(0, 2)
+	take(1, 1)
+	apiTotal := func() uint64 {
+		t.Helper()
+		ai, err := js.AccountInfo(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ai.API.Total
+	}
+	var cs consumers
+	const checks = 10
+	before := apiTotal()
+	for i := range checks {
+		depth, err := cs.pendingMsgs(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if depth != 3 {
+			t.Fatalf("check %d: depth %d, want 3", i, depth)
+		}
+	}
+	// The account-info request that reads the total counts itself.
+	if got := apiTotal() - before - 1; got != 2*checks {
+		t.Errorf("%d checks made %d JetStream API requests, want %d (one per party consumer)", checks, got, 2*checks)
+	}
+
+	// The consumers recreated (a new set-up of the loop): the kept handles
+	// fail once, and the next check finds the new consumers.
+	for i := range 2 {
+		if err := stream.DeleteConsumer(ctx, bus.ConsumerName(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cs.pendingMsgs(ctx, stream); err == nil {
+		t.Fatal("a check of deleted consumers succeeded")
+	}
+	if stream, err = bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: "pendulum", MaxMsgs: 100}, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		_, err = cs.pendingMsgs(ctx, stream)
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("after the consumers were recreated: %v", err)
+	}
+}
