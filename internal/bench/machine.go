@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
 	"time"
 
 	"github.com/duet-mpc/duet/pkg/mpc"
@@ -56,11 +55,8 @@ func measureMachine(ctx context.Context, rtts int) (MachineRow, error) {
 	if err != nil {
 		return row, err
 	}
-	slices.Sort(lat)
-	row.RTTs = len(lat)
-	row.RTTMin = lat[0]
-	row.RTTP50 = lat[len(lat)/2]
-	row.RTTP99 = lat[min(len(lat)-1, len(lat)*99/100)]
+	st := Summarize(lat)
+	row.RTTs, row.RTTMin, row.RTTP50, row.RTTP99 = st.N, st.Min, st.P50, st.P99
 	return row, nil
 }
 
@@ -128,6 +124,7 @@ func loopbackRTTs(ctx context.Context, n int, gap time.Duration) ([]time.Duratio
 	if err != nil {
 		return nil, fmt.Errorf("bench: machine: loopback dial: %w", err)
 	}
+	defer c.Close()
 	buf := make([]byte, machineRTTBytes)
 	lat := make([]time.Duration, 0, n)
 	tick := time.NewTicker(gap)
@@ -135,22 +132,19 @@ func loopbackRTTs(ctx context.Context, n int, gap time.Duration) ([]time.Duratio
 	for len(lat) < n {
 		select {
 		case <-ctx.Done():
-			c.Close()
 			return nil, ctx.Err()
 		case <-tick.C:
 		}
 		t0 := time.Now()
 		if _, err := c.Write(buf); err != nil {
-			c.Close()
 			return nil, fmt.Errorf("bench: machine: loopback write: %w", err)
 		}
 		if _, err := io.ReadFull(c, buf); err != nil {
-			c.Close()
 			return nil, fmt.Errorf("bench: machine: loopback read: %w", err)
 		}
 		lat = append(lat, time.Since(t0))
 	}
-	c.Close()
+	c.Close() // the echo ends on EOF
 	if err := <-echoed; err != nil {
 		return nil, fmt.Errorf("bench: machine: loopback echo: %w", err)
 	}
