@@ -19,7 +19,7 @@ func main() {
 		if name == "" {
 			name, _ = os.Hostname()
 		}
-		d, err := dealer.New(env.NC, env.Sealer, dealer.Options{Name: name, LowWater: cfg.LowWater, Batch: cfg.Batch, Poll: cfg.Poll,
+		d, err := dealer.New(env.NC, env.Sealer, dealer.Options{Name: name, LowWater: cfg.LowWater, Batch: cfg.Batch, Poll: cfg.Poll, PollMax: cfg.PollMax,
 			Log: env.Log, Metrics: env.Metrics})
 		if err != nil {
 			return err

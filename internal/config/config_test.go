@@ -9,6 +9,7 @@ import (
 
 	"github.com/duet-mpc/duet/internal/actuator"
 	"github.com/duet-mpc/duet/internal/config"
+	"github.com/duet-mpc/duet/internal/dealer"
 	"github.com/duet-mpc/duet/internal/party"
 	"github.com/duet-mpc/duet/internal/sensor"
 )
@@ -81,6 +82,9 @@ func TestInvalidValuesStop(t *testing.T) {
 		{&sensor.Config{}, map[string]string{"DUET_NOTICE_DELAY": "-1ms"}, "DUET_NOTICE_DELAY=-1ms"},
 		{&sensor.Config{}, map[string]string{"DUET_NOTICE_DELAY": "40ms"}, "DUET_NOTICE_DELAY=40ms"},
 		{&sensor.Config{}, map[string]string{"DUET_NOTICE_DELAY": "3ms", "DUET_PERIOD": "2ms"}, "DUET_NOTICE_DELAY=3ms"},
+		{&dealer.Config{}, map[string]string{"DUET_POLL": "0s"}, "DUET_POLL=0s"},
+		{&dealer.Config{}, map[string]string{"DUET_POLL_MAX": "10ms"}, "DUET_POLL_MAX=10ms: want >= DUET_POLL (50ms)"},
+		{&dealer.Config{}, map[string]string{"DUET_POLL": "2s"}, "DUET_POLL_MAX=1s: want >= DUET_POLL (2s)"},
 	}
 	for _, c := range cases {
 		t.Run(c.want, func(t *testing.T) {

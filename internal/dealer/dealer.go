@@ -29,7 +29,8 @@ type Options struct {
 	Name     string        // replica name for logs
 	LowWater int           // refill when the queue holds fewer items than this
 	Batch    int           // items published per refill round
-	Poll     time.Duration // queue depth check interval
+	Poll     time.Duration // shortest interval between a queue's depth checks
+	PollMax  time.Duration // longest (0: one second, or Poll if longer)
 	Log      *slog.Logger
 	Metrics  *metrics.Set
 }
@@ -60,6 +61,10 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Dealer, error) {
 	if opt.Poll <= 0 {
 		opt.Poll = 50 * time.Millisecond
 	}
+	if opt.PollMax <= 0 {
+		opt.PollMax = max(time.Second, opt.Poll)
+	}
+	opt.PollMax = max(opt.PollMax, opt.Poll)
 	if opt.Log == nil {
 		opt.Log = slog.Default()
 	}
@@ -164,19 +169,23 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 	}
 	q := &queue{loop: loop, epoch: epoch, prm: prm, gen: gen, rng: mpc.NewPRG(key, [16]byte{}), subj: bus.OfflineSubject(loop), perMsg: perMsg,
 		limit: min(bus.MaxOfflineMsg, int(d.nc.MaxPayload())/2)}
-	tick := time.NewTicker(d.opt.Poll)
-	defer tick.Stop()
+	wait := time.NewTimer(d.opt.Poll)
+	wait.Stop()
+	defer wait.Stop()
 	var cons consumers
+	var pace pacer
 	for {
 		// A depth check lost with a server restart is given up after
 		// pollTimeout, not the JetStream default of 5 s: meanwhile the
 		// parties drain the queue, and a short one may run dry.
 		pctx, cancel := context.WithTimeout(ctx, d.pollTimeout())
-		depth, err := cons.pendingMsgs(pctx, stream)
+		depth, taken, err := cons.pendingMsgs(pctx, stream)
 		cancel()
+		next := d.opt.Poll
 		if err == nil {
 			depth *= q.perMsg // items: every message the parties have not taken is full
 			d.opt.Metrics.QueueDepth.WithLabelValues(loop).Set(float64(depth))
+			rate := pace.observe(time.Now(), taken*q.perMsg, d.opt.PollMax)
 			if depth < d.opt.LowWater {
 				d.opt.Metrics.LowWater.WithLabelValues(loop).Inc()
 				// One batch per round, then look again: with several replicas
@@ -184,17 +193,68 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 				if full := d.refill(ctx, q, d.opt.Batch); !full {
 					continue
 				}
-				// The stream is at MaxMsgs (DiscardNew): wait for the next poll.
+				// The stream is at MaxMsgs (DiscardNew): wait DUET_POLL.
+			} else {
+				next = nextCheck(depth-d.opt.LowWater, rate, d.opt.Poll, d.opt.PollMax)
 			}
-		} else if ctx.Err() == nil {
-			d.opt.Log.Debug("stream info", "loop", loop, "err", err)
+		} else {
+			pace = pacer{} // a recreated consumer starts its count again
+			if ctx.Err() == nil {
+				d.opt.Log.Debug("stream info", "loop", loop, "err", err)
+			}
 		}
+		wait.Reset(next)
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-wait.C:
 		}
 	}
+}
+
+// pacer estimates how fast the parties take a queue's items, from the
+// stream sequence their consumers have reached at each depth check.
+type pacer struct {
+	at    time.Time // the start of the current window
+	taken int       // the count then
+	rate  float64   // items a second over the last whole window; < 0 while unknown
+	known bool
+}
+
+// observe records that the parties had taken taken items by now and returns
+// the rate to plan the next check by (items a second), or -1 while it is
+// unknown. The rate is the average over a window of at least window:
+// deliveries come in bursts (a party pulls a batch at a time), and the
+// checks while a dealer refills come milliseconds apart.
+func (p *pacer) observe(now time.Time, taken int, window time.Duration) float64 {
+	switch {
+	case !p.known || taken < p.taken: // the first check, or a recreated consumer
+		*p = pacer{at: now, taken: taken, rate: -1, known: true}
+	case now.Sub(p.at) >= window:
+		*p = pacer{at: now, taken: taken, rate: float64(taken-p.taken) / now.Sub(p.at).Seconds(), known: true}
+	}
+	return p.rate
+}
+
+// nextCheck is how long to wait before checking a queue again that holds
+// headroom items above its low-water mark while the parties take rate items
+// a second (< 0: unknown): the time they would take to reach the mark,
+// between poll and pollMax. (The mark is itself the margin, 30 s of ticks
+// by default: a check that finds the queue a little below it refills it.)
+// Every replica checks every loop's queue, each check a request per party
+// to the server, so a queue that is not draining towards its mark is
+// checked every pollMax rather than every poll.
+func nextCheck(headroom int, rate float64, poll, pollMax time.Duration) time.Duration {
+	if rate < 0 {
+		return poll
+	}
+	d := pollMax
+	if rate > 0 {
+		if s := float64(headroom) / rate; s < pollMax.Seconds() {
+			d = time.Duration(s * float64(time.Second))
+		}
+	}
+	return min(max(d, poll), pollMax)
 }
 
 // pollTimeout bounds one depth check: four polls, at least 200 ms.
@@ -238,28 +298,30 @@ type consumers [2]jetstream.Consumer
 // has taken and the other not yet, and after a server restart it can lag
 // the consumers.) A consumer whose info cannot be read is looked up again
 // at the next check (it may have been recreated by a new set-up).
-func (cs *consumers) pendingMsgs(ctx context.Context, stream jetstream.Stream) (int, error) {
-	depth := -1
+//
+// taken is the stream sequence of the last message delivered to the party
+// that is further ahead: how far the parties have taken the queue, to pace
+// the checks by.
+func (cs *consumers) pendingMsgs(ctx context.Context, stream jetstream.Stream) (depth, taken int, err error) {
+	depth = -1
 	for i := range cs {
 		var info *jetstream.ConsumerInfo
 		if cs[i] == nil {
 			c, err := stream.Consumer(ctx, bus.ConsumerName(i))
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			cs[i], info = c, c.CachedInfo() // the lookup's own info
-		} else {
-			var err error
-			if info, err = cs[i].Info(ctx); err != nil {
-				cs[i] = nil
-				return 0, err
-			}
+		} else if info, err = cs[i].Info(ctx); err != nil {
+			cs[i] = nil
+			return 0, 0, err
 		}
 		if n := int(info.NumPending); depth < 0 || n < depth {
 			depth = n
 		}
+		taken = max(taken, int(info.Delivered.Stream))
 	}
-	return depth, nil
+	return depth, taken, nil
 }
 
 // refill publishes about n items (whole messages); it reports whether the

@@ -64,12 +64,12 @@ func TestPendingMsgsRequests(t *testing.T) {
 	const checks = 10
 	before := apiTotal()
 	for i := range checks {
-		depth, err := cs.pendingMsgs(ctx, stream)
+		depth, taken, err := cs.pendingMsgs(ctx, stream)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if depth != 3 {
-			t.Fatalf("check %d: depth %d, want 3", i, depth)
+		if depth != 3 || taken != 2 {
+			t.Fatalf("check %d: depth %d, taken to sequence %d; want 3 and 2 (party 0's)", i, depth, taken)
 		}
 	}
 	// The account-info request that reads the total counts itself.
@@ -84,14 +84,14 @@ func TestPendingMsgsRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := cs.pendingMsgs(ctx, stream); err == nil {
+	if _, _, err := cs.pendingMsgs(ctx, stream); err == nil {
 		t.Fatal("a check of deleted consumers succeeded")
 	}
 	if stream, err = bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: "pendulum", MaxMsgs: 100}, 1, false); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
-		_, err = cs.pendingMsgs(ctx, stream)
+		_, _, err = cs.pendingMsgs(ctx, stream)
 		if err == nil {
 			break
 		}

@@ -1,0 +1,166 @@
+package dealer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/internal/natstest"
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// The wait before a queue's next check: DUET_POLL while the rate is not
+// known yet, the time the parties would take to bring the queue down to its
+// low-water mark, and never outside [DUET_POLL, DUET_POLL_MAX].
+func TestNextCheck(t *testing.T) {
+	const poll, pollMax = 50 * time.Millisecond, time.Second
+	for _, c := range []struct {
+		headroom int
+		rate     float64
+		want     time.Duration
+	}{
+		{100, -1, poll},                    // unknown: as before
+		{100, 0, pollMax},                  // nothing taken
+		{0, 25, poll},                      // at the mark
+		{20, 25, 800 * time.Millisecond},   // 0.8 s to the mark at 25 items/s
+		{64, 25, pollMax},                  // 2.56 s: capped
+		{32, 1000, poll},                   // 32 ms: at least poll
+		{300, 500, 600 * time.Millisecond}, // a fast loop
+		{1 << 30, 1e-9, pollMax},           // no overflow
+		{100, 1e12, poll},
+	} {
+		if got := nextCheck(c.headroom, c.rate, poll, pollMax); got != c.want {
+			t.Errorf("nextCheck(%d items, %g/s) = %v, want %v", c.headroom, c.rate, got, c.want)
+		}
+	}
+}
+
+// The rate is unknown until a whole window has passed, and again after
+// the count went back (a recreated consumer); it is the average over a
+// window, so a burst and checks a few milliseconds apart do not swing it.
+func TestPacer(t *testing.T) {
+	const window = time.Second
+	t0 := time.Unix(1000, 0)
+	var p pacer
+	for _, c := range []struct {
+		at    time.Duration
+		taken int
+		want  float64
+	}{
+		{0, 100, -1},
+		{500 * time.Millisecond, 164, -1}, // a burst of 64 within the window
+		{time.Second, 50, -1},             // went back: a new window
+		{2 * time.Second, 75, 25},
+		{2*time.Second + time.Millisecond, 75, 25}, // a check 1 ms later
+		{2500 * time.Millisecond, 107, 25},         // a burst of 32
+		{3 * time.Second, 107, 32},                 // the window's average
+		{4 * time.Second, 107, 0},                  // quiet
+	} {
+		if got := p.observe(t0.Add(c.at), c.taken, window); got != c.want {
+			t.Errorf("at %v with %d taken: rate %g, want %g", c.at, c.taken, got, c.want)
+		}
+	}
+}
+
+// A replica fills a queue to its low-water mark and then, while the
+// parties take nothing, checks it every DUET_POLL_MAX, not every DUET_POLL;
+// when a party drains the queue, the replica refills it.
+func TestServePacesChecks(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nc := natstest.Conn(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const loop, lowWater = "pendulum", 32
+	stream, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: loop, MaxMsgs: 1000}, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd, _, _ := testSealers(t)
+	const poll, pollMax = 5 * time.Millisecond, 500 * time.Millisecond
+	d, err := New(nc, sd, Options{Name: "d", LowWater: lowWater, Batch: 8, Poll: poll, PollMax: pollMax, Metrics: metrics.New("d")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prm := pendulumParams(t, mpc.FixedMask)
+	gen, err := mpc.NewDealer(prm, mpc.NewSession([32]byte{'p'}), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); d.serve(ctx, loop, 1, prm, gen, stream, 1) }()
+	defer func() { cancel(); <-done }()
+
+	msgs := func() int {
+		t.Helper()
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(info.State.Msgs)
+	}
+	waitFull := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); msgs() < lowWater; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the queue holds %d items, want %d", what, msgs(), lowWater)
+			}
+		}
+	}
+	waitFull("filling")
+	apiTotal := func() uint64 {
+		t.Helper()
+		ai, err := js.AccountInfo(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ai.API.Total
+	}
+	// Let the replica see the full queue and measure the parties' rate
+	// (a window of DUET_POLL_MAX, with a check every DUET_POLL until
+	// then), then count its requests over 1.5 s: at DUET_POLL_MAX it makes
+	// at most 2 per 500 ms (one per party); at DUET_POLL it would make 600.
+	time.Sleep(pollMax + 100*time.Millisecond)
+	before := apiTotal()
+	time.Sleep(1500 * time.Millisecond)
+	if got := apiTotal() - before - 1; got > 12 {
+		t.Errorf("an idle full queue: %d JetStream API requests in 1.5 s, want at most 12 (a check every %v)", got, pollMax)
+	}
+
+	// Party 0 takes 24 items: the replica finds the queue below its mark
+	// at a check and refills it.
+	c, err := stream.Consumer(ctx, bus.ConsumerName(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := c.Fetch(24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range batch.Messages() {
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumPending >= lowWater {
+		t.Fatalf("after party 0 took 24 items its consumer has %d pending, want < %d", info.NumPending, lowWater)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if info, err = c.Info(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if info.NumPending >= lowWater {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the drained queue was not refilled: party 0 has %d pending, want %d", info.NumPending, lowWater)
+		}
+	}
+}
