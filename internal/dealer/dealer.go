@@ -195,7 +195,7 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 				}
 				// The stream is at MaxMsgs (DiscardNew): wait DUET_POLL.
 			} else {
-				next = nextCheck(depth-d.opt.LowWater, rate, d.opt.Poll, d.opt.PollMax)
+				next = nextCheck(depth-d.opt.LowWater, d.opt.LowWater, rate, d.opt.Poll, d.opt.PollMax)
 			}
 		} else {
 			pace = pacer{} // a recreated consumer starts its count again
@@ -236,21 +236,23 @@ func (p *pacer) observe(now time.Time, taken int, window time.Duration) float64 
 	return p.rate
 }
 
-// nextCheck is how long to wait before checking a queue again that holds
+// nextCheck is how long to wait before checking again a queue that holds
 // headroom items above its low-water mark while the parties take rate items
-// a second (< 0: unknown): the time they would take to reach the mark,
-// between poll and pollMax. (The mark is itself the margin, 30 s of ticks
-// by default: a check that finds the queue a little below it refills it.)
+// a second (< 0: unknown): the time they would take to bring it a quarter of
+// the mark below the mark, between poll and pollMax. The mark is itself the
+// margin (30 s of ticks by default), and a party pulls its items in
+// batches, so the depth falls in steps: waiting only until the mark would
+// make check after check while a batch's worth of items sits above it.
 // Every replica checks every loop's queue, each check a request per party
-// to the server, so a queue that is not draining towards its mark is
-// checked every pollMax rather than every poll.
-func nextCheck(headroom int, rate float64, poll, pollMax time.Duration) time.Duration {
+// to the server, so a queue far from running dry is checked every pollMax
+// rather than every poll.
+func nextCheck(headroom, lowWater int, rate float64, poll, pollMax time.Duration) time.Duration {
 	if rate < 0 {
 		return poll
 	}
 	d := pollMax
 	if rate > 0 {
-		if s := float64(headroom) / rate; s < pollMax.Seconds() {
+		if s := float64(headroom+lowWater/4) / rate; s < pollMax.Seconds() {
 			d = time.Duration(s * float64(time.Second))
 		}
 	}

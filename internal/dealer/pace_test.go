@@ -14,27 +14,28 @@ import (
 )
 
 // The wait before a queue's next check: DUET_POLL while the rate is not
-// known yet, the time the parties would take to bring the queue down to its
-// low-water mark, and never outside [DUET_POLL, DUET_POLL_MAX].
+// known yet, the time the parties would take to bring the queue a quarter
+// of its low-water mark below the mark, and never outside [DUET_POLL,
+// DUET_POLL_MAX].
 func TestNextCheck(t *testing.T) {
 	const poll, pollMax = 50 * time.Millisecond, time.Second
 	for _, c := range []struct {
-		headroom int
-		rate     float64
-		want     time.Duration
+		headroom, lowWater int
+		rate               float64
+		want               time.Duration
 	}{
-		{100, -1, poll},                    // unknown: as before
-		{100, 0, pollMax},                  // nothing taken
-		{0, 25, poll},                      // at the mark
-		{20, 25, 800 * time.Millisecond},   // 0.8 s to the mark at 25 items/s
-		{64, 25, pollMax},                  // 2.56 s: capped
-		{32, 1000, poll},                   // 32 ms: at least poll
-		{300, 500, 600 * time.Millisecond}, // a fast loop
-		{1 << 30, 1e-9, pollMax},           // no overflow
-		{100, 1e12, poll},
+		{100, 750, -1, poll},                 // unknown: as before
+		{100, 750, 0, pollMax},               // nothing taken
+		{0, 750, 25, pollMax},                // at the mark, 7.5 s of margin
+		{0, 40, 25, 400 * time.Millisecond},  // at a mark of 40
+		{10, 40, 25, 800 * time.Millisecond}, // 0.8 s to 10 below the mark
+		{0, 100, 1000, poll},                 // a fast loop: 25 ms, at least poll
+		{300, 400, 1000, 400 * time.Millisecond},
+		{1 << 30, 750, 1e-9, pollMax}, // no overflow
+		{100, 750, 1e12, poll},
 	} {
-		if got := nextCheck(c.headroom, c.rate, poll, pollMax); got != c.want {
-			t.Errorf("nextCheck(%d items, %g/s) = %v, want %v", c.headroom, c.rate, got, c.want)
+		if got := nextCheck(c.headroom, c.lowWater, c.rate, poll, pollMax); got != c.want {
+			t.Errorf("nextCheck(%d items, mark %d, %g/s) = %v, want %v", c.headroom, c.lowWater, c.rate, got, c.want)
 		}
 	}
 }
