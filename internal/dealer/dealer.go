@@ -174,6 +174,7 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 	defer wait.Stop()
 	var cons consumers
 	var pace pacer
+	full := 0 // refill rounds in a row that found the stream full
 	for {
 		// A depth check lost with a server restart is given up after
 		// pollTimeout, not the JetStream default of 5 s: meanwhile the
@@ -190,11 +191,19 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 				d.opt.Metrics.LowWater.WithLabelValues(loop).Inc()
 				// One batch per round, then look again: with several replicas
 				// each would otherwise refill the whole deficit.
-				if full := d.refill(ctx, q, d.opt.Batch); !full {
+				if !d.refill(ctx, q, d.opt.Batch) {
+					full = 0
 					continue
 				}
-				// The stream is at MaxMsgs (DiscardNew): wait DUET_POLL.
+				// The stream is at MaxMsgs (DiscardNew): one party is far
+				// behind the other, or down. Each round drew and sealed a
+				// batch that the server refused, so back off: DUET_POLL,
+				// doubled each round, up to DUET_POLL_MAX.
+				d.opt.Metrics.QueueFull.WithLabelValues(loop).Inc()
+				next = backoff(d.opt.Poll, d.opt.PollMax, full)
+				full++
 			} else {
+				full = 0
 				next = nextCheck(depth-d.opt.LowWater, d.opt.LowWater, rate, d.opt.Poll, d.opt.PollMax)
 			}
 		} else {
@@ -257,6 +266,15 @@ func nextCheck(headroom, lowWater int, rate float64, poll, pollMax time.Duration
 		}
 	}
 	return min(max(d, poll), pollMax)
+}
+
+// backoff is poll doubled n times, at most pollMax.
+func backoff(poll, pollMax time.Duration, n int) time.Duration {
+	d := poll
+	for ; n > 0 && d < pollMax; n-- {
+		d = min(2*d, pollMax)
+	}
+	return min(d, pollMax)
 }
 
 // pollTimeout bounds one depth check: four polls, at least 200 ms.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
@@ -163,5 +164,90 @@ func TestServePacesChecks(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the drained queue was not refilled: party 0 has %d pending, want %d", info.NumPending, lowWater)
 		}
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	const poll, pollMax = 50 * time.Millisecond, time.Second
+	for n, want := range []time.Duration{poll, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, pollMax, pollMax} {
+		if got := backoff(poll, pollMax, n); got != want {
+			t.Errorf("backoff after %d full rounds = %v, want %v", n, got, want)
+		}
+	}
+	if got := backoff(poll, pollMax, 1<<30); got != pollMax {
+		t.Errorf("backoff after 2^30 full rounds = %v, want %v", got, pollMax)
+	}
+}
+
+// While one party takes items and the other does not, the stream fills to
+// its MaxMsgs with the items the second has not taken, and the first's
+// depth stays below the low-water mark. Every refill round then draws and
+// seals a batch that the server refuses: the replica backs off to a round
+// every DUET_POLL_MAX, and counts the rounds in duet_queue_full_total.
+func TestServeBacksOffFullQueue(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nc := natstest.Conn(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const loop, lowWater, maxMsgs = "pendulum", 32, 40
+	stream, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: loop, MaxMsgs: maxMsgs}, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd, _, _ := testSealers(t)
+	m := metrics.New("d")
+	const poll, pollMax = 5 * time.Millisecond, 400 * time.Millisecond
+	d, err := New(nc, sd, Options{Name: "d", LowWater: lowWater, Batch: 8, Poll: poll, PollMax: pollMax, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prm := pendulumParams(t, mpc.FixedMask)
+	gen, err := mpc.NewDealer(prm, mpc.NewSession([32]byte{'f'}), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); d.serve(ctx, loop, 1, prm, gen, stream, 1) }()
+	defer func() { cancel(); <-done }()
+
+	c0, err := stream.Consumer(ctx, bus.ConsumerName(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Party 0 takes 24 items as soon as they are there; party 1 none.
+	for taken := 0; taken < 24; {
+		batch, err := c0.Fetch(24-taken, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range batch.Messages() {
+			taken++
+		}
+	}
+	rounds := func() float64 { return testutil.ToFloat64(m.QueueFull.WithLabelValues(loop)) }
+	for deadline := time.Now().Add(30 * time.Second); rounds() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			info, _ := stream.Info(ctx)
+			t.Fatalf("no refill round found the queue full (the stream holds %d of %d)", info.State.Msgs, maxMsgs)
+		}
+	}
+	// Backed off after 7 rounds (5 ms doubled to 400 ms, 1.3 s in all);
+	// then a round every 400 ms. Without the back-off a round came every
+	// few milliseconds.
+	time.Sleep(1500 * time.Millisecond)
+	before := rounds()
+	time.Sleep(1200 * time.Millisecond)
+	if got := rounds() - before; got > 4 {
+		t.Errorf("%v full refill rounds in 1.2 s, want at most 4 (one every %v)", got, pollMax)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != maxMsgs {
+		t.Errorf("the stream holds %d items, want %d (full)", info.State.Msgs, maxMsgs)
 	}
 }
