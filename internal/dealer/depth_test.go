@@ -52,17 +52,9 @@ func TestPendingMsgsRequests(t *testing.T) {
 	}
 	take(0, 2)
 	take(1, 1)
-	apiTotal := func() uint64 {
-		t.Helper()
-		ai, err := js.AccountInfo(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ai.API.Total
-	}
 	var cs consumers
 	const checks = 10
-	before := apiTotal()
+	before := apiRequests(t, js)
 	for i := range checks {
 		depth, taken, err := cs.pendingMsgs(ctx, stream)
 		if err != nil {
@@ -73,7 +65,7 @@ func TestPendingMsgsRequests(t *testing.T) {
 		}
 	}
 	// The account-info request that reads the total counts itself.
-	if got := apiTotal() - before - 1; got != 2*checks {
+	if got := apiRequests(t, js) - before - 1; got != 2*checks {
 		t.Errorf("%d checks made %d JetStream API requests, want %d (one per party consumer)", checks, got, 2*checks)
 	}
 

@@ -72,32 +72,10 @@ func TestPacer(t *testing.T) {
 // parties take nothing, checks it every DUET_POLL_MAX, not every DUET_POLL;
 // when a party drains the queue, the replica refills it.
 func TestServePacesChecks(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	nc := natstest.Conn(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const loop, lowWater = "pendulum", 32
-	stream, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: loop, MaxMsgs: 1000}, 1, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sd, _, _ := testSealers(t)
 	const poll, pollMax = 5 * time.Millisecond, 500 * time.Millisecond
-	d, err := New(nc, sd, Options{Name: "d", LowWater: lowWater, Batch: 8, Poll: poll, PollMax: pollMax, Metrics: metrics.New("d")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prm := pendulumParams(t, mpc.FixedMask)
-	gen, err := mpc.NewDealer(prm, mpc.NewSession([32]byte{'p'}), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); d.serve(ctx, loop, 1, prm, gen, stream, 1) }()
-	defer func() { cancel(); <-done }()
+	ctx := context.Background()
+	js, stream, _ := startServe(t, loop, lowWater, 1000, poll, pollMax)
 
 	msgs := func() int {
 		t.Helper()
@@ -116,22 +94,14 @@ func TestServePacesChecks(t *testing.T) {
 		}
 	}
 	waitFull("filling")
-	apiTotal := func() uint64 {
-		t.Helper()
-		ai, err := js.AccountInfo(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ai.API.Total
-	}
 	// Let the replica see the full queue and measure the parties' rate
 	// (a window of DUET_POLL_MAX, with a check every DUET_POLL until
 	// then), then count its requests over 1.5 s: at DUET_POLL_MAX it makes
 	// at most 2 per 500 ms (one per party); at DUET_POLL it would make 600.
 	time.Sleep(pollMax + 100*time.Millisecond)
-	before := apiTotal()
+	before := apiRequests(t, js)
 	time.Sleep(1500 * time.Millisecond)
-	if got := apiTotal() - before - 1; got > 12 {
+	if got := apiRequests(t, js) - before - 1; got > 12 {
 		t.Errorf("an idle full queue: %d JetStream API requests in 1.5 s, want at most 12 (a check every %v)", got, pollMax)
 	}
 
@@ -185,33 +155,10 @@ func TestBackoff(t *testing.T) {
 // seals a batch that the server refuses: the replica backs off to a round
 // every DUET_POLL_MAX, and counts the rounds in duet_queue_full_total.
 func TestServeBacksOffFullQueue(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	nc := natstest.Conn(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const loop, lowWater, maxMsgs = "pendulum", 32, 40
-	stream, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: loop, MaxMsgs: maxMsgs}, 1, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sd, _, _ := testSealers(t)
-	m := metrics.New("d")
 	const poll, pollMax = 5 * time.Millisecond, 400 * time.Millisecond
-	d, err := New(nc, sd, Options{Name: "d", LowWater: lowWater, Batch: 8, Poll: poll, PollMax: pollMax, Metrics: m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prm := pendulumParams(t, mpc.FixedMask)
-	gen, err := mpc.NewDealer(prm, mpc.NewSession([32]byte{'f'}), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); d.serve(ctx, loop, 1, prm, gen, stream, 1) }()
-	defer func() { cancel(); <-done }()
+	ctx := context.Background()
+	_, stream, m := startServe(t, loop, lowWater, maxMsgs, poll, pollMax)
 
 	c0, err := stream.Consumer(ctx, bus.ConsumerName(0))
 	if err != nil {
@@ -250,4 +197,46 @@ func TestServeBacksOffFullQueue(t *testing.T) {
 	if info.State.Msgs != maxMsgs {
 		t.Errorf("the stream holds %d items, want %d (full)", info.State.Msgs, maxMsgs)
 	}
+}
+
+// startServe runs a replica's serve for one loop's queue (MaxMsgs maxMsgs)
+// on an embedded server until the test ends.
+func startServe(t *testing.T, loop string, lowWater int, maxMsgs int64, poll, pollMax time.Duration) (jetstream.JetStream, jetstream.Stream, *metrics.Set) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	nc := natstest.Conn(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: loop, MaxMsgs: maxMsgs}, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd, _, _ := testSealers(t)
+	m := metrics.New("d")
+	d, err := New(nc, sd, Options{Name: "d", LowWater: lowWater, Batch: 8, Poll: poll, PollMax: pollMax, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prm := pendulumParams(t, mpc.FixedMask)
+	gen, err := mpc.NewDealer(prm, mpc.NewSession([32]byte{'p'}), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); d.serve(ctx, loop, 1, prm, gen, stream, 1) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return js, stream, m
+}
+
+// apiRequests is the account's JetStream API request count so far (the
+// request that reads it counts itself).
+func apiRequests(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	ai, err := js.AccountInfo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ai.API.Total
 }
