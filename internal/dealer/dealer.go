@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -204,7 +205,7 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 				full++
 			} else {
 				full = 0
-				next = nextCheck(depth-d.opt.LowWater, d.opt.LowWater, rate, d.opt.Poll, d.opt.PollMax)
+				next = spread(nextCheck(depth-d.opt.LowWater, d.opt.LowWater, rate, d.opt.Poll, d.opt.PollMax), d.opt.Poll)
 			}
 		} else {
 			pace = pacer{} // a recreated consumer starts its count again
@@ -266,6 +267,17 @@ func nextCheck(headroom, lowWater int, rate float64, poll, pollMax time.Duration
 		}
 	}
 	return min(max(d, poll), pollMax)
+}
+
+// spread takes up to a quarter off d at random, but not below poll. A
+// replica starts serving all its loops at once, and loops at the same rate
+// would otherwise keep their checks in step: every DUET_POLL_MAX a burst of
+// two requests per loop at the server that the parties share.
+func spread(d, poll time.Duration) time.Duration {
+	if q := d / 4; q > 0 {
+		d -= mrand.N(q)
+	}
+	return max(d, poll)
 }
 
 // backoff is poll doubled n times, at most pollMax.

@@ -137,6 +137,29 @@ func TestServePacesChecks(t *testing.T) {
 	}
 }
 
+// spread takes at most a quarter off, never goes below DUET_POLL, and
+// does not give every loop the same wait.
+func TestSpread(t *testing.T) {
+	const poll, d = 50 * time.Millisecond, time.Second
+	seen := map[time.Duration]bool{}
+	for range 1000 {
+		got := spread(d, poll)
+		if got <= d*3/4 || got > d {
+			t.Fatalf("spread(%v) = %v, want in (%v, %v]", d, got, d*3/4, d)
+		}
+		seen[got] = true
+	}
+	if len(seen) < 100 {
+		t.Errorf("spread(%v) gave %d distinct waits in 1000, want them spread", d, len(seen))
+	}
+	if got := spread(poll, poll); got != poll {
+		t.Errorf("spread(%v, %v) = %v, want %v", poll, poll, got, poll)
+	}
+	if got := spread(0, 0); got != 0 {
+		t.Errorf("spread(0, 0) = %v", got)
+	}
+}
+
 func TestBackoff(t *testing.T) {
 	const poll, pollMax = 50 * time.Millisecond, time.Second
 	for n, want := range []time.Duration{poll, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, pollMax, pollMax} {
