@@ -227,29 +227,36 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 type pacer struct {
 	at    time.Time // the start of the current window
 	taken int       // the count then
-	rate  float64   // items a second over the last whole window; < 0 while unknown
+	rate  float64   // items a second; < 0 while unknown
 	known bool
 }
 
 // observe records that the parties had taken taken items by now and returns
 // the rate to plan the next check by (items a second), or -1 while it is
-// unknown. The rate is the average over a window of at least window:
-// deliveries come in bursts (a party pulls a batch at a time), and the
-// checks while a dealer refills come milliseconds apart.
+// unknown. The rate is the average since the window began, taken once a
+// quarter of the window has passed (a first estimate, so that a replica
+// that starts with many loops soon stops checking at its shortest
+// interval), and then over whole windows: deliveries come in bursts (a
+// party pulls a batch at a time), and the checks while a dealer refills
+// come milliseconds apart.
 func (p *pacer) observe(now time.Time, taken int, window time.Duration) float64 {
-	switch {
-	case !p.known || taken < p.taken: // the first check, or a recreated consumer
+	if !p.known || taken < p.taken { // the first check, or a recreated consumer
 		*p = pacer{at: now, taken: taken, rate: -1, known: true}
-	case now.Sub(p.at) >= window:
-		*p = pacer{at: now, taken: taken, rate: float64(taken-p.taken) / now.Sub(p.at).Seconds(), known: true}
+		return p.rate
+	}
+	if el := now.Sub(p.at); el >= window || (p.rate < 0 && el >= window/4 && el > 0) {
+		p.rate = float64(taken-p.taken) / el.Seconds()
+		if el >= window {
+			p.at, p.taken = now, taken
+		}
 	}
 	return p.rate
 }
 
 // nextCheck is how long to wait before checking again a queue that holds
 // headroom items above its low-water mark while the parties take rate items
-// a second (< 0: unknown): the time they would take to bring it a quarter of
-// the mark below the mark, between poll and pollMax. The mark is itself the
+// a second (< 0: unknown, see pacer): the time they would take to bring it a
+// quarter of the mark below the mark, between poll and pollMax. The mark is itself the
 // margin (30 s of ticks by default), and a party pulls its items in
 // batches, so the depth falls in steps: waiting only until the mark would
 // make check after check while a batch's worth of items sits above it.
@@ -257,8 +264,8 @@ func (p *pacer) observe(now time.Time, taken int, window time.Duration) float64 
 // to the server, so a queue far from running dry is checked every pollMax
 // rather than every poll.
 func nextCheck(headroom, lowWater int, rate float64, poll, pollMax time.Duration) time.Duration {
-	if rate < 0 {
-		return poll
+	if rate < 0 { // until the first estimate: a quarter of pollMax
+		return min(max(poll, pollMax/4), pollMax)
 	}
 	d := pollMax
 	if rate > 0 {

@@ -25,7 +25,7 @@ func TestNextCheck(t *testing.T) {
 		rate               float64
 		want               time.Duration
 	}{
-		{100, 750, -1, poll},                 // unknown: as before
+		{100, 750, -1, pollMax / 4},          // unknown: a quarter of pollMax
 		{100, 750, 0, pollMax},               // nothing taken
 		{0, 750, 25, pollMax},                // at the mark, 7.5 s of margin
 		{0, 40, 25, 400 * time.Millisecond},  // at a mark of 40
@@ -41,9 +41,10 @@ func TestNextCheck(t *testing.T) {
 	}
 }
 
-// The rate is unknown until a whole window has passed, and again after
-// the count went back (a recreated consumer); it is the average over a
-// window, so a burst and checks a few milliseconds apart do not swing it.
+// The rate is unknown until a quarter of a window has passed, and again
+// after the count went back (a recreated consumer); then it is the average
+// since the window began, and after each whole window the average over it,
+// so that a burst and checks a few milliseconds apart do not swing it.
 func TestPacer(t *testing.T) {
 	const window = time.Second
 	t0 := time.Unix(1000, 0)
@@ -54,13 +55,17 @@ func TestPacer(t *testing.T) {
 		want  float64
 	}{
 		{0, 100, -1},
-		{500 * time.Millisecond, 164, -1}, // a burst of 64 within the window
-		{time.Second, 50, -1},             // went back: a new window
-		{2 * time.Second, 75, 25},
-		{2*time.Second + time.Millisecond, 75, 25}, // a check 1 ms later
-		{2500 * time.Millisecond, 107, 25},         // a burst of 32
-		{3 * time.Second, 107, 32},                 // the window's average
-		{4 * time.Second, 107, 0},                  // quiet
+		{100 * time.Millisecond, 164, -1}, // a burst of 64 within the first quarter
+		{200 * time.Millisecond, 50, -1},  // went back: a new window from here
+		{400 * time.Millisecond, 55, -1},  // 200 ms in: not a quarter yet
+		{450 * time.Millisecond, 60, 40},  // a quarter in: the first estimate, 10 in 250 ms
+		{800 * time.Millisecond, 90, 40},  // kept until the window ends
+		{1200 * time.Millisecond, 40, -1}, // went back again
+		{2200 * time.Millisecond, 65, 25}, // a whole window: 25 in 1 s
+		{2201 * time.Millisecond, 65, 25}, // a check 1 ms later
+		{2700 * time.Millisecond, 97, 25}, // a burst of 32
+		{3200 * time.Millisecond, 97, 32}, // the window's average
+		{4200 * time.Millisecond, 97, 0},  // quiet
 	} {
 		if got := p.observe(t0.Add(c.at), c.taken, window); got != c.want {
 			t.Errorf("at %v with %d taken: rate %g, want %g", c.at, c.taken, got, c.want)
@@ -95,9 +100,9 @@ func TestServePacesChecks(t *testing.T) {
 	}
 	waitFull("filling")
 	// Let the replica see the full queue and measure the parties' rate
-	// (a window of DUET_POLL_MAX, with a check every DUET_POLL until
-	// then), then count its requests over 1.5 s: at DUET_POLL_MAX it makes
-	// at most 2 per 500 ms (one per party); at DUET_POLL it would make 600.
+	// (a window of DUET_POLL_MAX), then count its requests over 1.5 s: at
+	// DUET_POLL_MAX less up to a quarter it makes at most 2 per 375 ms (one
+	// per party); at DUET_POLL it would make 600.
 	time.Sleep(pollMax + 100*time.Millisecond)
 	before := apiRequests(t, js)
 	time.Sleep(1500 * time.Millisecond)
