@@ -77,12 +77,14 @@ type Report struct {
 	// ScaleTwoHop is Plan.ScaleTwoHop: the scale search's loops ran the
 	// two-hop tick.
 	ScaleTwoHop bool
-	Started     time.Time
-	Took        time.Duration
-	Fig5        []Fig5Row
-	Tick        []TickRow
-	Dealer      []DealerRow
-	Scale       []ScaleRow
+	// ScaleLiveDealers is Plan.ScaleLiveDealers.
+	ScaleLiveDealers time.Duration
+	Started          time.Time
+	Took             time.Duration
+	Fig5             []Fig5Row
+	Tick             []TickRow
+	Dealer           []DealerRow
+	Scale            []ScaleRow
 	// ScaleFloor is the floor alone at Plan.ScaleFloorLoops.
 	ScaleFloor []ScaleFloorRow
 	// ScaleLimit is the p99 limit of the scale search.
@@ -169,6 +171,9 @@ type Plan struct {
 	// (DUET_TWO_HOP, ScaleOptions.TwoHop); false: three hops, the
 	// services' default.
 	ScaleTwoHop bool
+	// ScaleLiveDealers keeps dealers checking the queues during the scale
+	// steps, with this DUET_POLL_MAX (ScaleOptions.LiveDealers); 0: not.
+	ScaleLiveDealers time.Duration
 }
 
 // PlanFor returns the full or the --quick plan.
@@ -239,6 +244,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		plan = *opt.Plan
 	}
 	rep.StateFileStore, rep.ScaleVariant, rep.PartyBin, rep.ScaleTwoHop = plan.StateFileStore, plan.ScaleVariant, plan.PartyBin, plan.ScaleTwoHop
+	rep.ScaleLiveDealers = plan.ScaleLiveDealers
 	rep.Prefetch = plan.Prefetch
 	pr := func(format string, a ...any) { fmt.Fprintf(opt.Progress, format+"\n", a...) }
 	if plan.MachineRTTs > 0 {
@@ -530,7 +536,7 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 			loops = plan.ScaleNoPersistLoops
 		}
 		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, Prefetch: plan.Prefetch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg, StateFileStore: plan.StateFileStore,
-			Repeat: plan.ScaleRepeat, PartyBin: plan.PartyBin, Controller: cs, Variant: plan.ScaleVariant, TwoHop: plan.ScaleTwoHop, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
+			Repeat: plan.ScaleRepeat, PartyBin: plan.PartyBin, Controller: cs, Variant: plan.ScaleVariant, TwoHop: plan.ScaleTwoHop, LiveDealers: plan.ScaleLiveDealers, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
 				if plan.ScaleRepeat > 1 {
@@ -680,6 +686,9 @@ func (rep *Report) Targets() []Target {
 	}
 	if rep.ScaleTwoHop {
 		got += "; the loops with the two-hop tick"
+	}
+	if rep.ScaleLiveDealers > 0 {
+		got += fmt.Sprintf("; dealers checking the queues (DUET_POLL_MAX=%v)", rep.ScaleLiveDealers)
 	}
 	for _, f := range rep.ScaleFloor {
 		if f.Loops == 500 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/dealer"
 	"github.com/duet-mpc/duet/internal/sensor"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
@@ -120,7 +121,7 @@ func runDealerPoint(ctx context.Context, opt DealerOptions, c DealerCase, v mpc.
 	if _, err := r.setupLoop(r.admin, loopSpec{Loop: loop, Controller: c.Controller, Variant: v, Compress: compress, QueueMax: int64(n), ItemsPerMsg: perMsg}); err != nil {
 		return row, err
 	}
-	stop, err := r.startDealers(replicas, n, 10*time.Millisecond)
+	stop, err := r.startDealers(replicas, dealer.Options{LowWater: n, Poll: 10 * time.Millisecond})
 	if err != nil {
 		return row, err
 	}

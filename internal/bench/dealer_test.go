@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/dealer"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
@@ -62,7 +63,7 @@ func TestLargeItemsKeepQueueCapacity(t *testing.T) {
 			t.Errorf("%s: stream holds %d messages, want %d (%d items of %d per message)", c.loop, got, want, queueMax, c.perMsg)
 		}
 	}
-	stop, err := r.startDealers(1, 64, 10*time.Millisecond)
+	stop, err := r.startDealers(1, dealer.Options{LowWater: 64, Poll: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -205,8 +205,10 @@ func (r *rig) startParty(i int, loops []string, persist bool, audit func(id int,
 	return nil
 }
 
-// startDealers starts k dealer replicas; the returned function stops them.
-func (r *rig) startDealers(k, lowWater int, poll time.Duration) (func(), error) {
+// startDealers starts k dealer replicas with opt's low-water mark and
+// check intervals (its name, log and metrics are each replica's own); the
+// returned function stops them.
+func (r *rig) startDealers(k int, opt dealer.Options) (func(), error) {
 	var stops []func()
 	stopAll := func() {
 		for _, s := range stops {
@@ -225,7 +227,8 @@ func (r *rig) startDealers(k, lowWater int, poll time.Duration) (func(), error) 
 			stopAll()
 			return nil, err
 		}
-		d, err := dealer.New(nc, s, dealer.Options{Name: name, LowWater: lowWater, Poll: poll, Log: r.log, Metrics: metrics.New(name)})
+		opt.Name, opt.Log, opt.Metrics = name, r.log, metrics.New(name)
+		d, err := dealer.New(nc, s, opt)
 		if err != nil {
 			stopAll()
 			return nil, err

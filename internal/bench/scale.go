@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/dealer"
 	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/party"
 	"github.com/duet-mpc/duet/internal/sim"
@@ -75,6 +76,11 @@ type ScaleOptions struct {
 	// StateFileStore puts the parties' persisted state in JetStream file
 	// storage (DUET_STATE_FILE_STORE, the services' default); false: memory.
 	StateFileStore bool
+	// LiveDealers, if set, keeps two dealer replicas checking the queues
+	// during each step's floor and loops (DUET_POLL 50 ms, this
+	// DUET_POLL_MAX; 50 ms checks every 50 ms, as dealers did before the
+	// thirty-seventh session); 0: the dealers stop once the queues are full.
+	LiveDealers time.Duration
 	// ServerOutside says the NATS server at URL runs in another process
 	// (duet bench --nats): its CPU is not in this process's profile, so
 	// the server's share of a step (and of its floor) is NaN, not 0.
@@ -342,7 +348,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	if err := r.startParties(loops, !opt.NoPersist, nil); err != nil {
 		return row, err
 	}
-	stopDealers, err := r.startDealers(2, lowWater, 200*time.Millisecond)
+	stopDealers, err := r.startDealers(2, dealer.Options{LowWater: lowWater, Poll: 200 * time.Millisecond})
 	if err != nil {
 		return row, err
 	}
@@ -359,6 +365,15 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	}
 	stopDealers()
 	row.Setup = time.Since(began)
+	if opt.LiveDealers > 0 {
+		// Two replicas that check the queues through the floor and the
+		// step as deployed dealers do, at the services' DUET_POLL and this
+		// DUET_POLL_MAX, without refilling (a low-water mark of one item):
+		// what their checks cost the server and the parties' cores.
+		if _, err := r.startDealers(2, dealer.Options{LowWater: 1, Poll: 50 * time.Millisecond, PollMax: opt.LiveDealers}); err != nil {
+			return row, err
+		}
+	}
 
 	// The floor first, on the same server, with this loop's message sizes.
 	sizes, err := envelopeSizes(r.ids, loops[0], prm)

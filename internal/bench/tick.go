@@ -13,6 +13,7 @@ import (
 
 	"github.com/duet-mpc/duet/internal/actuator"
 	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/dealer"
 	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/plantsvc"
 	"github.com/duet-mpc/duet/internal/sensor"
@@ -158,7 +159,7 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 	if err := r.startParties([]string{loop}, !c.NoPersist, nil); err != nil {
 		return row, err
 	}
-	if _, err := r.startDealers(1, lowWater, 0); err != nil {
+	if _, err := r.startDealers(1, dealer.Options{LowWater: lowWater}); err != nil {
 		return row, err
 	}
 	// A party process that exits ends the wait at once, with its output.

@@ -43,6 +43,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mask := fs.String("mask", "", "the sensors' DUET_MASK in the scale section: per-tick (the services' default) or fixed")
 	twoHop := fs.Bool("two-hop", false, "run the scale section's loops with the two-hop tick (DUET_TWO_HOP, on in the shipped deployments; default: three hops, the services' default)")
 	partyBin := fs.String("party-bin", "", "run the two parties of the tick and scale sections as this party binary (a build of cmd/party), each in its own process, instead of inside the bench")
+	liveDealers := fs.Duration("live-dealers", 0, "keep two dealer replicas checking the scale steps' queues during the measurement, as deployed dealers do, with this DUET_POLL_MAX (DUET_POLL 50ms; 50ms: a check every 50 ms, as before DUET_POLL_MAX existed); default: the dealers stop once the queues are full")
 	stepDur := fs.Duration("step-duration", 0, "the measured window of each scale step and of each count of the floor alone, 1s..10m (default: 6s, 2s with --quick)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
@@ -71,6 +72,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *stepDur != 0 && (*stepDur < time.Second || *stepDur > maxStepDuration) {
 		return fmt.Errorf("%w: --step-duration %v: want 1s..%v", ErrUsage, *stepDur, maxStepDuration)
+	}
+	if *liveDealers != 0 && (*liveDealers < 50*time.Millisecond || *liveDealers > time.Minute) {
+		return fmt.Errorf("%w: --live-dealers %v: want 50ms..1m (DUET_POLL_MAX, at least the dealers' DUET_POLL of 50ms)", ErrUsage, *liveDealers)
 	}
 	if *partyBin != "" {
 		abs, err := executablePath(*partyBin)
@@ -105,6 +109,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	plan.PeerBatch, plan.ItemsPerMsg, plan.WriteCoalesce, plan.StateFileStore = *peerBatch, *perMsg, coalesce, *stateFile
 	plan.Prefetch = *prefetch
 	plan.ScaleVariant, plan.ScaleRepeat, plan.PartyBin, plan.ScaleTwoHop = variant, *repeat, *partyBin, *twoHop
+	plan.ScaleLiveDealers = *liveDealers
 	if *stepDur != 0 {
 		plan.ScaleDur = *stepDur
 	}
@@ -174,6 +179,9 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 	hops := ""
 	if rep.ScaleTwoHop {
 		hops = " and the two-hop tick"
+	}
+	if rep.ScaleLiveDealers > 0 {
+		hops += fmt.Sprintf(", dealers checking their queues during the steps (DUET_POLL_MAX=%v)", rep.ScaleLiveDealers)
 	}
 	if rep.Prefetch != 0 {
 		parties += fmt.Sprintf(", the parties prefetching %d offline items per pull and loop (tick and scale sections)", rep.Prefetch)

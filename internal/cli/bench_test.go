@@ -210,16 +210,21 @@ func TestBenchInterrupted(t *testing.T) {
 
 // --step-duration sets the measured window of the scale steps: one loop at
 // 25 Hz sends about 25 measured ticks a second, so a 1-s window has about
-// 25 and the quick plan's 2-s window about 50.
+// 25 and the quick plan's 2-s window about 50. With --live-dealers, dealers
+// check the queues meanwhile, the summary says so, and no tick misses.
 func TestBenchStepDuration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a quick scale step")
 	}
 	out := t.TempDir()
+	var stdout bytes.Buffer
 	err := Run(t.Context(), []string{"bench", "--quick", "--only", "scale", "--loops", "1", "--step-duration", "1s",
-		"--examples", "../../examples/qube-servo2", "--out", out}, io.Discard, io.Discard)
+		"--live-dealers", "100ms", "--examples", "../../examples/qube-servo2", "--out", out}, &stdout, io.Discard)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if first, _, _ := strings.Cut(stdout.String(), "\n"); !strings.Contains(first, "dealers checking their queues during the steps (DUET_POLL_MAX=100ms)") {
+		t.Errorf("--live-dealers 100ms: first line %q", first)
 	}
 	b, err := os.ReadFile(filepath.Join(out, "scale_detail.csv"))
 	if err != nil {
@@ -229,14 +234,17 @@ func TestBenchStepDuration(t *testing.T) {
 	if err != nil || len(rows) < 2 {
 		t.Fatalf("scale_detail.csv: %d rows, %v", len(rows), err)
 	}
-	col := slices.Index(rows[0], "ticks")
-	if col < 0 {
-		t.Fatalf("scale_detail.csv has no ticks column: %q", rows[0])
+	col, miss := slices.Index(rows[0], "ticks"), slices.Index(rows[0], "misses")
+	if col < 0 || miss < 0 {
+		t.Fatalf("scale_detail.csv has no ticks or misses column: %q", rows[0])
 	}
 	for _, r := range rows[1:] {
 		n, err := strconv.Atoi(r[col])
 		if err != nil || n < 20 || n > 30 {
 			t.Errorf("a step of 1 loop for 1 s measured %s ticks, want about 25", r[col])
+		}
+		if r[miss] != "0" {
+			t.Errorf("a step of 1 loop with live dealers missed %s ticks", r[miss])
 		}
 	}
 }

@@ -79,6 +79,10 @@ func TestBenchUsage(t *testing.T) {
 		{"bench", "--out", out, "--step-duration", "500ms"},
 		{"bench", "--out", out, "--step-duration", "11m"},
 		{"bench", "--out", out, "--step-duration", "long"},
+		{"bench", "--out", out, "--live-dealers", "10ms"},
+		{"bench", "--out", out, "--live-dealers", "2m"},
+		{"bench", "--out", out, "--live-dealers", "-1s"},
+		{"bench", "--out", out, "--live-dealers", "often"},
 		{"bench", "--out", out, "--party-bin", filepath.Join(out, "missing")},
 		{"bench", "--out", out, "--party-bin", notExec},
 		{"bench", "--out", out, "--party-bin", out}, // a directory
