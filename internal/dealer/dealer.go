@@ -63,7 +63,7 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Dealer, error) {
 		opt.Poll = 50 * time.Millisecond
 	}
 	if opt.PollMax <= 0 {
-		opt.PollMax = max(time.Second, opt.Poll)
+		opt.PollMax = time.Second
 	}
 	opt.PollMax = max(opt.PollMax, opt.Poll)
 	if opt.Log == nil {
@@ -256,9 +256,9 @@ func (p *pacer) observe(now time.Time, taken int, window time.Duration) float64 
 // nextCheck is how long to wait before checking again a queue that holds
 // headroom items above its low-water mark while the parties take rate items
 // a second (< 0: unknown, see pacer): the time they would take to bring it a
-// quarter of the mark below the mark, between poll and pollMax. The mark is itself the
-// margin (30 s of ticks by default), and a party pulls its items in
-// batches, so the depth falls in steps: waiting only until the mark would
+// quarter of the mark below the mark, between poll and pollMax. The mark is
+// itself the margin (30 s of ticks by default), and a party pulls its items
+// in batches, so the depth falls in steps: waiting only until the mark would
 // make check after check while a batch's worth of items sits above it.
 // Every replica checks every loop's queue, each check a request per party
 // to the server, so a queue far from running dry is checked every pollMax
