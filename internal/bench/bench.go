@@ -223,10 +223,10 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	rep := &Report{Server: redact(opt.URL), Quick: opt.Quick, Started: time.Now(), ScaleLimit: 10 * time.Millisecond}
 	url := opt.URL
+	var ns *server.Server // embedded; nil with opt.URL
 	if url == "" {
 		// The server's goroutines (and their clients' read and write
 		// loops) carry the broker's label: roles.go.
-		var ns *server.Server
 		var dir string
 		withRole(ctx, RoleBroker, func(context.Context) { ns, dir, err = demo.StartServer() })
 		if err != nil {
@@ -280,7 +280,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 					break
 				}
 			}
-			err = runScaleSection(ctx, url, plan, cs, prof, opt.Log, rep, pr)
+			err = runScaleSection(ctx, url, ns, plan, cs, prof, opt.Log, rep, pr)
 		}
 		stop()
 		pr("bench: %s done in %v", sec, time.Since(t0).Round(100*time.Millisecond))
@@ -487,11 +487,11 @@ func runDealerSection(ctx context.Context, url string, plan Plan, cs mpc.Control
 	return err
 }
 
-func runScaleSection(ctx context.Context, url string, plan Plan, cs mpc.ControllerSpec, profileDir string, log *slog.Logger, rep *Report, pr func(string, ...any)) error {
+func runScaleSection(ctx context.Context, url string, ns *server.Server, plan Plan, cs mpc.ControllerSpec, profileDir string, log *slog.Logger, rep *Report, pr func(string, ...any)) error {
 	if err := idleCheck(ctx, plan.IdleCheck, "before", rep, pr); err != nil {
 		return err
 	}
-	if err := runScaleSearches(ctx, url, plan, cs, profileDir, log, rep, pr); err != nil {
+	if err := runScaleSearches(ctx, url, ns, plan, cs, profileDir, log, rep, pr); err != nil {
 		return err
 	}
 	return idleCheck(ctx, plan.IdleCheck, "after", rep, pr)
@@ -526,7 +526,7 @@ func idleCheck(ctx context.Context, d time.Duration, when string, rep *Report, p
 
 // runScaleSearches runs the scale search with persistence and without, then
 // the floor alone.
-func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.ControllerSpec, profileDir string, log *slog.Logger, rep *Report, pr func(string, ...any)) error {
+func runScaleSearches(ctx context.Context, url string, ns *server.Server, plan Plan, cs mpc.ControllerSpec, profileDir string, log *slog.Logger, rep *Report, pr func(string, ...any)) error {
 	// The main search runs the parties as cmd/party does by default
 	// (DUET_PERSIST=true: the state share is persisted every tick); the
 	// second one without persistence, to show what it costs.
@@ -536,16 +536,16 @@ func runScaleSearches(ctx context.Context, url string, plan Plan, cs mpc.Control
 			loops = plan.ScaleNoPersistLoops
 		}
 		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, Prefetch: plan.Prefetch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg, StateFileStore: plan.StateFileStore,
-			Repeat: plan.ScaleRepeat, PartyBin: plan.PartyBin, Controller: cs, Variant: plan.ScaleVariant, TwoHop: plan.ScaleTwoHop, LiveDealers: plan.ScaleLiveDealers, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded,
+			Repeat: plan.ScaleRepeat, PartyBin: plan.PartyBin, Controller: cs, Variant: plan.ScaleVariant, TwoHop: plan.ScaleTwoHop, LiveDealers: plan.ScaleLiveDealers, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded, Server: ns,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
 				if plan.ScaleRepeat > 1 {
 					pr("  step %d of %d at %d loops:", r.Try, plan.ScaleRepeat, r.Loops)
 				}
-				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f stolen %s | parties: %d abandoned%s, %d without item, %d refused%s | cpu %.2f cores, stolen %s, %d GCs (%.0f ms CPU, %.0f ms of it assists), %.1f KB allocated/tick, %.2f peer messages/tick for %.2f, run-queue p99 %.0fµs (floor %.0fµs), %s syscalls/tick (floor %s) | cores by role: parties %s + %s (%s µs/tick for the pair), broker %s, harness %s, collector %s (sweeping %s), other %s (floor: relays %s, broker %s, harness %s)  ok %v (set-up %v)",
+				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f stolen %s | parties: %d abandoned%s, %d without item, %d refused%s | cpu %.2f cores, stolen %s, %d GCs (%.0f ms CPU, %.0f ms of it assists), %.1f KB allocated/tick, %.2f peer messages/tick for %.2f, broker messages %s in + %s out/tick, run-queue p99 %.0fµs (floor %.0fµs), %s syscalls/tick (floor %s) | cores by role: parties %s + %s (%s µs/tick for the pair), broker %s, harness %s, collector %s (sweeping %s), other %s (floor: relays %s, broker %s, harness %s)  ok %v (set-up %v)",
 					r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong, r.Stalls, r.StallMax.Round(100*time.Microsecond),
 					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond), r.FloorCPU, Cores(r.FloorSteal), r.PartyMisses, parenthesized(r.AbandonedBy()), r.NoItem, r.Rejected(), parenthesized(r.RejectsBy()),
-					r.CPU, Cores(r.Steal), r.GCs, float64(r.GCCPU)/1e6, float64(r.GCAssist)/1e6, r.AllocPerTick/1024, r.PeerMsgsPerTick, r.PeerEnvsPerTick,
+					r.CPU, Cores(r.Steal), r.GCs, float64(r.GCCPU)/1e6, float64(r.GCAssist)/1e6, r.AllocPerTick/1024, r.PeerMsgsPerTick, r.PeerEnvsPerTick, Cores(r.BrokerInPerTick), Cores(r.BrokerOutPerTick),
 					us(r.SchedP99), us(r.FloorSchedP99), Cores(r.SyscallsPerTick), Cores(r.FloorSyscallsPerTick),
 					Cores(r.Roles.Party[0]), Cores(r.Roles.Party[1]), Cores(r.Roles.PairPerTick(r.Loops, r.Period)), Cores(r.Roles.Broker), Cores(r.Roles.Harness), Cores(r.Roles.Collector), Cores(r.Roles.Sweep), Cores(r.Roles.Other),
 					Cores(r.FloorRoles.Pair()), Cores(r.FloorRoles.Broker), Cores(r.FloorRoles.Harness),

@@ -23,7 +23,7 @@ var (
 	MachineHeader     = []string{"matvec_us", "matvec_runs", "rtts", "rtt_min_us", "rtt_p50_us", "rtt_p99_us"}
 	IdleHeader        = []string{"when", "seconds", "wakeups", "stalls_over_" + StallThreshold.String(), "worst_ms", "process_cores"}
 	ScaleFloorHeader  = []string{"loops", "ticks", "misses", "p50_us", "p99_us", "cpu_cores", "steal_cores", "sched_p99_us", "syscalls_per_tick", "stalls", "stall_max_ms", "rss_mb"}
-	ScaleDetailHeader = []string{"loops", "persist", "ticks", "p50_us", "p99_us", "misses", "wrong", "ok", "floor_ticks", "floor_p50_us", "floor_p99_us", "floor_misses", "stalls", "stall_max_ms", "floor_stalls", "floor_stall_max_ms", "cpu_cores", "setup_s", "party_misses", "party_no_item", "floor_cpu_cores", "gc_cycles", "alloc_kb_per_tick", "peer_msgs_per_tick", "peer_envelopes_per_tick", "party_abandoned_by", "steal_cores", "floor_steal_cores", "party_held", "write_coalesce_us", "sched_p99_us", "floor_sched_p99_us", "syscalls_per_tick", "floor_syscalls_per_tick", "gc_cpu_ms", "gc_assist_ms", "party0_cores", "party1_cores", "broker_cores", "harness_cores", "collector_cores", "other_cores", "pair_cpu_us_per_tick", "floor_pair_cores", "floor_broker_cores", "floor_harness_cores", "state_file_store", "rss_mb", "variant", "try", "party_procs", "two_hop", "two_hop_ticks", "fallback_ticks", "party_rejects_by", "party_alloc_kb_per_tick", "party_gc_cycles", "prefetch", "collector_sweep_cores"}
+	ScaleDetailHeader = []string{"loops", "persist", "ticks", "p50_us", "p99_us", "misses", "wrong", "ok", "floor_ticks", "floor_p50_us", "floor_p99_us", "floor_misses", "stalls", "stall_max_ms", "floor_stalls", "floor_stall_max_ms", "cpu_cores", "setup_s", "party_misses", "party_no_item", "floor_cpu_cores", "gc_cycles", "alloc_kb_per_tick", "peer_msgs_per_tick", "peer_envelopes_per_tick", "party_abandoned_by", "steal_cores", "floor_steal_cores", "party_held", "write_coalesce_us", "sched_p99_us", "floor_sched_p99_us", "syscalls_per_tick", "floor_syscalls_per_tick", "gc_cpu_ms", "gc_assist_ms", "party0_cores", "party1_cores", "broker_cores", "harness_cores", "collector_cores", "other_cores", "pair_cpu_us_per_tick", "floor_pair_cores", "floor_broker_cores", "floor_harness_cores", "state_file_store", "rss_mb", "variant", "try", "party_procs", "two_hop", "two_hop_ticks", "fallback_ticks", "party_rejects_by", "party_alloc_kb_per_tick", "party_gc_cycles", "prefetch", "collector_sweep_cores", "broker_msgs_in_per_tick", "broker_msgs_out_per_tick"}
 )
 
 func writeCSV(dir, name string, header []string, rows [][]string) error {
@@ -98,7 +98,7 @@ func (rep *Report) WriteCSVs(dir string) error {
 			ff(float64(r.GCCPU)/1e6, 1), ff(float64(r.GCAssist)/1e6, 1),
 			fnan(r.Roles.Party[0], 3), fnan(r.Roles.Party[1], 3), fnan(r.Roles.Broker, 3), fnan(r.Roles.Harness, 3), fnan(r.Roles.Collector, 3), fnan(r.Roles.Other, 3),
 			fnan(r.Roles.PairPerTick(r.Loops, r.Period), 1), fnan(r.FloorRoles.Pair(), 3), fnan(r.FloorRoles.Broker, 3), fnan(r.FloorRoles.Harness, 3), fb(r.StateFileStore), fnan(r.RSS, 0), r.Variant.String(), fi(max(r.Try, 1)), fb(r.PartyProcs), fb(r.TwoHop), fi(r.TwoHopTicks), fi(r.FallbackTicks), r.RejectsBy(),
-			fnan(r.PartyAllocPerTick/1024, 2), fnan(r.partyGCs(), 0), fi(r.Prefetch), fnan(r.Roles.Sweep, 3)})
+			fnan(r.PartyAllocPerTick/1024, 2), fnan(r.partyGCs(), 0), fi(r.Prefetch), fnan(r.Roles.Sweep, 3), fnan(r.BrokerInPerTick, 2), fnan(r.BrokerOutPerTick, 2)})
 	}
 	var sf [][]string
 	for _, r := range rep.ScaleFloor {

@@ -25,6 +25,13 @@ func TestMain(m *testing.M) {
 // startServer starts an embedded NATS server for one test.
 func startServer(t *testing.T) string {
 	t.Helper()
+	_, url := startServerNS(t)
+	return url
+}
+
+// startServerNS is startServer with the server itself.
+func startServerNS(t *testing.T) (*server.Server, string) {
+	t.Helper()
 	// Labelled as the bench labels its embedded server (roles.go).
 	var ns *server.Server
 	var dir string
@@ -38,7 +45,7 @@ func startServer(t *testing.T) string {
 		ns.WaitForShutdown()
 		_ = os.RemoveAll(dir)
 	})
-	return ns.ClientURL()
+	return ns, ns.ClientURL()
 }
 
 // startRig starts an embedded server and a rig on it, closed when the test

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/duet-mpc/duet/internal/bus"
@@ -85,6 +86,10 @@ type ScaleOptions struct {
 	// (duet bench --nats): its CPU is not in this process's profile, so
 	// the server's share of a step (and of its floor) is NaN, not 0.
 	ServerOutside bool
+	// Server is the embedded NATS server at URL (nil when it runs in
+	// another process): its message counters are read before and after
+	// each step's measured ticks.
+	Server *server.Server
 	// Budget stops the search before a loop count that would start after
 	// it has elapsed (0: no limit).
 	Budget time.Duration
@@ -198,6 +203,10 @@ type ScaleRow struct {
 	// The parties' messages to each other per tick sent: NATS messages, and
 	// the protocol messages they carried (fewer messages when batched).
 	PeerMsgsPerTick, PeerEnvsPerTick float64
+	// The NATS messages the server received and sent per tick sent, over
+	// the measurement, the parties', the harness's and JetStream's (NaN
+	// with the server in another process).
+	BrokerInPerTick, BrokerOutPerTick float64
 	// Where a loaded step's ticks wait (waits.go), over the measurement
 	// (the floor's over its whole run, warm-up included): the p99 of the
 	// process's run-queue waits, and its read and write system calls per
@@ -477,6 +486,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		alloc                uint64
 		gcCPU, gcAssist      float64 // seconds
 		partyAlloc, partyGCs float64 // the party processes' (partyCounts)
+		broker               brokerCounts
 	}
 	var readErr error // a party process's counters could not be read
 	read := func() (c counts) {
@@ -515,6 +525,10 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		rtmetrics.Read(gc)
 		c.gcs, c.alloc = uint32(gc[0].Value.Uint64()), gc[1].Value.Uint64()
 		c.gcCPU, c.gcAssist = gcSeconds(gc[2]), gcSeconds(gc[3])
+		var err error
+		if c.broker, err = readBroker(opt.Server); err != nil && readErr == nil {
+			readErr = err
+		}
 		return
 	}
 	cm, procCPU0 := startCPUMeter(), r.procCPU()
@@ -614,11 +628,15 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		row.PeerMsgsPerTick = (c1.peerMsgs - c0.peerMsgs) / float64(row.Ticks)
 		row.PeerEnvsPerTick = (c1.envs - c0.envs) / float64(row.Ticks)
 	}
+	row.BrokerInPerTick, row.BrokerOutPerTick = c1.broker.perTickSince(c0.broker, row.Ticks)
 	if opt.ProfileDir != "" {
 		if err := writeTickSeries(filepath.Join(opt.ProfileDir, name+".ticks.csv"), ls, measureFrom); err != nil {
 			return row, err
 		}
 		if err := writeGCSeries(filepath.Join(opt.ProfileDir, name+".gc.csv"), measureFrom, stopAt.Add(opt.Deadline)); err != nil {
+			return row, err
+		}
+		if err := writeConnCounts(filepath.Join(opt.ProfileDir, name+".conns.csv"), c0.broker, c1.broker, row.Ticks); err != nil {
 			return row, err
 		}
 	}

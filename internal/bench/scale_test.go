@@ -17,7 +17,7 @@ import (
 )
 
 func TestScaleQuick(t *testing.T) {
-	url := startServer(t)
+	ns, url := startServerNS(t)
 	cs, _ := pendulum(t)
 	dir := t.TempDir()
 	quiesced := countQuiesce(t)
@@ -25,7 +25,7 @@ func TestScaleQuick(t *testing.T) {
 	// CPU profile (100 samples a second) must catch them; over 0.6 s a CI
 	// run's got no sample at all.
 	rows, err := RunScale(context.Background(), ScaleOptions{URL: url, Loops: []int{4}, Duration: 1500 * time.Millisecond, Warmup: 200 * time.Millisecond,
-		Controller: cs, Variant: mpc.PerTick, Compress: true, ProfileDir: dir})
+		Controller: cs, Variant: mpc.PerTick, Compress: true, ProfileDir: dir, Server: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +61,12 @@ func TestScaleQuick(t *testing.T) {
 		// Protocol 1 messages, P0's Protocol 2 message), batched or not.
 		if r.PeerEnvsPerTick < 2.5 || r.PeerEnvsPerTick > 3.5 || r.PeerMsgsPerTick <= 0 || r.PeerMsgsPerTick > r.PeerEnvsPerTick {
 			t.Errorf("%+v: %.2f peer messages for %.2f envelopes per tick", r, r.PeerMsgsPerTick, r.PeerEnvsPerTick)
+		}
+		// The server's messages per tick: at least the sensor's two, the
+		// exchange's three (batched into no fewer than one) and the two
+		// output shares in, and as many out; far fewer than 20.
+		if r.BrokerInPerTick < 6 || r.BrokerInPerTick > 20 || r.BrokerOutPerTick < 6 || r.BrokerOutPerTick > 20 {
+			t.Errorf("%+v: the server's messages per tick %.2f in, %.2f out", r, r.BrokerInPerTick, r.BrokerOutPerTick)
 		}
 		// The CPU by role was measured, each part within what the machine
 		// has, and the parts add up to the process's CPU (the profile
@@ -98,6 +104,14 @@ func TestScaleQuick(t *testing.T) {
 	// The profile directory holds the CPU profile and every measured tick.
 	if _, err := os.Stat(filepath.Join(dir, "scale-4-persist.pprof")); err != nil {
 		t.Error(err)
+	}
+	// What the server received from and sent to each connection, the
+	// parties' among them.
+	if b, err := os.ReadFile(filepath.Join(dir, "scale-4-persist.conns.csv")); err != nil {
+		t.Error(err)
+	} else if s := string(b); !strings.HasPrefix(s, "connection,in_msgs_per_tick,out_msgs_per_tick,in_bytes_per_tick,out_bytes_per_tick\n(server),") ||
+		!strings.Contains(s, "\nduet-bench-party0,") || !strings.Contains(s, "\nduet-bench-party1,") {
+		t.Errorf("connections:\n%s", b)
 	}
 	// And who allocated the window's bytes: the NATS server and client at
 	// least (a few ticks allocate a few samples' worth).
@@ -188,9 +202,10 @@ func TestScaleQuickTwoHop(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	// The parties ran in the bench's process: their own heaps' columns are
 	// empty (unknown), not zero; the prefetch is the parties' default; the
-	// last column is the collector's background sweeping, measured.
-	want := fmt.Sprintf(",true,%d,%d,,,,%d,%.3f", r.TwoHopTicks, r.FallbackTicks, party.DefaultPrefetch, r.Roles.Sweep)
-	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks,party_rejects_by,party_alloc_kb_per_tick,party_gc_cycles,prefetch,collector_sweep_cores") || !strings.HasSuffix(lines[1], want) || math.IsNaN(r.Roles.Sweep) {
+	// collector's background sweeping is measured; the server's messages
+	// are unknown (empty) without the server (ScaleOptions.Server).
+	want := fmt.Sprintf(",true,%d,%d,,,,%d,%.3f,,", r.TwoHopTicks, r.FallbackTicks, party.DefaultPrefetch, r.Roles.Sweep)
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks,party_rejects_by,party_alloc_kb_per_tick,party_gc_cycles,prefetch,collector_sweep_cores,broker_msgs_in_per_tick,broker_msgs_out_per_tick") || !strings.HasSuffix(lines[1], want) || math.IsNaN(r.Roles.Sweep) {
 		t.Errorf("scale_detail.csv %q: want the two-hop columns and empty party-process heap columns, ending %q", lines, want)
 	}
 	if !math.IsNaN(r.PartyAllocPerTick) || r.PartyGCs != 0 {
