@@ -48,6 +48,14 @@ func (q *afterQueue) add(w *worker) {
 	}
 }
 
+// pending reports whether another loop's deferred work is due: a batch has
+// begun, and ends (Service.flushAfter) at most the delay from now.
+func (q *afterQueue) pending() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.due) > 0
+}
+
 // take removes and returns the queued workers.
 func (q *afterQueue) take() []*worker {
 	q.mu.Lock()

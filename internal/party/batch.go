@@ -38,15 +38,80 @@ type peerOut struct {
 	buf     []byte
 	n       int
 	loops   []string // the loops of the envelopes held
+
+	// later holds P0's Protocol 2 messages while the deferred work of other
+	// loops is due (deferPeer): they leave with the next message this party
+	// sends the other party, or at the end of that deferred work's batch
+	// (flushAfter), at most Options.PersistDelay later.
+	later  []byte
+	nLater int
+}
+
+// deferPeer holds env, P0's Protocol 2 message for loop, for the next
+// message to the other party or the deferred work's batch (flushAfter).
+// Under load a tick's own message to the other party is P0's Protocol 2
+// message alone: P1 needs it only to end its tick, and its next tick comes a
+// period later. Held, those of many loops travel together, and with the
+// pre-openings that follow them, instead of one NATS message per loop tick.
+func (s *Service) deferPeer(env []byte) error {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	o := &s.out
+	o.later = codec.AppendBatch(o.later, env)
+	o.nLater++
+	if o.nLater >= s.opt.PeerBatch || len(o.later) >= maxBatchBytes {
+		return s.flushLaterLocked()
+	}
+	return nil
+}
+
+// flushLaterLocked sends the Protocol 2 messages held (under outMu).
+func (s *Service) flushLaterLocked() error {
+	o := &s.out
+	if o.nLater == 0 {
+		return nil
+	}
+	s.opt.Metrics.PeerMessages.Inc()
+	s.opt.Metrics.PeerEnvelopes.Add(float64(o.nLater))
+	err := s.nc.Publish(o.subject, o.later)
+	o.later, o.nLater = o.later[:0], 0
+	return err
+}
+
+// takeLaterLocked moves the held Protocol 2 messages into the batch, ahead
+// of what is added to it next (under outMu): a loop's messages keep their
+// order. If both would not fit in one batch, the batch goes out first.
+func (s *Service) takeLaterLocked() error {
+	o := &s.out
+	if o.nLater == 0 {
+		return nil
+	}
+	if o.n+o.nLater >= s.opt.PeerBatch || len(o.buf)+len(o.later) >= maxBatchBytes {
+		if err := s.flushLocked(); err != nil {
+			return err
+		}
+	}
+	if o.n == 0 {
+		o.buf = append(o.buf[:0], o.later...)
+	} else {
+		o.buf = append(o.buf, o.later[1:]...) // without its BatchMagic
+	}
+	o.n += o.nLater
+	o.later, o.nLater = o.later[:0], 0
+	return nil
 }
 
 // sendPeer publishes loop's env to the other party on subj (the loop's
-// exchange subject), or holds it for the batch.
+// exchange subject), or holds it for the batch. Protocol 2 messages held
+// (deferPeer) go ahead of it, in the same message.
 func (s *Service) sendPeer(loop, subj string, env []byte) error {
 	s.outMu.Lock()
 	defer s.outMu.Unlock()
 	o := &s.out
-	if s.opt.PeerBatch > 1 && (o.holding || s.opt.PeerBatchAlways) && len(env) <= maxBatchBytes/4 {
+	if err := s.takeLaterLocked(); err != nil {
+		return err
+	}
+	if s.opt.PeerBatch > 1 && (o.holding || s.opt.PeerBatchAlways || o.n > 0) && len(env) <= maxBatchBytes/4 {
 		o.buf = codec.AppendBatch(o.buf, env)
 		o.n++
 		o.loops = append(o.loops, loop)
@@ -104,6 +169,18 @@ func (s *Service) before(loop string) {
 	}
 }
 
+// flushAll sends everything held for the other party (the dispatcher's
+// exit).
+func (s *Service) flushAll() {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	for _, err := range []error{s.takeLaterLocked(), s.flushLocked()} {
+		if err != nil {
+			s.opt.Log.Warn("publish", "subject", s.out.subject, "err", err)
+		}
+	}
+}
+
 // hold tells the batch whether the dispatcher has more messages waiting;
 // when it has none, the batch goes out.
 func (s *Service) hold(more bool) {
@@ -137,6 +214,7 @@ type afterOut struct {
 	n        int    // how many
 	lastLen  int    // the length of the last one (the whole of a lone one: batch's tail)
 	lastSubj string // and its loop's exchange subject
+	spare    []byte // a batch's buffer, reused (flushAfter)
 	masks    []byte // the mask shares' envelopes, back to back
 	maskEnds []int
 	maskSubj []string
@@ -170,9 +248,6 @@ func (s *Service) sendAfter(loop string, toPeer bool, subj string, env []byte) e
 // tried; errors are logged, and the first is returned.
 func (s *Service) flushAfter() error {
 	a := &s.aout
-	if a.n == 0 && len(a.maskEnds) == 0 {
-		return nil
-	}
 	var first error
 	note := func(subj string, err error) {
 		if err != nil {
@@ -184,6 +259,16 @@ func (s *Service) flushAfter() error {
 	}
 	s.outMu.Lock()
 	note(s.out.subject, s.flushLocked())
+	if s.out.nLater > 0 && a.n > 0 && s.out.nLater+a.n <= s.opt.PeerBatch && len(s.out.later)+len(a.batch) < maxBatchBytes {
+		// The Protocol 2 messages held (deferPeer) lead the pre-openings'
+		// batch.
+		merged := append(append(a.spare[:0], s.out.later...), a.batch[1:]...)
+		a.spare, a.batch = a.batch, merged
+		a.n += s.out.nLater
+		s.out.later, s.out.nLater = s.out.later[:0], 0
+	} else {
+		note(s.out.subject, s.flushLaterLocked())
+	}
 	s.outMu.Unlock()
 	switch {
 	case a.n == 1 && !s.opt.PeerBatchAlways:

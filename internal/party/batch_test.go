@@ -340,3 +340,191 @@ func TestAfterBatching(t *testing.T) {
 		t.Errorf("counted %v messages, %v envelopes; want 5 and 8", msgs, envs)
 	}
 }
+
+// P0's Protocol 2 messages held while other loops' deferred work is due
+// (deferPeer) leave with the next message to the other party, ahead of it,
+// or at the end of the deferred work's batch, ahead of its pre-openings;
+// never on their own while anything else goes out, and never before the
+// dispatcher's own held messages.
+func TestDeferredTrunc(t *testing.T) {
+	nc := natstest.Conn(t)
+	m := metrics.New("party0")
+	s, err := New(nc, testSealer(t, codec.RoleParty0), Options{ID: 0, Loops: []string{"a", "b"}, Metrics: m, PeerBatch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		subj string
+		data []byte
+	}
+	ch := make(chan got, 64)
+	sub, err := nc.Subscribe(">", func(msg *nats.Msg) { ch <- got{msg.Subject, msg.Data} })
+	must(t, err)
+	defer sub.Unsubscribe()
+	must(t, nc.Flush())
+	read := func() string {
+		t.Helper()
+		must(t, nc.Flush())
+		var b strings.Builder
+		for {
+			select {
+			case g := <-ch:
+				if g.subj == bus.BatchSubject(1) {
+					var envs []string
+					must(t, codec.SplitBatch(g.data, func(e []byte) { envs = append(envs, string(e)) }))
+					fmt.Fprintf(&b, "batch%v ", envs)
+				} else {
+					fmt.Fprintf(&b, "%s:%s ", g.subj, g.data)
+				}
+			case <-time.After(100 * time.Millisecond):
+				return strings.TrimSpace(b.String())
+			}
+		}
+	}
+	exA, exB, outA := bus.ExchangeSubject("a", 1), bus.ExchangeSubject("b", 1), bus.OutputSubject("a")
+
+	// Held through the dispatcher's queue running empty and an output share.
+	must(t, s.deferPeer([]byte("truncA")))
+	must(t, s.deferPeer([]byte("truncB")))
+	s.hold(true)
+	s.hold(false)
+	must(t, s.publish(outA, []byte("outA")))
+	if g, want := read(), outA+":outA"; g != want {
+		t.Fatalf("with Protocol 2 messages held: %s\nwant %s", g, want)
+	}
+	// The next message to the other party takes them along, behind them.
+	must(t, s.sendPeer("b", exB, []byte("mulB")))
+	if g, want := read(), "batch[truncA truncB mulB]"; g != want {
+		t.Fatalf("the next message to the other party: %s\nwant %s", g, want)
+	}
+	// While the dispatcher holds messages, those go first, then the held
+	// Protocol 2 messages, then the message sent.
+	s.hold(true)
+	must(t, s.sendPeer("a", exA, []byte("mulA")))
+	must(t, s.deferPeer([]byte("truncB2")))
+	must(t, s.sendPeer("b", exB, []byte("mulB2")))
+	s.hold(false)
+	if g, want := read(), "batch[mulA truncB2 mulB2]"; g != want {
+		t.Fatalf("behind the dispatcher's held messages: %s\nwant %s", g, want)
+	}
+	// A batch that would pass PeerBatch goes out first.
+	s.hold(true)
+	for _, e := range []string{"m1", "m2", "m3"} {
+		must(t, s.sendPeer("a", exA, []byte(e)))
+	}
+	must(t, s.deferPeer([]byte("t1")))
+	must(t, s.sendPeer("b", exB, []byte("m4")))
+	s.hold(false)
+	if g, want := read(), "batch[m1 m2 m3] batch[t1 m4]"; g != want {
+		t.Fatalf("past PeerBatch: %s\nwant %s", g, want)
+	}
+	// The deferred work's batch: they lead its pre-openings, and its mask
+	// shares follow.
+	must(t, s.deferPeer([]byte("truncA3")))
+	must(t, s.sendAfter("a", true, exA, []byte("preA")))
+	must(t, s.sendAfter("a", false, bus.MaskYSubject("a"), []byte("maskA")))
+	must(t, s.flushAfter())
+	if g, want := read(), "batch[truncA3 preA] "+bus.MaskYSubject("a")+":maskA"; g != want {
+		t.Fatalf("at the deferred work's end: %s\nwant %s", g, want)
+	}
+	// Alone, at the end of a batch that gathered nothing.
+	must(t, s.deferPeer([]byte("truncA4")))
+	must(t, s.flushAfter())
+	if g, want := read(), "batch[truncA4]"; g != want {
+		t.Fatalf("at the end of an empty batch: %s\nwant %s", g, want)
+	}
+	// PeerBatch of them go at once; the dispatcher's exit sends the rest.
+	for _, e := range []string{"u1", "u2", "u3", "u4", "u5"} {
+		must(t, s.deferPeer([]byte(e)))
+	}
+	if g, want := read(), "batch[u1 u2 u3 u4]"; g != want {
+		t.Fatalf("PeerBatch held: %s\nwant %s", g, want)
+	}
+	s.flushAll()
+	if g, want := read(), "batch[u5]"; g != want {
+		t.Fatalf("at the dispatcher's exit: %s\nwant %s", g, want)
+	}
+	// 19 envelopes in 8 NATS messages.
+	if msgs, envs := testutil.ToFloat64(m.PeerMessages), testutil.ToFloat64(m.PeerEnvelopes); msgs != 8 || envs != 19 {
+		t.Errorf("counted %v messages, %v envelopes; want 8 and 19", msgs, envs)
+	}
+}
+
+// pending reports a begun batch of deferred work until it is taken.
+func TestAfterQueuePending(t *testing.T) {
+	q := newAfterQueue(time.Millisecond)
+	if q.pending() {
+		t.Fatal("an empty queue is pending")
+	}
+	q.add(&worker{})
+	if !q.pending() {
+		t.Fatal("a queued worker is not pending")
+	}
+	q.take()
+	if q.pending() {
+		t.Fatal("pending after take")
+	}
+}
+
+// sendTrunc holds P0's Protocol 2 message only while other loops' deferred
+// work is due, the loop's ticks are spaced well apart and the other party
+// takes batches; the message held is the sealed Trunc of its tick, sent at
+// the end of the deferred work's batch.
+func TestSendTruncDefers(t *testing.T) {
+	nc := natstest.Conn(t)
+	p1 := testSealer(t, codec.RoleParty1)
+	batches := collect(t, nc, bus.BatchSubject(1))
+	direct := collect(t, nc, bus.ExchangeSubject("a", 1))
+	open := func(env []byte) codec.Header {
+		t.Helper()
+		h, _, err := p1.Open(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	for _, peerBatch := range []int{1, 16} {
+		s, err := New(nc, testSealer(t, codec.RoleParty0), Options{ID: 0, Loops: []string{"a", "b"}, PeerBatch: peerBatch, PersistDelay: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.after = newAfterQueue(time.Hour) // not running: flushAfter is called below
+		w := newWorker(s, "a")
+		w.out.trunc = codec.TruncPayload{Item: 7}
+		// No other loop's work due: at once, alone.
+		w.sendTrunc(1)
+		if got := direct(); len(got) != 1 || open(got[0]).Tick != 1 || open(got[0]).Kind != codec.KindTrunc {
+			t.Fatalf("PeerBatch %d, nothing due: %d messages on the loop's subject, want Trunc(1)", peerBatch, len(got))
+		}
+		s.after.add(newWorker(s, "b"))
+		// Back-to-back ticks (the collection's 100 ms apart, against a
+		// PersistDelay of 1 s): at once, though other work is due.
+		w.sendTrunc(2)
+		if got := direct(); len(got) != 1 || open(got[0]).Tick != 2 {
+			t.Fatalf("PeerBatch %d, back-to-back ticks: %d messages, want Trunc(2) at once", peerBatch, len(got))
+		}
+		// The previous tick a minute ago: spaced well apart (more than
+		// truncSpacing times the PersistDelay of 1 s).
+		w.lastTrunc = time.Now().Add(-time.Minute)
+		w.sendTrunc(3)
+		if peerBatch == 1 {
+			if got := direct(); len(got) != 1 || open(got[0]).Tick != 3 {
+				t.Fatalf("PeerBatch 1, work due: %d messages, want Trunc(3) at once", len(got))
+			}
+			continue
+		}
+		if got := append(direct(), batches()...); len(got) != 0 {
+			t.Fatalf("sent while other loops' work is due: %d messages", len(got))
+		}
+		must(t, s.flushAfter())
+		got := batches()
+		if len(got) != 1 {
+			t.Fatalf("at the batch's end: %d batches, want 1", len(got))
+		}
+		var hs []codec.Header
+		must(t, codec.SplitBatch(got[0], func(e []byte) { hs = append(hs, open(e)) }))
+		if len(hs) != 1 || hs[0].Kind != codec.KindTrunc || hs[0].Tick != 3 || hs[0].Loop != "a" {
+			t.Fatalf("at the batch's end: %+v, want loop a's Trunc(3)", hs)
+		}
+	}
+}

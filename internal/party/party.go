@@ -213,7 +213,7 @@ func (s *Service) Run(ctx context.Context) error {
 // rejects, as each loop's worker counts its own subscription's.
 func (s *Service) dispatch(ctx context.Context, bsub *nats.Subscription) {
 	holding := false
-	defer s.hold(false)
+	defer s.flushAll()
 	drops := time.NewTicker(200 * time.Millisecond)
 	defer drops.Stop()
 	dropped := 0

@@ -3,6 +3,7 @@ package party
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -219,7 +220,7 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 	if w.id == 0 {
 		wire, w.wireBuf = codec.AppendMatrix(f, w.wireBuf[:0], tr.Y)
 		w.out.trunc = codec.TruncPayload{Item: wireItem(w.item), Y: wire}
-		w.send(codec.KindTrunc, t, &w.out.trunc)
+		w.sendTrunc(t)
 	}
 	if w.s.opt.Audit != nil {
 		w.s.opt.Audit(w.loop, t, w.item)
@@ -235,6 +236,39 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 		w.onTrunc(t, tp)
 	}
 }
+
+// sendTrunc sends P0's Protocol 2 message (w.out.trunc) for tick t: while
+// other loops' deferred work is due, held for the end of its batch or this
+// party's next message to the other party (Service.deferPeer), else at
+// once. P1 needs it only to end tick t, before the loop's next measurement
+// reaches it; so it is held only if this loop's previous one came at
+// least truncSpacing times Options.PersistDelay before (25 Hz loops, not
+// the tick cases' or the demo's back-to-back ticks, where P1 would see the
+// next measurement first and give the tick up). A loop alone, or a peer
+// without batches (Options.PeerBatch 1), gets it at once.
+func (w *worker) sendTrunc(t uint64) {
+	now := time.Now()
+	spaced := now.Sub(w.lastTrunc) >= truncSpacing*w.s.opt.PersistDelay
+	w.lastTrunc = now
+	if !spaced || w.s.after == nil || w.s.opt.PeerBatch <= 1 || !w.s.after.pending() {
+		w.send(codec.KindTrunc, t, &w.out.trunc)
+		return
+	}
+	_, subj, env, ok := w.seal(codec.KindTrunc, t, &w.out.trunc, w.envBuf[:0])
+	if !ok {
+		return
+	}
+	w.envBuf = env
+	if err := w.s.deferPeer(env); err != nil {
+		w.s.opt.Log.Warn("publish", "subject", subj, "err", err)
+	}
+}
+
+// truncSpacing: P0 holds its Protocol 2 message (sendTrunc) only for a
+// loop whose ticks come at least this many times Options.PersistDelay
+// apart, so that the hold (at most about PersistDelay) is a small part of
+// the time until the next measurement.
+const truncSpacing = 5
 
 func (w *worker) onTrunc(t uint64, tp peerTrunc) {
 	if t != w.cur || w.st != multiplied {

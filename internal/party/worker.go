@@ -93,6 +93,9 @@ type worker struct {
 	// inAfter: the after queue's goroutine runs this worker's deferred
 	// work, and what it sends joins that batch's (Service.sendAfter).
 	inAfter bool
+	// lastTrunc is when P0 last sent (or held) its Protocol 2 message
+	// (sendTrunc).
+	lastTrunc time.Time
 	// sub is the loop's subscription, and dropped the messages it had
 	// dropped when last counted (housekeep).
 	sub     *nats.Subscription
@@ -530,24 +533,11 @@ func (w *worker) sendFixedS(ask bool) {
 // send seals and publishes payload, a pointer to one of w.out's payloads
 // (or to any other payload type).
 func (w *worker) send(kind codec.Kind, tick uint64, payload any) {
-	body, err := codec.MarshalAppend(w.bodyBuf[:0], payload)
-	if err != nil {
-		w.s.opt.Log.Error("marshal", "err", err)
+	to, subj, env, ok := w.seal(kind, tick, payload, w.envBuf[:0])
+	if !ok {
 		return
 	}
-	to, subj := w.peer, w.subjPeer
-	switch kind {
-	case codec.KindOutput:
-		to, subj = codec.RoleActuator, w.subjOut
-	case codec.KindMaskY:
-		to, subj = codec.RoleSensor, w.subjMaskY
-	}
-	w.bodyBuf = body
-	env, err := w.s.sealer.SealAppend(w.envBuf[:0], codec.Header{Kind: kind, Loop: w.loop, Tick: tick, From: w.s.sealer.Self(), To: to}, body)
-	if err != nil {
-		w.s.opt.Log.Error("seal", "err", err)
-		return
-	}
+	var err error
 	w.envBuf = env
 	if w.inAfter && w.s.opt.PeerBatch > 1 {
 		err = w.s.sendAfter(w.loop, to == w.peer, subj, env)
@@ -559,6 +549,30 @@ func (w *worker) send(kind codec.Kind, tick uint64, payload any) {
 	if err != nil {
 		w.s.opt.Log.Warn("publish", "subject", subj, "err", err)
 	}
+}
+
+// seal marshals payload and seals it, appended to into, for the recipient
+// of kind on this loop; false if it could not (logged).
+func (w *worker) seal(kind codec.Kind, tick uint64, payload any, into []byte) (to codec.Role, subj string, env []byte, ok bool) {
+	body, err := codec.MarshalAppend(w.bodyBuf[:0], payload)
+	if err != nil {
+		w.s.opt.Log.Error("marshal", "err", err)
+		return to, subj, into, false
+	}
+	w.bodyBuf = body
+	to, subj = w.peer, w.subjPeer
+	switch kind {
+	case codec.KindOutput:
+		to, subj = codec.RoleActuator, w.subjOut
+	case codec.KindMaskY:
+		to, subj = codec.RoleSensor, w.subjMaskY
+	}
+	env, err = w.s.sealer.SealAppend(into, codec.Header{Kind: kind, Loop: w.loop, Tick: tick, From: w.s.sealer.Self(), To: to}, body)
+	if err != nil {
+		w.s.opt.Log.Error("seal", "err", err)
+		return to, subj, into, false
+	}
+	return to, subj, env, true
 }
 
 func (w *worker) reject(err error) {
