@@ -207,6 +207,10 @@ type ScaleRow struct {
 	// the measurement, the parties', the harness's and JetStream's (NaN
 	// with the server in another process).
 	BrokerInPerTick, BrokerOutPerTick float64
+	// LiveDealers is ScaleOptions.LiveDealers: the DUET_POLL_MAX of the
+	// dealers that went on checking the queues during the step (0: the
+	// dealers stopped once the queues were full).
+	LiveDealers time.Duration
 	// Where a loaded step's ticks wait (waits.go), over the measurement
 	// (the floor's over its whole run, warm-up included): the p99 of the
 	// process's run-queue waits, and its read and write system calls per
@@ -303,6 +307,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	r.twoHop, row.TwoHop = opt.TwoHop, opt.TwoHop
 	row.StateFileStore = opt.StateFileStore && row.Persist
 	row.Variant = opt.Variant
+	row.LiveDealers = opt.LiveDealers
 	ticksPerLoop := int((opt.Warmup+opt.Duration)/opt.Period) + 10
 	// Each queue alone holds an item for every tick of the step, and a
 	// margin; what the parties have pulled before the first tick (up to

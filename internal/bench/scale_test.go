@@ -204,8 +204,9 @@ func TestScaleQuickTwoHop(t *testing.T) {
 	// empty (unknown), not zero; the prefetch is the parties' default; the
 	// collector's background sweeping is measured; the server's messages
 	// are unknown (empty) without the server (ScaleOptions.Server).
-	want := fmt.Sprintf(",true,%d,%d,,,,%d,%.3f,,", r.TwoHopTicks, r.FallbackTicks, party.DefaultPrefetch, r.Roles.Sweep)
-	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks,party_rejects_by,party_alloc_kb_per_tick,party_gc_cycles,prefetch,collector_sweep_cores,broker_msgs_in_per_tick,broker_msgs_out_per_tick") || !strings.HasSuffix(lines[1], want) || math.IsNaN(r.Roles.Sweep) {
+	// The dealers stopped before the step (no --live-dealers): 0.
+	want := fmt.Sprintf(",true,%d,%d,,,,%d,%.3f,,,0", r.TwoHopTicks, r.FallbackTicks, party.DefaultPrefetch, r.Roles.Sweep)
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks,party_rejects_by,party_alloc_kb_per_tick,party_gc_cycles,prefetch,collector_sweep_cores,broker_msgs_in_per_tick,broker_msgs_out_per_tick,live_dealers_poll_max_ms") || !strings.HasSuffix(lines[1], want) || math.IsNaN(r.Roles.Sweep) {
 		t.Errorf("scale_detail.csv %q: want the two-hop columns and empty party-process heap columns, ending %q", lines, want)
 	}
 	if !math.IsNaN(r.PartyAllocPerTick) || r.PartyGCs != 0 {

@@ -211,7 +211,8 @@ func TestBenchInterrupted(t *testing.T) {
 // --step-duration sets the measured window of the scale steps: one loop at
 // 25 Hz sends about 25 measured ticks a second, so a 1-s window has about
 // 25 and the quick plan's 2-s window about 50. With --live-dealers, dealers
-// check the queues meanwhile, the summary says so, and no tick misses.
+// check the queues meanwhile, the summary and scale_detail.csv say so, and
+// no tick misses.
 func TestBenchStepDuration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a quick scale step")
@@ -234,9 +235,9 @@ func TestBenchStepDuration(t *testing.T) {
 	if err != nil || len(rows) < 2 {
 		t.Fatalf("scale_detail.csv: %d rows, %v", len(rows), err)
 	}
-	col, miss := slices.Index(rows[0], "ticks"), slices.Index(rows[0], "misses")
-	if col < 0 || miss < 0 {
-		t.Fatalf("scale_detail.csv has no ticks or misses column: %q", rows[0])
+	col, miss, live := slices.Index(rows[0], "ticks"), slices.Index(rows[0], "misses"), slices.Index(rows[0], "live_dealers_poll_max_ms")
+	if col < 0 || miss < 0 || live < 0 {
+		t.Fatalf("scale_detail.csv has no ticks, misses or live_dealers_poll_max_ms column: %q", rows[0])
 	}
 	for _, r := range rows[1:] {
 		n, err := strconv.Atoi(r[col])
@@ -245,6 +246,9 @@ func TestBenchStepDuration(t *testing.T) {
 		}
 		if r[miss] != "0" {
 			t.Errorf("a step of 1 loop with live dealers missed %s ticks", r[miss])
+		}
+		if r[live] != "100" {
+			t.Errorf("live_dealers_poll_max_ms %q, want 100 (--live-dealers 100ms)", r[live])
 		}
 	}
 }
