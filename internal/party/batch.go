@@ -47,7 +47,7 @@ type peerOut struct {
 	nLater int
 }
 
-// deferPeer holds env, P0's Protocol 2 message for loop, for the next
+// deferPeer holds env, P0's sealed Protocol 2 message for a loop, for the next
 // message to the other party or the deferred work's batch (flushAfter).
 // Under load a tick's own message to the other party is P0's Protocol 2
 // message alone: P1 needs it only to end its tick, and its next tick comes a
