@@ -71,11 +71,17 @@ func (s *Service) flushLaterLocked() error {
 	if o.nLater == 0 {
 		return nil
 	}
-	s.opt.Metrics.PeerMessages.Inc()
-	s.opt.Metrics.PeerEnvelopes.Add(float64(o.nLater))
-	err := s.nc.Publish(o.subject, o.later)
+	err := s.publishBatch(o.later, o.nLater)
 	o.later, o.nLater = o.later[:0], 0
 	return err
+}
+
+// publishBatch sends a batch of n envelopes to the other party, counted.
+// Publish copies it into the connection's buffer.
+func (s *Service) publishBatch(batch []byte, n int) error {
+	s.opt.Metrics.PeerMessages.Inc()
+	s.opt.Metrics.PeerEnvelopes.Add(float64(n))
+	return s.nc.Publish(s.out.subject, batch)
 }
 
 // takeLaterLocked moves the held Protocol 2 messages into the batch, ahead
@@ -146,10 +152,7 @@ func (s *Service) flushLocked() error {
 	if o.n == 0 {
 		return nil
 	}
-	s.opt.Metrics.PeerMessages.Inc()
-	s.opt.Metrics.PeerEnvelopes.Add(float64(o.n))
-	err := s.nc.Publish(o.subject, o.buf)
-	// Publish copied the batch into the connection's buffer.
+	err := s.publishBatch(o.buf, o.n)
 	o.buf, o.n, o.loops = o.buf[:0], 0, o.loops[:0]
 	return err
 }
@@ -276,9 +279,7 @@ func (s *Service) flushAfter() error {
 		s.opt.Metrics.PeerEnvelopes.Inc()
 		note(a.lastSubj, s.nc.Publish(a.lastSubj, a.batch[len(a.batch)-a.lastLen:]))
 	case a.n > 0: // more than one, or every message in a batch (PeerBatchAlways)
-		s.opt.Metrics.PeerMessages.Inc()
-		s.opt.Metrics.PeerEnvelopes.Add(float64(a.n))
-		note(s.out.subject, s.nc.Publish(s.out.subject, a.batch))
+		note(s.out.subject, s.publishBatch(a.batch, a.n))
 	}
 	start := 0
 	for i, end := range a.maskEnds {

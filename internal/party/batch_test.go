@@ -234,6 +234,43 @@ func TestDispatchBatch(t *testing.T) {
 	}
 }
 
+// recordAll records everything published on nc's server, on one
+// subscription so that the order across subjects is the order of
+// publishing; the function returned shows what came since it was last
+// called, until 100 ms pass without a message: a batch to party 1 as
+// batch[its envelopes], anything else as subject:data.
+func recordAll(t *testing.T, nc *nats.Conn) func() string {
+	t.Helper()
+	type got struct {
+		subj string
+		data []byte
+	}
+	ch := make(chan got, 64)
+	sub, err := nc.Subscribe(">", func(msg *nats.Msg) { ch <- got{msg.Subject, msg.Data} })
+	must(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	must(t, nc.Flush())
+	return func() string {
+		t.Helper()
+		must(t, nc.Flush())
+		var b strings.Builder
+		for {
+			select {
+			case g := <-ch:
+				if g.subj == bus.BatchSubject(1) {
+					var envs []string
+					must(t, codec.SplitBatch(g.data, func(e []byte) { envs = append(envs, string(e)) }))
+					fmt.Fprintf(&b, "batch%v ", envs)
+				} else {
+					fmt.Fprintf(&b, "%s:%s ", g.subj, g.data)
+				}
+			case <-time.After(100 * time.Millisecond):
+				return strings.TrimSpace(b.String())
+			}
+		}
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -254,42 +291,7 @@ func TestAfterBatching(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// One subscription for every subject, so that the order across
-	// subjects is the order of publishing.
-	type got struct {
-		subj string
-		data []byte
-	}
-	ch := make(chan got, 64)
-	sub, err := nc.Subscribe(">", func(msg *nats.Msg) { ch <- got{msg.Subject, msg.Data} })
-	must(t, err)
-	defer sub.Unsubscribe()
-	must(t, nc.Flush())
-	read := func() (out []got) {
-		t.Helper()
-		must(t, nc.Flush())
-		for {
-			select {
-			case g := <-ch:
-				out = append(out, g)
-			case <-time.After(100 * time.Millisecond):
-				return out
-			}
-		}
-	}
-	show := func(gs []got) string {
-		var b strings.Builder
-		for _, g := range gs {
-			if g.subj == bus.BatchSubject(1) {
-				var envs []string
-				must(t, codec.SplitBatch(g.data, func(e []byte) { envs = append(envs, string(e)) }))
-				fmt.Fprintf(&b, "batch%v ", envs)
-			} else {
-				fmt.Fprintf(&b, "%s:%s ", g.subj, g.data)
-			}
-		}
-		return strings.TrimSpace(b.String())
-	}
+	read := recordAll(t, nc)
 	exA, exB := bus.ExchangeSubject("a", 1), bus.ExchangeSubject("b", 1)
 	maskA, maskB := bus.MaskYSubject("a"), bus.MaskYSubject("b")
 
@@ -298,15 +300,15 @@ func TestAfterBatching(t *testing.T) {
 	must(t, s.sendAfter("a", false, maskA, []byte("maskA")))
 	must(t, s.sendAfter("b", true, exB, []byte("preB")))
 	must(t, s.sendAfter("b", false, maskB, []byte("maskB")))
-	if g := read(); len(g) != 0 {
-		t.Fatalf("sent before the batch ended: %s", show(g))
+	if g := read(); g != "" {
+		t.Fatalf("sent before the batch ended: %s", g)
 	}
 	// What the dispatcher holds leaves first.
 	s.hold(true)
 	must(t, s.sendPeer("a", exA, []byte("mulA")))
 	must(t, s.flushAfter())
 	want := fmt.Sprintf("batch[mulA] batch[preA preB] %s:maskA %s:maskB", maskA, maskB)
-	if g := show(read()); g != want {
+	if g := read(); g != want {
 		t.Fatalf("at the batch's end: %s\nwant %s", g, want)
 	}
 	s.hold(false)
@@ -314,7 +316,7 @@ func TestAfterBatching(t *testing.T) {
 	must(t, s.sendAfter("a", true, exA, []byte("preA2")))
 	must(t, s.sendAfter("a", false, maskA, []byte("maskA2")))
 	must(t, s.flushAfter())
-	if g, want := show(read()), fmt.Sprintf("%s:preA2 %s:maskA2", exA, maskA); g != want {
+	if g, want := read(), fmt.Sprintf("%s:preA2 %s:maskA2", exA, maskA); g != want {
 		t.Fatalf("a lone pre-opening: %s\nwant %s", g, want)
 	}
 	// PeerBatch pre-openings send what is gathered, masks included.
@@ -323,16 +325,16 @@ func TestAfterBatching(t *testing.T) {
 		must(t, s.sendAfter("a", true, exA, fmt.Appendf(nil, "p%d", i)))
 	}
 	want = fmt.Sprintf("batch[p0 p1 p2] %s:m0 %s:m1 %s:m2", maskA, maskA, maskA)
-	if g := show(read()); g != want {
+	if g := read(); g != want {
 		t.Fatalf("a full batch: %s\nwant %s", g, want)
 	}
 	must(t, s.flushAfter())
-	if g, want := show(read()), fmt.Sprintf("%s:p3 %s:m3", exA, maskA); g != want {
+	if g, want := read(), fmt.Sprintf("%s:p3 %s:m3", exA, maskA); g != want {
 		t.Fatalf("the rest: %s\nwant %s", g, want)
 	}
 	must(t, s.flushAfter()) // nothing gathered: nothing sent
-	if g := read(); len(g) != 0 {
-		t.Fatalf("an empty batch sent %s", show(g))
+	if g := read(); g != "" {
+		t.Fatalf("an empty batch sent %s", g)
 	}
 	// 8 envelopes in 5 NATS messages (the dispatcher's batch of one, two
 	// batches, two alone).
@@ -353,34 +355,7 @@ func TestDeferredTrunc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type got struct {
-		subj string
-		data []byte
-	}
-	ch := make(chan got, 64)
-	sub, err := nc.Subscribe(">", func(msg *nats.Msg) { ch <- got{msg.Subject, msg.Data} })
-	must(t, err)
-	defer sub.Unsubscribe()
-	must(t, nc.Flush())
-	read := func() string {
-		t.Helper()
-		must(t, nc.Flush())
-		var b strings.Builder
-		for {
-			select {
-			case g := <-ch:
-				if g.subj == bus.BatchSubject(1) {
-					var envs []string
-					must(t, codec.SplitBatch(g.data, func(e []byte) { envs = append(envs, string(e)) }))
-					fmt.Fprintf(&b, "batch%v ", envs)
-				} else {
-					fmt.Fprintf(&b, "%s:%s ", g.subj, g.data)
-				}
-			case <-time.After(100 * time.Millisecond):
-				return strings.TrimSpace(b.String())
-			}
-		}
-	}
+	read := recordAll(t, nc)
 	exA, exB, outA := bus.ExchangeSubject("a", 1), bus.ExchangeSubject("b", 1), bus.OutputSubject("a")
 
 	// Held through the dispatcher's queue running empty and an output share.
