@@ -137,6 +137,7 @@ var setters = map[string][]string{
 	"duet_items_discarded_total":   parties,
 	"duet_peer_messages_total":     parties,
 	"duet_peer_envelopes_total":    parties,
+	"duet_peer_held_total":         {"party0"},
 	"duet_items_published_total":   {"dealer"},
 	"duet_queue_depth":             {"dealer"},
 	"duet_queue_low_water_total":   {"dealer", "party0", "party1"},

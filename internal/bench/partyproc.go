@@ -268,11 +268,11 @@ func parsePidStatCPU(s string) (float64, error) {
 
 // partyCounts are the party counters a scale step reads (both parties).
 type partyCounts struct {
-	misses, noItem, held int
-	abandoned            map[string]float64
-	peerMsgs, envs       float64
-	fallback             float64 // two-hop ticks run in three hops (duet_tick_paths_total{path="fallback"})
-	rejects              map[string]float64
+	misses, noItem, held     int
+	abandoned                map[string]float64
+	peerMsgs, envs, peerHeld float64
+	fallback                 float64 // two-hop ticks run in three hops (duet_tick_paths_total{path="fallback"})
+	rejects                  map[string]float64
 	// The processes' own heaps: bytes allocated (go_memstats_alloc_bytes_total)
 	// and collections completed (go_gc_duration_seconds' count).
 	alloc, gcs float64
@@ -294,6 +294,7 @@ func (c *partyCounts) add(mfs map[string]*dto.MetricFamily) {
 	c.held += int(sum("duet_measurements_held_total"))
 	c.peerMsgs += sum("duet_peer_messages_total")
 	c.envs += sum("duet_peer_envelopes_total")
+	c.peerHeld += sum("duet_peer_held_total")
 	// by adds counter name's values by their label's value into into.
 	by := func(into map[string]float64, name, label string) map[string]float64 {
 		if into == nil {

@@ -203,6 +203,9 @@ type ScaleRow struct {
 	// The parties' messages to each other per tick sent: NATS messages, and
 	// the protocol messages they carried (fewer messages when batched).
 	PeerMsgsPerTick, PeerEnvsPerTick float64
+	// PeerHeldPerTick is P0's Protocol 2 messages held for the deferred
+	// work's batch per tick sent (duet_peer_held_total).
+	PeerHeldPerTick float64
 	// The NATS messages the server received and sent per tick sent, over
 	// the measurement, the parties', the harness's and JetStream's (NaN
 	// with the server in another process).
@@ -485,6 +488,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		misses, noItem, held int
 		abandoned            map[string]float64
 		peerMsgs, envs       float64
+		peerHeld             float64
 		fallback             float64
 		rejects              map[string]float64
 		gcs                  uint32
@@ -502,6 +506,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 				readErr = err
 			}
 			c.misses, c.noItem, c.held, c.abandoned, c.peerMsgs, c.envs = pc.misses, pc.noItem, pc.held, pc.abandoned, pc.peerMsgs, pc.envs
+			c.peerHeld = pc.peerHeld
 			c.fallback = pc.fallback
 			c.partyAlloc, c.partyGCs = pc.alloc, pc.gcs
 			maps.Copy(c.rejects, pc.rejects)
@@ -518,6 +523,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 			c.held += int(metrics.Sum(m.Held))
 			c.peerMsgs += metrics.Value(m.PeerMessages)
 			c.envs += metrics.Value(m.PeerEnvelopes)
+			c.peerHeld += metrics.Value(m.PeerHeld)
 			c.fallback += metrics.SumBy(m.TickPaths, "path")["fallback"]
 			for reason, v := range metrics.SumBy(m.Rejects, "reason") {
 				c.rejects[reason] += v
@@ -632,6 +638,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		row.AllocPerTick = float64(c1.alloc-c0.alloc) / float64(row.Ticks)
 		row.PeerMsgsPerTick = (c1.peerMsgs - c0.peerMsgs) / float64(row.Ticks)
 		row.PeerEnvsPerTick = (c1.envs - c0.envs) / float64(row.Ticks)
+		row.PeerHeldPerTick = (c1.peerHeld - c0.peerHeld) / float64(row.Ticks)
 	}
 	row.BrokerInPerTick, row.BrokerOutPerTick = c1.broker.perTickSince(c0.broker, row.Ticks)
 	if opt.ProfileDir != "" {

@@ -205,8 +205,8 @@ func TestScaleQuickTwoHop(t *testing.T) {
 	// collector's background sweeping is measured; the server's messages
 	// are unknown (empty) without the server (ScaleOptions.Server).
 	// The dealers stopped before the step (no --live-dealers): 0.
-	want := fmt.Sprintf(",true,%d,%d,,,,%d,%.3f,,,0", r.TwoHopTicks, r.FallbackTicks, party.DefaultPrefetch, r.Roles.Sweep)
-	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks,party_rejects_by,party_alloc_kb_per_tick,party_gc_cycles,prefetch,collector_sweep_cores,broker_msgs_in_per_tick,broker_msgs_out_per_tick,live_dealers_poll_max_ms") || !strings.HasSuffix(lines[1], want) || math.IsNaN(r.Roles.Sweep) {
+	want := fmt.Sprintf(",true,%d,%d,,,,%d,%.3f,,,0,%.2f", r.TwoHopTicks, r.FallbackTicks, party.DefaultPrefetch, r.Roles.Sweep, r.PeerHeldPerTick)
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks,party_rejects_by,party_alloc_kb_per_tick,party_gc_cycles,prefetch,collector_sweep_cores,broker_msgs_in_per_tick,broker_msgs_out_per_tick,live_dealers_poll_max_ms,peer_held_per_tick") || !strings.HasSuffix(lines[1], want) || math.IsNaN(r.Roles.Sweep) {
 		t.Errorf("scale_detail.csv %q: want the two-hop columns and empty party-process heap columns, ending %q", lines, want)
 	}
 	if !math.IsNaN(r.PartyAllocPerTick) || r.PartyGCs != 0 {
@@ -398,4 +398,40 @@ func countQuiesce(t *testing.T) *int {
 	quiesce = func() { *n++; orig() }
 	t.Cleanup(func() { quiesce = orig })
 	return n
+}
+
+// With many loops' ticks close together (40 loops 1 ms apart, against the
+// parties' DUET_PERSIST_DELAY of 2 ms) P0 holds its Protocol 2 messages for
+// the batch of the other loops' deferred work, and the loops still run
+// right: every answer within the float controller's bound, nothing refused,
+// the ticks answered.
+func TestScaleHoldsTrunc(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 40 loops")
+	}
+	ns, url := startServerNS(t)
+	cs, _ := pendulum(t)
+	rows, err := RunScale(context.Background(), ScaleOptions{URL: url, Loops: []int{40}, Duration: 1500 * time.Millisecond, Warmup: 300 * time.Millisecond,
+		Controller: cs, Variant: mpc.PerTick, Compress: true, TwoHop: true, Server: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1", len(rows))
+	}
+	r := rows[0]
+	t.Logf("%+v", r)
+	if r.PeerHeldPerTick < 0.05 || r.PeerHeldPerTick > 1 {
+		t.Errorf("%.2f of P0's Protocol 2 messages held per tick, want some and at most one", r.PeerHeldPerTick)
+	}
+	if r.Wrong != 0 || r.Rejected() != 0 {
+		t.Errorf("%d wrong answers, refused %s", r.Wrong, r.RejectsBy())
+	}
+	if r.Ticks < 40*30 || r.Misses > r.Ticks/20 {
+		t.Errorf("%d ticks, %d misses: want about 37 a loop, nearly all answered in time", r.Ticks, r.Misses)
+	}
+	// Held, they travel in batches: fewer NATS messages than envelopes.
+	if r.PeerMsgsPerTick >= r.PeerEnvsPerTick || r.PeerEnvsPerTick < 2.5 {
+		t.Errorf("%.2f peer messages per tick for %.2f envelopes", r.PeerMsgsPerTick, r.PeerEnvsPerTick)
+	}
 }

@@ -38,7 +38,10 @@ type Set struct {
 	// The party's messages to the other party: NATS messages, and the
 	// protocol messages (envelopes) they carried (more when batched).
 	PeerMessages, PeerEnvelopes prometheus.Counter
-	TickLatency                 *prometheus.HistogramVec // loop, seconds
+	// PeerHeld counts P0's Protocol 2 messages held for the deferred work's
+	// batch (party.Service.deferPeer).
+	PeerHeld    prometheus.Counter
+	TickLatency *prometheus.HistogramVec // loop, seconds
 }
 
 // LatencyBuckets end at the 40 ms tick period and its deadline.
@@ -78,7 +81,9 @@ func New(service string) *Set {
 		Help: "NATS messages this party sent to the other party (a batch counts once).", ConstLabels: prometheus.Labels{"service": service}})
 	s.PeerEnvelopes = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "duet", Name: "peer_envelopes_total",
 		Help: "Protocol messages this party sent to the other party, batched or not.", ConstLabels: prometheus.Labels{"service": service}})
-	reg.MustRegister(s.PeerMessages, s.PeerEnvelopes)
+	s.PeerHeld = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "duet", Name: "peer_held_total",
+		Help: "P0's Protocol 2 messages held for the batch of the deferred work of other loops (at most DUET_PERSIST_DELAY), rather than sent alone.", ConstLabels: prometheus.Labels{"service": service}})
+	reg.MustRegister(s.PeerMessages, s.PeerEnvelopes, s.PeerHeld)
 	s.TickLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "duet", Name: "tick_latency_seconds",
 		Help: "Sensor publish to actuator reconstruction.", Buckets: LatencyBuckets,
 		ConstLabels: prometheus.Labels{"service": service}}, []string{"loop"})

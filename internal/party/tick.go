@@ -259,6 +259,7 @@ func (w *worker) sendTrunc(t uint64) {
 		return
 	}
 	w.envBuf = env
+	w.s.opt.Metrics.PeerHeld.Inc()
 	if err := w.s.deferPeer(env); err != nil {
 		w.s.opt.Log.Warn("publish", "subject", subj, "err", err)
 	}
