@@ -17,7 +17,8 @@ import (
 // TestHoldRules: when a measurement comes while tick 5 is still open, the
 // party holds it, unless the open tick was itself held for, the peer's
 // message of a later tick is already there, or the party is behind (a
-// backlog of holdBacklog messages); a second measurement, or the peer's
+// backlog of holdBacklog messages, unless it waits only for P0's Protocol 2
+// message); a second measurement, or the peer's
 // message of a later tick, gives the open tick up, and a held measurement
 // given up discards an item. (The ticks started here find no item: the
 // worker has no queue, so each ends as no_item.)
@@ -90,4 +91,24 @@ func TestHoldRules(t *testing.T) {
 			}
 		})
 	}
+	// P1 waiting only for P0's Protocol 2 message holds even while behind:
+	// P0 has ended the tick, and giving it up would cost the next one too.
+	t.Run("held while behind when only P0's Protocol 2 message is missing", func(t *testing.T) {
+		w, m := newWorker()
+		w.id, w.st = 1, multiplied
+		for range holdBacklog {
+			w.s.inbox <- &nats.Msg{}
+		}
+		w.onMeasure(ctx, 6, false)
+		if !w.held || w.heldT != 6 || w.st != multiplied || w.cur != 5 || abandoned(m, missLate) != 0 {
+			t.Fatalf("held %v tick %d, stage %v, cur %d, %v late: want tick 6 held and tick 5 open", w.held, w.heldT, w.st, w.cur, abandoned(m, missLate))
+		}
+		// Not twice in a row, even so.
+		w2, m2 := newWorker()
+		w2.id, w2.st, w2.curHeld = 1, multiplied, true
+		w2.onMeasure(ctx, 6, false)
+		if w2.held || abandoned(m2, missLate) != 1 {
+			t.Fatalf("held %v, %v late: want tick 5 given up (its tick was itself held for)", w2.held, abandoned(m2, missLate))
+		}
+	})
 }

@@ -33,9 +33,12 @@ import (
 // in a row), or when this party is itself behind (holdBacklog): under
 // overload, finishing late ticks would keep the loops behind, where
 // abandoning them lets the backlog drain (an earlier, unbounded hold made
-// the scale bench's persisted loops miss more, not less). The ticks after a
-// hold still miss the actuator's deadline if the hold was long; the hold
-// saves the resynchronization.
+// the scale bench's persisted loops miss more, not less). Except for P1
+// waiting only for P0's Protocol 2 message (multiplied): P0 has ended the
+// tick when it sent it, so giving the tick up would cost the next one too
+// (a version mismatch, P0 rolling back), and ending it is one Finish. The
+// ticks after a hold still miss the actuator's deadline if the hold was
+// long; the hold saves the resynchronization.
 // An abandoned tick leaves the state as it was (not advanced, not reset)
 // and burns its item. If the parties disagree on the item, both abandon the
 // tick and skip to items past both. If P0 advanced its state but P1 did not
@@ -72,7 +75,7 @@ func (w *worker) onMeasure(ctx context.Context, t uint64, fromHold bool) {
 		return
 	}
 	if w.st != idle {
-		if !w.held && !w.curHeld && !w.peerPast() && len(w.s.inbox) < holdBacklog {
+		if !w.held && !w.curHeld && !w.peerPast() && (w.st == multiplied || len(w.s.inbox) < holdBacklog) {
 			w.hold(t)
 			return
 		}
