@@ -456,6 +456,10 @@ func (c *Cluster) KillParty(i int) {
 	}
 }
 
+// fastDealerPollMax is the dealers' DUET_POLL_MAX with Options.Fast
+// (StartDealer): their default DUET_POLL, so that they check every 50 ms.
+const fastDealerPollMax = 50 * time.Millisecond
+
 // StartDealer starts one more dealer replica and returns its name.
 func (c *Cluster) StartDealer() (string, error) {
 	c.mu.Lock()
@@ -466,7 +470,16 @@ func (c *Cluster) StartDealer() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	d, err := dealer.New(nc, s, dealer.Options{Name: name, LowWater: c.opt.LowWater, Log: c.opt.Log, Metrics: m})
+	// Back-to-back ticks (Fast) take hundreds of items a second from their
+	// first tick, faster than a paced replica learns (its rate comes over
+	// windows of PollMax, a second by default, and a queue of the tests'
+	// 100-item mark lasts a tenth of that): there the replicas check every
+	// 50 ms, as all did before the checks were paced.
+	var pollMax time.Duration // the dealer's default
+	if c.opt.Fast {
+		pollMax = fastDealerPollMax
+	}
+	d, err := dealer.New(nc, s, dealer.Options{Name: name, LowWater: c.opt.LowWater, PollMax: pollMax, Log: c.opt.Log, Metrics: m})
 	if err != nil {
 		return "", err
 	}
