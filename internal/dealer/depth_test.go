@@ -3,6 +3,7 @@ package dealer
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -52,6 +53,22 @@ func TestPendingMsgsRequests(t *testing.T) {
 	}
 	take(0, 2)
 	take(1, 1)
+	// Right after a pull the server's consumer info can report no pending
+	// messages for a moment (nats-server 2.15.2: this test's first check
+	// read depth 0 in 13 of 300 runs, a later read the right count): wait
+	// for the counts to settle, then count the requests of the checks.
+	settle := time.Now().Add(5 * time.Second)
+	for {
+		var fresh consumers
+		depth, taken, err := fresh.pendingMsgs(ctx, stream)
+		if err == nil && depth == 3 && taken == 2 {
+			break
+		}
+		if time.Now().After(settle) {
+			t.Fatalf("the counts did not settle: depth %d, taken to sequence %d, %v; want 3 and 2", depth, taken, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	var cs consumers
 	const checks = 10
 	before := apiRequests(t, js)
