@@ -22,7 +22,7 @@ import (
 
 func startACL(t *testing.T, o demo.Options) *demo.Cluster {
 	t.Helper()
-	cs, ps, err := sim.LoadSpecs("../../examples/qube-servo2/controller.json", "../../examples/qube-servo2/plant.json")
+	cs, ps, _, err := sim.LoadSpecs("../../examples/qube-servo2/controller.json", "../../examples/qube-servo2/plant.json")
 	if err != nil {
 		t.Fatal(err)
 	}

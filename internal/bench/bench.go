@@ -20,7 +20,9 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/duet-mpc/duet/examples"
 	"github.com/duet-mpc/duet/internal/demo"
+	"github.com/duet-mpc/duet/internal/sim"
 	"github.com/duet-mpc/duet/internal/stall"
 	"github.com/duet-mpc/duet/pkg/mpc"
 	"github.com/duet-mpc/duet/pkg/plant"
@@ -44,7 +46,8 @@ type Options struct {
 	Out      string   // output directory (CSV, PNG, profiles)
 	Sections []string // default AllSections
 	// Examples is the directory of the pendulum's controller.json and
-	// plant.json (default examples/qube-servo2).
+	// plant.json (default examples.QubeDir, read from the copy built into
+	// duet when the working directory has none: sim.LoadSpecs).
 	Examples string
 	Profile  bool // write a CPU profile per section into Out/pprof/
 	// Plan, if set, replaces PlanFor(Quick) (tests use a tiny one).
@@ -194,7 +197,7 @@ func PlanFor(quick bool) Plan {
 // opt.Out as each section completes.
 func Run(ctx context.Context, opt Options) (*Report, error) {
 	if opt.Examples == "" {
-		opt.Examples = filepath.Join("examples", "qube-servo2")
+		opt.Examples = examples.QubeDir
 	}
 	if len(opt.Sections) == 0 {
 		opt.Sections = AllSections
@@ -213,11 +216,10 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
 		return nil, err
 	}
-	cs, err := mpc.LoadControllerSpec(filepath.Join(opt.Examples, "controller.json"))
-	if err != nil {
-		return nil, err
+	cs, ps, builtin, err := sim.LoadSpecs(filepath.Join(opt.Examples, "controller.json"), filepath.Join(opt.Examples, "plant.json"))
+	for _, p := range builtin {
+		fmt.Fprintf(opt.Progress, "bench: no %s here: using the copy built into duet\n", p)
 	}
-	ps, err := plant.LoadSpec(filepath.Join(opt.Examples, "plant.json"))
 	if err != nil {
 		return nil, err
 	}

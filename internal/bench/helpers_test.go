@@ -62,7 +62,7 @@ func startRig(t *testing.T) *rig {
 
 func pendulum(t testing.TB) (mpc.ControllerSpec, plant.Spec) {
 	t.Helper()
-	cs, ps, err := sim.LoadSpecs("../../examples/qube-servo2/controller.json", "../../examples/qube-servo2/plant.json")
+	cs, ps, _, err := sim.LoadSpecs("../../examples/qube-servo2/controller.json", "../../examples/qube-servo2/plant.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/duet-mpc/duet/examples"
 	"github.com/duet-mpc/duet/internal/bench"
 	"github.com/duet-mpc/duet/internal/party"
 	"github.com/duet-mpc/duet/pkg/codec"
@@ -31,7 +32,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	out := fs.String("out", "", "directory for the CSV files, plots and profiles (required)")
 	only := fs.String("only", "", "comma-separated sections to run: "+strings.Join(bench.AllSections, ","))
 	profile := fs.Bool("pprof", false, "write a CPU profile of each section into DIR/pprof/")
-	examples := fs.String("examples", "examples/qube-servo2", "directory of the pendulum's controller.json and plant.json")
+	examplesDir := fs.String("examples", examples.QubeDir, "directory of the pendulum's controller.json and plant.json; the default is read from the copy built into duet when this directory has none")
 	verbose := fs.Bool("v", false, "log service events to stderr")
 	loops := fs.String("loops", "", "comma-separated loop counts for the scale search, tried in order (default: the plan's, 50 up to 1500)")
 	peerBatch := fs.Int("peer-batch", 0, "the parties' DUET_PEER_BATCH in the tick and scale sections (default: the service default; 1: no batching)")
@@ -118,7 +119,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		lvl = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
-	rep, err := bench.Run(ctx, bench.Options{Quick: *quick, URL: *url, Out: *out, Sections: sections, Examples: *examples,
+	rep, err := bench.Run(ctx, bench.Options{Quick: *quick, URL: *url, Out: *out, Sections: sections, Examples: *examplesDir,
 		Profile: *profile, Plan: &plan, Log: log, Progress: stderr})
 	if rep != nil {
 		printSummary(stdout, rep, *out)

@@ -79,12 +79,23 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// loadLoop reads a controller and a plant spec and the Protocol 1 variant.
-func loadLoop(ctrlPath, plantPath, mask string) (mpc.ControllerSpec, plant.Spec, mpc.Variant, error) {
+// loadLoop reads a controller and a plant spec and the Protocol 1 variant;
+// it says on stderr which default spec it read from the copy built into
+// duet (sim.LoadSpecs).
+func loadLoop(ctrlPath, plantPath, mask string, stderr io.Writer) (mpc.ControllerSpec, plant.Spec, mpc.Variant, error) {
 	v, err := mpc.ParseVariant(mask)
 	if err != nil {
 		return mpc.ControllerSpec{}, plant.Spec{}, 0, err
 	}
-	cs, ps, err := sim.LoadSpecs(ctrlPath, plantPath)
+	cs, ps, builtin, err := sim.LoadSpecs(ctrlPath, plantPath)
+	noteBuiltin(stderr, builtin)
 	return cs, ps, v, err
+}
+
+// noteBuiltin says which default specs were read from the copy built into
+// duet, because this directory has no such file.
+func noteBuiltin(w io.Writer, paths []string) {
+	for _, p := range paths {
+		fmt.Fprintf(w, "duet: no %s here: using the copy built into duet\n", p)
+	}
 }

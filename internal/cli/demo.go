@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/duet-mpc/duet/examples"
 	"github.com/duet-mpc/duet/internal/demo"
 	"github.com/duet-mpc/duet/pkg/plant"
 )
@@ -23,8 +24,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	dur := fs.Duration("duration", 20*time.Second, "length of the run (simulated time with --fast)")
 	fast := fs.Bool("fast", false, "run ticks back to back in simulated time instead of every period")
 	out := fs.String("out", "out/demo", "directory for trace.csv and the PNG plots")
-	ctrl := fs.String("controller", "examples/qube-servo2/controller.json", "controller spec (JSON)")
-	plantPath := fs.String("plant", "examples/qube-servo2/plant.json", "plant spec (JSON)")
+	ctrl := fs.String("controller", examples.QubeController, "controller spec (JSON); the default is read from the copy built into duet when this directory has none")
+	plantPath := fs.String("plant", examples.QubePlant, "plant spec (JSON); the default is read from the copy built into duet when this directory has none")
 	mask := fs.String("mask", "per-tick", "Protocol 1 variant: per-tick or fixed")
 	compress := fs.Bool("compress", true, "seed-compress dealer material")
 	dealers := fs.Int("dealers", 2, "dealer replicas")
@@ -34,7 +35,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cs, ps, v, err := loadLoop(*ctrl, *plantPath, *mask)
+	cs, ps, v, err := loadLoop(*ctrl, *plantPath, *mask, stderr)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/duet-mpc/duet/examples"
 	"github.com/duet-mpc/duet/internal/sim"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -18,8 +19,8 @@ func init() {
 func runSim(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	ctrl := fs.String("controller", "examples/qube-servo2/controller.json", "controller spec (JSON)")
-	plantPath := fs.String("plant", "examples/qube-servo2/plant.json", "plant spec (JSON)")
+	ctrl := fs.String("controller", examples.QubeController, "controller spec (JSON); the default is read from the copy built into duet when this directory has none")
+	plantPath := fs.String("plant", examples.QubePlant, "plant spec (JSON); the default is read from the copy built into duet when this directory has none")
 	steps := fs.Int("steps", 250, "number of ticks")
 	tracePath := fs.String("trace", "", "write the trace CSV here (step,y..,u..,uplain..)")
 	seed := fs.Int64("seed", -1, "seed for reproducible randomness (default: crypto/rand)")
@@ -28,7 +29,7 @@ func runSim(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cs, ps, v, err := loadLoop(*ctrl, *plantPath, *mask)
+	cs, ps, v, err := loadLoop(*ctrl, *plantPath, *mask, stderr)
 	if err != nil {
 		return err
 	}

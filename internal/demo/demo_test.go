@@ -22,7 +22,7 @@ import (
 
 func pendulum(t *testing.T) (mpc.ControllerSpec, plant.Spec) {
 	t.Helper()
-	cs, ps, err := sim.LoadSpecs("../../examples/qube-servo2/controller.json", "../../examples/qube-servo2/plant.json")
+	cs, ps, _, err := sim.LoadSpecs("../../examples/qube-servo2/controller.json", "../../examples/qube-servo2/plant.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 
+	"github.com/duet-mpc/duet/examples"
 	"github.com/duet-mpc/duet/internal/trace"
 	"github.com/duet-mpc/duet/pkg/mpc"
 	"github.com/duet-mpc/duet/pkg/plant"
@@ -155,12 +156,28 @@ func normInf(m [][]float64) float64 {
 	return best
 }
 
-// LoadSpecs reads a controller file and a plant file.
-func LoadSpecs(controllerPath, plantPath string) (mpc.ControllerSpec, plant.Spec, error) {
-	cs, err := mpc.LoadControllerSpec(controllerPath)
-	if err != nil {
-		return cs, plant.Spec{}, err
+// LoadSpecs reads a controller file and a plant file. A default path
+// (examples.QubeController, examples.QubePlant) with no such file, as when
+// duet runs outside the repository, is read from the copy built into duet
+// (examples.Fallback); builtin lists the paths read so, for the caller to
+// say so.
+func LoadSpecs(controllerPath, plantPath string) (cs mpc.ControllerSpec, ps plant.Spec, builtin []string, err error) {
+	cs, err = mpc.LoadControllerSpec(controllerPath)
+	if data, ok := examples.Fallback(controllerPath, err); ok {
+		builtin = append(builtin, controllerPath)
+		if cs, err = mpc.ParseControllerSpec(data); err != nil {
+			err = fmt.Errorf("built-in %s: %w", controllerPath, err)
+		}
 	}
-	ps, err := plant.LoadSpec(plantPath)
-	return cs, ps, err
+	if err != nil {
+		return cs, plant.Spec{}, builtin, err
+	}
+	ps, err = plant.LoadSpec(plantPath)
+	if data, ok := examples.Fallback(plantPath, err); ok {
+		builtin = append(builtin, plantPath)
+		if ps, err = plant.ParseSpec(data); err != nil {
+			err = fmt.Errorf("built-in %s: %w", plantPath, err)
+		}
+	}
+	return cs, ps, builtin, err
 }

@@ -4,16 +4,18 @@ import (
 	"bytes"
 	"encoding/csv"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/duet-mpc/duet/examples"
 	"github.com/duet-mpc/duet/pkg/mpc"
 	"github.com/duet-mpc/duet/pkg/plant"
 )
 
 func specs(t *testing.T) (mpc.ControllerSpec, plant.Spec) {
 	t.Helper()
-	cs, ps, err := LoadSpecs("../../examples/qube-servo2/controller.json", "../../examples/qube-servo2/plant.json")
+	cs, ps, _, err := LoadSpecs("../../examples/qube-servo2/controller.json", "../../examples/qube-servo2/plant.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,5 +112,38 @@ func TestErrors(t *testing.T) {
 	small.Modulus = "18446744073709551557" // an odd 64-bit number
 	if _, err := Run(Config{Controller: small, Plant: ps, Steps: 10}); err == nil || !strings.Contains(err.Error(), "need 93 bits") {
 		t.Errorf("64-bit modulus: %v", err)
+	}
+}
+
+// TestLoadSpecsBuiltin: outside the repository the default paths are read
+// from the copy built into duet, and say so; the same specs as the files;
+// any other missing path is an error naming it.
+func TestLoadSpecsBuiltin(t *testing.T) {
+	wantC, wantP := specs(t)
+	t.Chdir(t.TempDir())
+	cs, ps, builtin, err := LoadSpecs(examples.QubeController, examples.QubePlant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(builtin) != 2 || builtin[0] != examples.QubeController || builtin[1] != examples.QubePlant {
+		t.Errorf("builtin %q, want both default paths", builtin)
+	}
+	if !reflect.DeepEqual(cs, wantC) || !reflect.DeepEqual(ps, wantP) {
+		t.Error("the built-in specs differ from the repository's files")
+	}
+	if _, _, builtin, err := LoadSpecs("mine.json", examples.QubePlant); err == nil || !strings.Contains(err.Error(), "mine.json") || len(builtin) != 0 {
+		t.Errorf("a missing controller file of the user's: err %v, builtin %q; want an error naming mine.json and no built-in copy", err, builtin)
+	}
+	if _, _, _, err := LoadSpecs(examples.QubeController, "plant-of-mine.json"); err == nil || !strings.Contains(err.Error(), "plant-of-mine.json") {
+		t.Errorf("a missing plant file of the user's: err %v, want one naming plant-of-mine.json", err)
+	}
+}
+
+// TestLoadSpecsPrefersFiles: where the default paths exist (the repository's
+// root) they are read, not the built-in copy.
+func TestLoadSpecsPrefersFiles(t *testing.T) {
+	t.Chdir("../..")
+	if _, _, builtin, err := LoadSpecs(examples.QubeController, examples.QubePlant); err != nil || len(builtin) != 0 {
+		t.Errorf("at the repository's root: builtin %q, err %v; want the files read", builtin, err)
 	}
 }
