@@ -43,6 +43,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if ms := ps.PeriodMs(); ms > 0 {
 		period = time.Duration(ms) * time.Millisecond
 	}
+	switch {
+	case *dur < period:
+		return fmt.Errorf("%w: --duration %v: want at least one period (%v)", ErrUsage, *dur, period)
+	case ps.Kind == plant.KindQube && *dur <= demo.BalanceFrom+period:
+		return fmt.Errorf("%w: --duration %v: the pendulum is checked for balance from %v on, so the run must be longer than %v", ErrUsage, *dur, demo.BalanceFrom, demo.BalanceFrom+period)
+	}
 	lvl := slog.LevelWarn
 	if *verbose {
 		lvl = slog.LevelInfo

@@ -57,6 +57,10 @@ func (c *Cluster) Paths() Paths {
 	return p
 }
 
+// BalanceFrom is when the pendulum must be balanced by: Result.Balanced
+// checks |α| from then on, so a run must be longer than that to pass.
+const BalanceFrom = 3 * time.Second
+
 // ErrInterrupted is Run's error when its context ends during the ticks: the
 // result and the outputs then cover the ticks that ran.
 var ErrInterrupted = errors.New("demo: interrupted")
@@ -79,7 +83,7 @@ func Run(ctx context.Context, ro RunOptions) (Result, error) {
 	if o.Period <= 0 {
 		o.Period = 40 * time.Millisecond
 	}
-	from := uint64(math.Ceil(3 * float64(time.Second) / float64(o.Period)))
+	from := uint64(math.Ceil(float64(BalanceFrom) / float64(o.Period)))
 	out, err := newRunOutput(ro.Out, o.Period, from)
 	if err != nil {
 		return res, err
