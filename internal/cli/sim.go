@@ -23,7 +23,7 @@ func runSim(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	plantPath := fs.String("plant", examples.QubePlant, "plant spec (JSON); the default is read from the copy built into duet when this directory has none")
 	steps := fs.Int("steps", 250, "number of ticks")
 	tracePath := fs.String("trace", "", "write the trace CSV here (step,y..,u..,uplain..)")
-	seed := fs.Int64("seed", -1, "seed for reproducible randomness (default: crypto/rand)")
+	seed := fs.Int64("seed", -1, "seed for reproducible randomness (negative: crypto/rand)")
 	mask := fs.String("mask", "per-tick", "Protocol 1 variant: per-tick (the paper's) or fixed")
 	compress := fs.Bool("compress", true, "seed-compress dealer material")
 	if err := parseFlags(fs, args); err != nil {
