@@ -54,6 +54,13 @@ func Load(cfg any, args []string, w io.Writer) error {
 		sort.Strings(unknown)
 		return fmt.Errorf("config: unknown variable(s) %s (-h lists the valid ones)", strings.Join(unknown, ", "))
 	}
+	// envconfig would say "required key PARTY missing value": name the
+	// variable as the user sets it, with what it means.
+	for _, f := range fields(cfg) {
+		if _, set := os.LookupEnv(f.key); f.required && !set {
+			return fmt.Errorf("config: %s is required and not set: %s (-h lists the variables)", f.key, f.desc)
+		}
+	}
 	if err := envconfig.Process(Prefix, cfg); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}

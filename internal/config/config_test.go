@@ -63,7 +63,7 @@ func TestInvalidValuesStop(t *testing.T) {
 		want string
 	}{
 		{&party.Config{}, map[string]string{"DUET_PARTY": "2"}, "DUET_PARTY=2"},
-		{&party.Config{}, map[string]string{}, "PARTY"}, // required
+		{&party.Config{}, map[string]string{}, "DUET_PARTY is required and not set: which party this is: 0 or 1"},
 		{&party.Config{}, map[string]string{"DUET_PARTY": "x"}, "PARTY"},
 		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_PERSIST_DELAY": "-1ms"}, "DUET_PERSIST_DELAY=-1ms"},
 		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_PERSIST_DELAY": "2s"}, "DUET_PERSIST_DELAY=2s"},
