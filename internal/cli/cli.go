@@ -88,14 +88,8 @@ func loadLoop(ctrlPath, plantPath, mask string, stderr io.Writer) (mpc.Controlle
 		return mpc.ControllerSpec{}, plant.Spec{}, 0, err
 	}
 	cs, ps, builtin, err := sim.LoadSpecs(ctrlPath, plantPath)
-	noteBuiltin(stderr, builtin)
-	return cs, ps, v, err
-}
-
-// noteBuiltin says which default specs were read from the copy built into
-// duet, because this directory has no such file.
-func noteBuiltin(w io.Writer, paths []string) {
-	for _, p := range paths {
-		fmt.Fprintf(w, "duet: no %s here: using the copy built into duet\n", p)
+	for _, p := range builtin {
+		fmt.Fprintf(stderr, "duet: no %s here: using the copy built into duet\n", p)
 	}
+	return cs, ps, v, err
 }
