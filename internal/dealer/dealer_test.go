@@ -19,7 +19,7 @@ func testSealers(t testing.TB) (dealer, p0, p1 *codec.Sealer) {
 
 func pendulumParams(t testing.TB, v mpc.Variant) mpc.Params {
 	t.Helper()
-	cs, _, err := sim.LoadSpecs("../../examples/qube-servo2/controller.json", "../../examples/qube-servo2/plant.json")
+	cs, _, _, err := sim.LoadSpecs("../../examples/qube-servo2/controller.json", "../../examples/qube-servo2/plant.json")
 	if err != nil {
 		t.Fatal(err)
 	}
