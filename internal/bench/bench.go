@@ -720,6 +720,13 @@ func whyFailed(r ScaleRow) string {
 		why += fmt.Sprintf(" (the parties %.2f, the server %s)", r.Roles.Pair(), serverCores(r.Roles.Broker))
 	}
 	why += fmt.Sprintf(", run-queue p99 %.0f µs, %d stalls over %v (the worst %.1f ms)", us(r.SchedP99), r.Stalls, StallThreshold, float64(r.StallMax)/1e6)
+	// A collection in the window is what most failed steps with persistence
+	// have in common (README, Loops per party pair): say whether there was
+	// one, the bench process's and, with --party-bin, the parties' own.
+	why += ", " + collections(r.GCs) + " in the window"
+	if r.PartyProcs {
+		why += " (the party processes: " + collections(r.PartyGCs) + ")"
+	}
 	if r.FloorTicks > 0 {
 		// The step's floor ran just before it, on the same server beside the
 		// set-up parties: whether the bare messaging stalled as well says
@@ -728,6 +735,18 @@ func whyFailed(r ScaleRow) string {
 			us(r.FloorP99)/1e3, r.FloorMisses, r.FloorStalls, StallThreshold, float64(r.FloorStallMax)/1e6)
 	}
 	return why
+}
+
+// collections says how many collections completed: "no collection", "one
+// collection", "2 collections".
+func collections(n int) string {
+	switch n {
+	case 0:
+		return "no collection"
+	case 1:
+		return "one collection"
+	}
+	return strconv.Itoa(n) + " collections"
 }
 
 // serverCores is the server's CPU for a reason string: "n/a (another

@@ -212,7 +212,7 @@ func TestOtherCSVHeaders(t *testing.T) {
 func TestScaleTargetSaysWhy(t *testing.T) {
 	rep := &Report{ScaleLimit: 10 * time.Millisecond, Scale: []ScaleRow{
 		{Loops: 50, Persist: true, OK: true},
-		{Loops: 100, Persist: true, P99: 12 * time.Millisecond, Misses: 3, CPU: 1.9, SchedP99: 1500 * time.Microsecond, Stalls: 7, StallMax: 31200 * time.Microsecond,
+		{Loops: 100, Persist: true, P99: 12 * time.Millisecond, Misses: 3, CPU: 1.9, SchedP99: 1500 * time.Microsecond, Stalls: 7, StallMax: 31200 * time.Microsecond, GCs: 1,
 			FloorTicks: 15000, FloorP99: 8400 * time.Microsecond, FloorMisses: 2, FloorStalls: 5, FloorStallMax: 26500 * time.Microsecond},
 		{Loops: 50, OK: true},
 		{Loops: 100, P99: 11 * time.Millisecond, CPU: 1.5, SchedP99: 900 * time.Microsecond,
@@ -225,8 +225,8 @@ func TestScaleTargetSaysWhy(t *testing.T) {
 			scale = tg
 		}
 	}
-	want := "50 loops (largest tried 100: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 1500 µs, 7 stalls over 5ms (the worst 31.2 ms); its floor: p99 8.4 ms, 2 misses, 5 stalls over 5ms (the worst 26.5 ms)); " +
-		"without persistence 50 (largest tried 100: p99 11.0 ms, 0 misses, 1.50 cores (the parties 0.70, the server 0.50), run-queue p99 900 µs, 0 stalls over 5ms (the worst 0.0 ms)); " +
+	want := "50 loops (largest tried 100: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 1500 µs, 7 stalls over 5ms (the worst 31.2 ms), one collection in the window; its floor: p99 8.4 ms, 2 misses, 5 stalls over 5ms (the worst 26.5 ms)); " +
+		"without persistence 50 (largest tried 100: p99 11.0 ms, 0 misses, 1.50 cores (the parties 0.70, the server 0.50), run-queue p99 900 µs, 0 stalls over 5ms (the worst 0.0 ms), no collection in the window); " +
 		"this machine idle: 4 and 11 stalls over 5ms in 2 checks of 10 s, the worst 22.4 ms"
 	if !scale.Measured || scale.Met || scale.Got != want {
 		t.Errorf("scale target: %+v\nwant Got %q", scale, want)
@@ -256,7 +256,7 @@ func TestScaleTargetRepeats(t *testing.T) {
 			scale = tg
 		}
 	}
-	want := "50 loops (largest tried 100, held in 2 of 3 steps: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 0 µs, 0 stalls over 5ms (the worst 0.0 ms)); " +
+	want := "50 loops (largest tried 100, held in 2 of 3 steps: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 0 µs, 0 stalls over 5ms (the worst 0.0 ms), no collection in the window); " +
 		"without persistence 50 (largest tried 50, held in 2 of 2 steps)"
 	if !scale.Measured || scale.Met || scale.Got != want {
 		t.Errorf("scale target: %+v\nwant Got %q", scale, want)
@@ -276,6 +276,24 @@ func TestServerOutside(t *testing.T) {
 	}
 	if why := whyFailed(r); !strings.Contains(why, "(the parties 0.60, the server n/a (another process))") {
 		t.Errorf("whyFailed = %q", why)
+	}
+}
+
+// TestWhyFailedCollections: a failed step's reason says how many
+// collections its window had, and with the parties in processes of their
+// own (--party-bin) how many those had too; a step that held gives none.
+func TestWhyFailedCollections(t *testing.T) {
+	r := ScaleRow{Loops: 400, Persist: true, P99: 20 * time.Millisecond, Misses: 9, CPU: 1.5, GCs: 2}
+	if why := whyFailed(r); !strings.Contains(why, "(the worst 0.0 ms), 2 collections in the window") || strings.Contains(why, "party processes") {
+		t.Errorf("whyFailed = %q", why)
+	}
+	r.PartyProcs, r.GCs, r.PartyGCs = true, 0, 1
+	if why := whyFailed(r); !strings.Contains(why, ", no collection in the window (the party processes: one collection)") {
+		t.Errorf("whyFailed with party processes = %q", why)
+	}
+	r.OK = true
+	if why := whyFailed(r); why != "" {
+		t.Errorf("whyFailed of a step that held = %q", why)
 	}
 }
 
