@@ -22,7 +22,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dur := fs.Duration("duration", 20*time.Second, "length of the run (simulated time with --fast)")
-	fast := fs.Bool("fast", false, "run ticks back to back in simulated time instead of every period (nearly all of them then three hops: a measurement leaves before the parties' mask shares for it)")
+	fast := fs.Bool("fast", false, "run ticks back to back in simulated time instead of every period (with the two-hop tick, each measurement waits for the parties' mask shares: a few ms)")
 	out := fs.String("out", "out/demo", "directory for trace.csv and the PNG plots")
 	ctrl := fs.String("controller", examples.QubeController, "controller spec (JSON); the default is read from the copy built into duet when this directory has none")
 	plantPath := fs.String("plant", examples.QubePlant, "plant spec (JSON); the default is read from the copy built into duet when this directory has none")

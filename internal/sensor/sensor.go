@@ -102,6 +102,11 @@ type Sensor struct {
 	masks    masks
 	maskSub  *nats.Subscription
 	lastSent uint64
+	// With Fast, the wait for the mask shares (awaitMask): its timer, the
+	// waits in a row that ended without them, and the ticks since the last
+	// wait once it has given up.
+	maskTimer                    *time.Timer
+	maskWaitsFailed, maskSkipped int
 }
 
 // New resolves the controller (sizing the modulus) and prepares the sensor.
@@ -339,6 +344,7 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 		}
 		item, vy, masked := uint64(0), mpc.Matrix{}, false
 		if s.opt.TwoHop {
+			s.awaitMask(ctx, s.lastSent)
 			item, vy, masked = s.takeMask(s.lastSent)
 			path := "three_hop"
 			if masked {

@@ -1,8 +1,10 @@
 package sensor
 
 import (
+	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -34,7 +36,31 @@ type masks struct {
 	mu    sync.Mutex
 	share [2]maskShare
 	guard *codec.ReplayGuard
+	// arrived is signalled (without blocking) when a share is admitted.
+	arrived chan struct{}
 }
+
+// readyLocked reports whether both parties' shares made after tick last
+// are here (under mu).
+func (m *masks) readyLocked(last uint64) bool {
+	a, b := m.share[0], m.share[1]
+	return a.ok && b.ok && a.after == last && b.after == last
+}
+
+// A Fast sensor (ticks back to back, the demo's simulated time) reads the
+// plant as soon as the actuator has applied the last input, before the
+// parties' mask shares for the next tick have left them (they follow the
+// tick's deferred work, DUET_PERSIST_DELAY later): without waiting it sent
+// 24 of 1,500 ticks masked in a 60-s demo. So it waits up to fastMaskWait
+// for both shares. After fastMaskGiveUp waits in a row that ended without
+// them (parties without the two-hop tick, or backing off) it waits only at
+// every fastMaskProbe-th tick, until a wait succeeds again. In real time the
+// period leaves the shares ample time, and the sensor never waits.
+const (
+	fastMaskWait   = 20 * time.Millisecond
+	fastMaskGiveUp = 3
+	fastMaskProbe  = 25
+)
 
 // subscribeMasks starts receiving the parties' mask shares.
 func (s *Sensor) subscribeMasks() error {
@@ -42,6 +68,7 @@ func (s *Sensor) subscribeMasks() error {
 		return nil
 	}
 	s.masks.guard = codec.NewReplayGuard()
+	s.masks.arrived = make(chan struct{}, 1)
 	sub, err := s.nc.Subscribe(bus.MaskYSubject(s.opt.Loop), s.onMaskY)
 	if err != nil {
 		return fmt.Errorf("sensor: subscribing to the parties' masks: %w", err)
@@ -80,6 +107,55 @@ func (s *Sensor) onMaskY(m *nats.Msg) {
 		return
 	}
 	s.masks.share[id] = maskShare{ok: true, after: h.Tick, item: mp.Item, v: v}
+	select {
+	case s.masks.arrived <- struct{}{}:
+	default:
+	}
+}
+
+// awaitMask waits, with Options.Fast only and at most fastMaskWait, until
+// both parties' mask shares made after tick last are here (see
+// fastMaskWait); takeMask then takes them, or sends shares without them.
+func (s *Sensor) awaitMask(ctx context.Context, last uint64) {
+	if !s.opt.Fast || last == 0 {
+		return
+	}
+	s.masks.mu.Lock()
+	ready := s.masks.readyLocked(last)
+	s.masks.mu.Unlock()
+	if ready {
+		s.maskWaitsFailed, s.maskSkipped = 0, 0
+		return
+	}
+	if s.maskWaitsFailed >= fastMaskGiveUp {
+		if s.maskSkipped++; s.maskSkipped < fastMaskProbe {
+			return
+		}
+		s.maskSkipped = 0 // probe: wait this once
+	}
+	if s.maskTimer == nil {
+		s.maskTimer = time.NewTimer(fastMaskWait)
+	} else {
+		s.maskTimer.Reset(fastMaskWait)
+	}
+	defer s.maskTimer.Stop()
+	for {
+		select {
+		case <-s.masks.arrived:
+			s.masks.mu.Lock()
+			ready := s.masks.readyLocked(last)
+			s.masks.mu.Unlock()
+			if ready {
+				s.maskWaitsFailed, s.maskSkipped = 0, 0
+				return
+			}
+		case <-s.maskTimer.C:
+			s.maskWaitsFailed++
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // takeMask returns V_y and the item for the tick after tick last, if both
@@ -89,8 +165,9 @@ func (s *Sensor) takeMask(last uint64) (item uint64, vy mpc.Matrix, ok bool) {
 	s.masks.mu.Lock()
 	defer s.masks.mu.Unlock()
 	a, b := s.masks.share[0], s.masks.share[1]
+	ready := s.masks.readyLocked(last)
 	s.masks.share = [2]maskShare{}
-	if !a.ok || !b.ok || a.after != last || b.after != last {
+	if !ready {
 		return 0, mpc.Matrix{}, false
 	}
 	if a.item != b.item {

@@ -1,0 +1,108 @@
+package sensor
+
+import (
+	"context"
+	"testing"
+
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// fastSensor is a Sensor with only what awaitMask and takeMask use.
+func fastSensor(t *testing.T, fast bool) *Sensor {
+	f, err := mpc.ParseModulus(mpc.PresetM127)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Sensor{opt: Options{Fast: fast}}
+	s.rz.Params.Field = f
+	s.masks.arrived = make(chan struct{}, 1)
+	return s
+}
+
+// give stores party id's mask share made after tick after, as onMaskY
+// does once it has admitted one.
+func (s *Sensor) give(id int, after, item uint64) {
+	s.masks.mu.Lock()
+	s.masks.share[id] = maskShare{ok: true, after: after, item: item, v: mpc.NewMatrix(1, 1)}
+	s.masks.mu.Unlock()
+	select {
+	case s.masks.arrived <- struct{}{}:
+	default:
+	}
+}
+
+// TestAwaitMask: a Fast sensor waits for both parties' mask shares for the
+// next tick; after fastMaskGiveUp waits in a row that ended without them it
+// waits only at every fastMaskProbe-th tick, until a wait succeeds again;
+// a sensor in real time never waits.
+func TestAwaitMask(t *testing.T) {
+	ctx := context.Background()
+	s := fastSensor(t, true)
+	// Both shares already here: no wait, and takeMask takes them.
+	s.give(0, 7, 42)
+	s.give(1, 7, 42)
+	s.awaitMask(ctx, 7)
+	if s.maskWaitsFailed != 0 {
+		t.Fatalf("waits failed %d with both shares here", s.maskWaitsFailed)
+	}
+	if item, _, ok := s.takeMask(7); !ok || item != 42 {
+		t.Fatalf("takeMask = %d, %v; want item 42", item, ok)
+	}
+	// One share here, the other arriving during the wait.
+	s.give(0, 8, 43)
+	go s.give(1, 8, 43)
+	s.awaitMask(ctx, 8)
+	if s.maskWaitsFailed != 0 {
+		t.Fatalf("waits failed %d with the second share arriving during the wait", s.maskWaitsFailed)
+	}
+	if _, _, ok := s.takeMask(8); !ok {
+		t.Fatal("takeMask after the wait: no mask")
+	}
+	// A share for an earlier tick is not the next tick's: the wait times
+	// out, and after fastMaskGiveUp of those the sensor stops waiting.
+	for i := 1; i <= fastMaskGiveUp; i++ {
+		if i == 1 {
+			s.give(0, 8, 44) // stale: made after tick 8, the sensor last sent 9
+		}
+		s.awaitMask(ctx, 9)
+		if s.maskWaitsFailed != i {
+			t.Fatalf("after %d waits without the shares: %d counted", i, s.maskWaitsFailed)
+		}
+	}
+	// Given up: the next fastMaskProbe-1 ticks do not wait (counted as
+	// skipped, not as failed waits), the one after probes.
+	for i := 1; i < fastMaskProbe; i++ {
+		s.awaitMask(ctx, 9)
+		if s.maskWaitsFailed != fastMaskGiveUp || s.maskSkipped != i {
+			t.Fatalf("given up, tick %d: %d waits failed, %d skipped", i, s.maskWaitsFailed, s.maskSkipped)
+		}
+	}
+	if _, _, ok := s.takeMask(9); ok {
+		t.Fatal("takeMask took a stale share")
+	}
+	// The probe finds the parties sending again (one share here, the other
+	// arriving during the wait): the sensor waits at every tick again.
+	s.give(0, 10, 45)
+	go s.give(1, 10, 45)
+	s.awaitMask(ctx, 10)
+	if s.maskWaitsFailed != 0 || s.maskSkipped != 0 {
+		t.Fatalf("after the probe found both shares: %d waits failed, %d skipped", s.maskWaitsFailed, s.maskSkipped)
+	}
+	if item, _, ok := s.takeMask(10); !ok || item != 45 {
+		t.Fatalf("takeMask = %d, %v; want item 45", item, ok)
+	}
+	// In real time (not Fast) the sensor never waits.
+	r := fastSensor(t, false)
+	r.awaitMask(ctx, 3)
+	if r.maskWaitsFailed != 0 {
+		t.Fatalf("real time: %d waits counted", r.maskWaitsFailed)
+	}
+	// A cancelled context ends a wait without counting it.
+	c := fastSensor(t, true)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	c.awaitMask(cctx, 3)
+	if c.maskWaitsFailed != 0 {
+		t.Fatalf("cancelled: %d waits counted", c.maskWaitsFailed)
+	}
+}
