@@ -47,6 +47,13 @@ func (m *masks) readyLocked(last uint64) bool {
 	return a.ok && b.ok && a.after == last && b.after == last
 }
 
+// ready is readyLocked taking mu.
+func (m *masks) ready(last uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.readyLocked(last)
+}
+
 // A Fast sensor (ticks back to back, the demo's simulated time) reads the
 // plant as soon as the actuator has applied the last input, before the
 // parties' mask shares for the next tick have left them (they follow the
@@ -120,10 +127,7 @@ func (s *Sensor) awaitMask(ctx context.Context, last uint64) {
 	if !s.opt.Fast || last == 0 {
 		return
 	}
-	s.masks.mu.Lock()
-	ready := s.masks.readyLocked(last)
-	s.masks.mu.Unlock()
-	if ready {
+	if s.masks.ready(last) {
 		s.maskWaitsFailed, s.maskSkipped = 0, 0
 		return
 	}
@@ -142,10 +146,7 @@ func (s *Sensor) awaitMask(ctx context.Context, last uint64) {
 	for {
 		select {
 		case <-s.masks.arrived:
-			s.masks.mu.Lock()
-			ready := s.masks.readyLocked(last)
-			s.masks.mu.Unlock()
-			if ready {
+			if s.masks.ready(last) {
 				s.maskWaitsFailed, s.maskSkipped = 0, 0
 				return
 			}
