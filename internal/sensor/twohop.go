@@ -113,9 +113,15 @@ func (s *Sensor) onMaskY(m *nats.Msg) {
 		s.opt.Log.Debug("mask rejected", "loop", s.opt.Loop, "party", id, "err", err)
 		return
 	}
-	s.masks.share[id] = maskShare{ok: true, after: h.Tick, item: mp.Item, v: v}
+	s.masks.putLocked(id, maskShare{ok: true, after: h.Tick, item: mp.Item, v: v})
+}
+
+// putLocked keeps party id's admitted share and tells a waiting awaitMask
+// (under mu).
+func (m *masks) putLocked(id int, sh maskShare) {
+	m.share[id] = sh
 	select {
-	case s.masks.arrived <- struct{}{}:
+	case m.arrived <- struct{}{}:
 	default:
 	}
 }

@@ -20,15 +20,11 @@ func fastSensor(t *testing.T, fast bool) *Sensor {
 }
 
 // give stores party id's mask share made after tick after, as onMaskY
-// does once it has admitted one.
+// does once it has admitted one (putLocked).
 func (s *Sensor) give(id int, after, item uint64) {
 	s.masks.mu.Lock()
-	s.masks.share[id] = maskShare{ok: true, after: after, item: item, v: mpc.NewMatrix(1, 1)}
+	s.masks.putLocked(id, maskShare{ok: true, after: after, item: item, v: mpc.NewMatrix(1, 1)})
 	s.masks.mu.Unlock()
-	select {
-	case s.masks.arrived <- struct{}{}:
-	default:
-	}
 }
 
 // TestAwaitMask: a Fast sensor waits for both parties' mask shares for the
