@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/duet-mpc/duet/examples"
 	"github.com/duet-mpc/duet/internal/demo"
@@ -77,6 +78,9 @@ type Report struct {
 	// scale search ran the parties as, in processes of their own ("":
 	// inside the bench).
 	PartyBin string
+	// ScaleInProcess is Plan.ScaleInProcess: the scale search's loops and
+	// floors were connected to the embedded server in process.
+	ScaleInProcess bool
 	// ScaleTwoHop is Plan.ScaleTwoHop: the scale search's loops ran the
 	// two-hop tick.
 	ScaleTwoHop bool
@@ -177,6 +181,11 @@ type Plan struct {
 	// ScaleLiveDealers keeps dealers checking the queues during the scale
 	// steps, with this DUET_POLL_MAX (ScaleOptions.LiveDealers); 0: not.
 	ScaleLiveDealers time.Duration
+	// ScaleInProcess connects the scale search's loops, their floors and
+	// the floor alone to the embedded server in process, not over loopback
+	// TCP (ScaleOptions.InProcess; inproc.go). Needs the embedded server
+	// and the parties inside the bench.
+	ScaleInProcess bool
 }
 
 // PlanFor returns the full or the --quick plan.
@@ -225,6 +234,9 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	rep := &Report{Server: redact(opt.URL), Quick: opt.Quick, Started: time.Now(), ScaleLimit: 10 * time.Millisecond}
 	url := opt.URL
+	if opt.Plan != nil && opt.Plan.ScaleInProcess && (url != "" || opt.Plan.PartyBin != "") {
+		return nil, ErrInProcess
+	}
 	var ns *server.Server // embedded; nil with opt.URL
 	if url == "" {
 		// The server's goroutines (and their clients' read and write
@@ -246,7 +258,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		plan = *opt.Plan
 	}
 	rep.StateFileStore, rep.ScaleVariant, rep.PartyBin, rep.ScaleTwoHop = plan.StateFileStore, plan.ScaleVariant, plan.PartyBin, plan.ScaleTwoHop
-	rep.ScaleLiveDealers = plan.ScaleLiveDealers
+	rep.ScaleLiveDealers, rep.ScaleInProcess = plan.ScaleLiveDealers, plan.ScaleInProcess
 	rep.Prefetch = plan.Prefetch
 	pr := func(format string, a ...any) { fmt.Fprintf(opt.Progress, format+"\n", a...) }
 	if plan.MachineRTTs > 0 {
@@ -532,13 +544,17 @@ func runScaleSearches(ctx context.Context, url string, ns *server.Server, plan P
 	// The main search runs the parties as cmd/party does by default
 	// (DUET_PERSIST=true: the state share is persisted every tick); the
 	// second one without persistence, to show what it costs.
+	var inProc nats.InProcessConnProvider // nil (not a nil *server.Server): over TCP
+	if plan.ScaleInProcess && ns != nil {
+		inProc = ns
+	}
 	for _, persist := range []bool{true, false} {
 		loops := plan.ScaleLoops
 		if !persist {
 			loops = plan.ScaleNoPersistLoops
 		}
 		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, Prefetch: plan.Prefetch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg, StateFileStore: plan.StateFileStore,
-			Repeat: plan.ScaleRepeat, PartyBin: plan.PartyBin, Controller: cs, Variant: plan.ScaleVariant, TwoHop: plan.ScaleTwoHop, LiveDealers: plan.ScaleLiveDealers, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded, Server: ns,
+			Repeat: plan.ScaleRepeat, PartyBin: plan.PartyBin, Controller: cs, Variant: plan.ScaleVariant, TwoHop: plan.ScaleTwoHop, LiveDealers: plan.ScaleLiveDealers, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded, Server: ns, InProcess: inProc,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
 				if plan.ScaleRepeat > 1 {
@@ -566,7 +582,7 @@ func runScaleSearches(ctx context.Context, url string, ns *server.Server, plan P
 	if len(plan.ScaleFloorLoops) == 0 {
 		return nil
 	}
-	rows, err := RunScaleFloor(ctx, url, cs, plan.ScaleVariant, plan.ScaleFloorLoops, plan.ScaleDur)
+	rows, err := RunScaleFloor(ctx, url, inProc, cs, plan.ScaleVariant, plan.ScaleFloorLoops, plan.ScaleDur)
 	for _, r := range rows {
 		rep.ScaleFloor = append(rep.ScaleFloor, r)
 		pr("  floor alone: %5d loops  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  cpu %.2f cores  stolen %s  run-queue p99 %.0fµs  %s syscalls/tick", r.Loops, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.CPU, Cores(r.Steal),
@@ -688,6 +704,9 @@ func (rep *Report) Targets() []Target {
 	}
 	if rep.ScaleTwoHop {
 		got += "; the loops with the two-hop tick"
+	}
+	if rep.ScaleInProcess {
+		got += "; connected to the embedded server in process, not over TCP"
 	}
 	if rep.ScaleLiveDealers > 0 {
 		got += fmt.Sprintf("; dealers checking the queues (DUET_POLL_MAX=%v)", rep.ScaleLiveDealers)

@@ -15,8 +15,10 @@ import (
 // period with the floor's topology and message sizes (FloorRig), no
 // computation and no encryption, one connection per role for all loops (as
 // the party services have). What it misses and its p99 are the machine's and
-// the broker's, not the product's.
-func floorLoops(ctx context.Context, url string, sz FloorSizes, n int, period, warmup, duration, deadline time.Duration) (r floorResult, err error) {
+// the broker's, not the product's. With inProc they connect to the
+// embedded server in process (inproc.go), as the scale step's services do
+// with ScaleOptions.InProcess.
+func floorLoops(ctx context.Context, url string, inProc nats.InProcessConnProvider, sz FloorSizes, n int, period, warmup, duration, deadline time.Duration) (r floorResult, err error) {
 	var conns [4]*nats.Conn // sensor, p0, p1, actuator
 	// The two relays play the parties: their connections and subscriptions
 	// carry the parties' labels (roles.go), the sensor's and actuator's the
@@ -24,7 +26,7 @@ func floorLoops(ctx context.Context, url string, sz FloorSizes, n int, period, w
 	roles := [4]string{RoleHarness, RoleParty0, RoleParty1, RoleHarness}
 	for i := range conns {
 		withRole(ctx, roles[i], func(context.Context) {
-			conns[i], err = nats.Connect(url, nats.Name(fmt.Sprintf("duet-floor-loops-%d", i)))
+			conns[i], err = nats.Connect(url, append(dialOptions(ctx, inProc), nats.Name(fmt.Sprintf("duet-floor-loops-%d", i)))...)
 		})
 		if err != nil {
 			return r, err

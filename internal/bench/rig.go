@@ -60,8 +60,11 @@ type rig struct {
 	// partyBin, if set, runs each party as this binary in its own process
 	// (partyproc.go); procs are those processes, keysDir their keys.
 	partyBin string
-	procs    []*partyProc
-	keysDir  string
+	// inProc, if set, connects the rig's services to the embedded server
+	// in process (inproc.go) from then on; nil: over TCP to url.
+	inProc  nats.InProcessConnProvider
+	procs   []*partyProc
+	keysDir string
 }
 
 func newRig(ctx context.Context, url string, log *slog.Logger) (*rig, error) {
@@ -85,7 +88,7 @@ func newRig(ctx context.Context, url string, log *slog.Logger) (*rig, error) {
 }
 
 func (r *rig) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
-	nc, err := bus.Connect(r.url, "duet-bench-"+name, r.log, nil, opts...)
+	nc, err := bus.Connect(r.url, "duet-bench-"+name, r.log, nil, append(opts, dialOptions(r.ctx, r.inProc)...)...)
 	if err != nil {
 		return nil, err
 	}

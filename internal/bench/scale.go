@@ -104,6 +104,12 @@ type ScaleOptions struct {
 	// step's; the profile, the collector's and the run-queue figures are
 	// this process's (server and harness) only.
 	PartyBin string
+	// InProcess, if set, connects the loops' services (parties, sensors,
+	// actuators) and each step's floor to the embedded server through it
+	// (the server's InProcessConn: in-memory pipes, inproc.go) instead of
+	// over loopback TCP to URL; nil: TCP. Not with PartyBin or
+	// ServerOutside: another process cannot share this one's memory.
+	InProcess nats.InProcessConnProvider
 	// ProfileDir, if set, receives a CPU profile of each step's measurement
 	// window (scale-<loops>[-persist][-try<k>].pprof; -try<k> with Repeat > 1).
 	ProfileDir string
@@ -177,6 +183,9 @@ type ScaleRow struct {
 	// PartyProcs: the parties ran as processes of their own
 	// (ScaleOptions.PartyBin).
 	PartyProcs bool
+	// InProcess: the loops and the step's floor were connected to the
+	// embedded server in process, not over TCP (ScaleOptions.InProcess).
+	InProcess bool
 	// TwoHop: the loops ran the two-hop tick (ScaleOptions.TwoHop). Of the
 	// measured ticks, TwoHopTicks went out as masked measurements and
 	// FallbackTicks counts those a party still ran in three hops (both
@@ -260,6 +269,9 @@ func (o *ScaleOptions) defaults() {
 // RunScale runs the search.
 func RunScale(ctx context.Context, opt ScaleOptions) ([]ScaleRow, error) {
 	opt.defaults()
+	if opt.InProcess != nil && (opt.PartyBin != "" || opt.ServerOutside) {
+		return nil, ErrInProcess
+	}
 	var rows []ScaleRow
 	began := time.Now()
 	for _, n := range opt.Loops {
@@ -306,6 +318,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	defer r.close()
 	r.peerBatch, r.writeCoalesce, r.stateFile = opt.PeerBatch, opt.WriteCoalesce, opt.StateFileStore
 	r.partyBin, row.PartyProcs = opt.PartyBin, opt.PartyBin != ""
+	r.inProc, row.InProcess = opt.InProcess, opt.InProcess != nil
 	r.prefetch, row.Prefetch = opt.Prefetch, party.PrefetchFor(opt.Prefetch)
 	r.twoHop, row.TwoHop = opt.TwoHop, opt.TwoHop
 	row.StateFileStore = opt.StateFileStore && row.Persist
@@ -399,7 +412,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	}
 	mon := startStallMonitor()
 	fm, fw, fprof := startCPUMeter(), startWaitMeter(), startRoleProfile()
-	fr, err := floorLoops(ctx, opt.URL, sizes, n, opt.Period, opt.Warmup, opt.Duration, opt.Deadline)
+	fr, err := floorLoops(ctx, opt.URL, opt.InProcess, sizes, n, opt.Period, opt.Warmup, opt.Duration, opt.Deadline)
 	row.FloorCPU, row.FloorSteal = fm.cores(0)
 	var perr error
 	if row.FloorRoles, _, perr = fprof.stop(); perr != nil {
@@ -675,8 +688,10 @@ type ScaleFloorRow struct {
 }
 
 // RunScaleFloor measures the floor alone at each of loops, with the
-// message sizes of cs's loops in variant v (those of the scale search).
-func RunScaleFloor(ctx context.Context, url string, cs mpc.ControllerSpec, v mpc.Variant, loops []int, duration time.Duration) ([]ScaleFloorRow, error) {
+// message sizes of cs's loops in variant v (those of the scale search),
+// connected in process through inProc when it is set (as the scale
+// search's with ScaleOptions.InProcess).
+func RunScaleFloor(ctx context.Context, url string, inProc nats.InProcessConnProvider, cs mpc.ControllerSpec, v mpc.Variant, loops []int, duration time.Duration) ([]ScaleFloorRow, error) {
 	sizes, err := loopSizes(cs, v)
 	if err != nil {
 		return nil, err
@@ -686,7 +701,7 @@ func RunScaleFloor(ctx context.Context, url string, cs mpc.ControllerSpec, v mpc
 		// A baseline: without the garbage of the steps before it.
 		quiesce()
 		m, wm, mon := startCPUMeter(), startWaitMeter(), startStallMonitor()
-		r, err := floorLoops(ctx, url, sizes, n, 40*time.Millisecond, time.Second, duration, 30*time.Millisecond)
+		r, err := floorLoops(ctx, url, inProc, sizes, n, 40*time.Millisecond, time.Second, duration, 30*time.Millisecond)
 		st := mon.End()
 		if err != nil {
 			return rows, fmt.Errorf("bench: floor alone with %d loops: %w", n, err)

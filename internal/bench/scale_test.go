@@ -2,18 +2,22 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/duet-mpc/duet/internal/party"
 	"github.com/duet-mpc/duet/pkg/mpc"
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 func TestScaleQuick(t *testing.T) {
@@ -204,9 +208,10 @@ func TestScaleQuickTwoHop(t *testing.T) {
 	// empty (unknown), not zero; the prefetch is the parties' default; the
 	// collector's background sweeping is measured; the server's messages
 	// are unknown (empty) without the server (ScaleOptions.Server).
-	// The dealers stopped before the step (no --live-dealers): 0.
-	want := fmt.Sprintf(",true,%d,%d,,,,%d,%.3f,,,0,%.2f", r.TwoHopTicks, r.FallbackTicks, party.DefaultPrefetch, r.Roles.Sweep, r.PeerHeldPerTick)
-	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks,party_rejects_by,party_alloc_kb_per_tick,party_gc_cycles,prefetch,collector_sweep_cores,broker_msgs_in_per_tick,broker_msgs_out_per_tick,live_dealers_poll_max_ms,peer_held_per_tick") || !strings.HasSuffix(lines[1], want) || math.IsNaN(r.Roles.Sweep) {
+	// The dealers stopped before the step (no --live-dealers): 0. Over
+	// TCP, not in process.
+	want := fmt.Sprintf(",true,%d,%d,,,,%d,%.3f,,,0,%.2f,false", r.TwoHopTicks, r.FallbackTicks, party.DefaultPrefetch, r.Roles.Sweep, r.PeerHeldPerTick)
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks,party_rejects_by,party_alloc_kb_per_tick,party_gc_cycles,prefetch,collector_sweep_cores,broker_msgs_in_per_tick,broker_msgs_out_per_tick,live_dealers_poll_max_ms,peer_held_per_tick,in_process") || !strings.HasSuffix(lines[1], want) || math.IsNaN(r.Roles.Sweep) {
 		t.Errorf("scale_detail.csv %q: want the two-hop columns and empty party-process heap columns, ending %q", lines, want)
 	}
 	if !math.IsNaN(r.PartyAllocPerTick) || r.PartyGCs != 0 {
@@ -257,7 +262,7 @@ func TestScaleFloorQuick(t *testing.T) {
 	url := startServer(t)
 	cs, _ := pendulum(t)
 	quiesced := countQuiesce(t)
-	rows, err := RunScaleFloor(context.Background(), url, cs, mpc.PerTick, []int{3, 6}, 400*time.Millisecond)
+	rows, err := RunScaleFloor(context.Background(), url, nil, cs, mpc.PerTick, []int{3, 6}, 400*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,5 +438,77 @@ func TestScaleHoldsTrunc(t *testing.T) {
 	// Held, they travel in batches: fewer NATS messages than envelopes.
 	if r.PeerMsgsPerTick >= r.PeerEnvsPerTick || r.PeerEnvsPerTick < 2.5 {
 		t.Errorf("%.2f peer messages per tick for %.2f envelopes", r.PeerMsgsPerTick, r.PeerEnvsPerTick)
+	}
+}
+
+// countingPipes is the embedded server's InProcessConn, counting the
+// connections made through it.
+type countingPipes struct {
+	srv *server.Server
+	n   atomic.Int64
+}
+
+func (c *countingPipes) InProcessConn() (net.Conn, error) {
+	c.n.Add(1)
+	return c.srv.InProcessConn()
+}
+
+// TestScaleQuickInProcess: with InProcess (duet bench --in-process) every
+// connection of a step but the set-up's admin one reaches the server in
+// process (none of the loops' services, dealers or floor relays over TCP),
+// the persisted two-hop loops still compute every output right, and the
+// row and its CSV line say so. Another process cannot share the bench's
+// memory: with PartyBin or ServerOutside the search refuses at once.
+func TestScaleQuickInProcess(t *testing.T) {
+	ns, url := startServerNS(t)
+	cs, _ := pendulum(t)
+	pipes := &countingPipes{srv: ns}
+	connections := func() uint64 {
+		v, err := ns.Varz(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.TotalConnections
+	}
+	before := connections()
+	rows, err := RunScale(context.Background(), ScaleOptions{URL: url, Server: ns, InProcess: pipes, Loops: []int{3}, Duration: 400 * time.Millisecond,
+		Warmup: 200 * time.Millisecond, Controller: cs, Variant: mpc.PerTick, Compress: true, TwoHop: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1", len(rows))
+	}
+	r := rows[0]
+	if !r.InProcess || !r.Persist || r.Ticks < r.Loops*8 || r.Wrong != 0 || r.PartyMisses != 0 || r.TwoHopTicks < r.Ticks*3/4 || r.FloorTicks < r.Loops*8 || r.FloorMisses != 0 {
+		t.Errorf("%+v: want in process, persisted, about 10 ticks per loop and its floor's, most sent masked, no wrong result and no miss", r)
+	}
+	piped := pipes.n.Load()
+	tcp := connections() - before - uint64(piped)
+	if piped < 10 || tcp != 1 {
+		t.Errorf("%d connections in process, %d over TCP: want the services', the dealers' and the floor's in process (at least 10) and only the admin's over TCP", piped, tcp)
+	}
+	dir := t.TempDir()
+	if err := (&Report{Scale: rows}).WriteCSVs(dir); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "scale_detail.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); len(lines) != 2 || !strings.HasSuffix(lines[0], ",in_process") || !strings.HasSuffix(lines[1], ",true") {
+		t.Errorf("scale_detail.csv %q: want an in_process column, true", lines)
+	}
+	for _, opt := range []ScaleOptions{
+		{URL: url, InProcess: pipes, PartyBin: "/bin/true", Loops: []int{3}, Controller: cs},
+		{URL: url, InProcess: pipes, ServerOutside: true, Loops: []int{3}, Controller: cs},
+	} {
+		n := pipes.n.Load()
+		if _, err := RunScale(context.Background(), opt); !errors.Is(err, ErrInProcess) || pipes.n.Load() != n {
+			t.Errorf("PartyBin %q, ServerOutside %v: %v, %d connections made; want ErrInProcess before any", opt.PartyBin, opt.ServerOutside, err, pipes.n.Load()-n)
+		}
+	}
+	if _, err := Run(context.Background(), Options{URL: url, Out: t.TempDir(), Sections: []string{"scale"}, Plan: &Plan{ScaleInProcess: true}}); !errors.Is(err, ErrInProcess) {
+		t.Errorf("Run with an external server and ScaleInProcess: %v, want ErrInProcess", err)
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -90,6 +91,21 @@ func TestBenchUsage(t *testing.T) {
 	} {
 		if err := Run(ctx, args, io.Discard, io.Discard); !errors.Is(err, ErrUsage) {
 			t.Errorf("Run(%q) = %v, want ErrUsage", args, err)
+		}
+	}
+	// In-process connections need the embedded server and the parties in
+	// the bench's process: refused, by name, with an external server or
+	// with party processes (this test's own binary is an executable).
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"bench", "--out", out, "--in-process", "--nats", "nats://127.0.0.1:1"},
+		{"bench", "--out", out, "--in-process", "--party-bin", self},
+	} {
+		if err := Run(ctx, args, io.Discard, io.Discard); !errors.Is(err, ErrUsage) || !strings.Contains(fmt.Sprint(err), "--in-process") {
+			t.Errorf("Run(%q) = %v, want ErrUsage naming --in-process", args, err)
 		}
 	}
 }
