@@ -24,18 +24,31 @@ import (
 var ErrInProcess = errors.New("bench: in-process connections need the embedded NATS server and the parties inside the bench (not with --nats or --party-bin): another process cannot share the bench's memory")
 
 // brokerPipe hands a NATS client an in-process connection to srv. The
-// server starts the connection's read and write loops in the goroutine
-// that asks for it; brokerPipe asks under the broker's label (roles.go),
-// so that they count as the server's, as a TCP connection's (started by
-// the server's accept loop) do, not as the client's.
+// server starts the connection's read and write loops from the goroutine
+// that asks for it, and they inherit its labels; brokerPipe asks from a
+// goroutine of its own labelled as the broker (roles.go), so that they
+// count as the server's, as a TCP connection's (started by the server's
+// accept loop) do. Not from the caller's goroutine under withRole: that
+// leaves the caller with ctx's labels, not its own (pprof.Do restores
+// ctx's), and the client's reader and flusher, which the caller starts
+// next, would lose the client's role.
 type brokerPipe struct {
 	ctx context.Context
 	srv nats.InProcessConnProvider
 }
 
-func (p brokerPipe) InProcessConn() (c net.Conn, err error) {
-	withRole(p.ctx, RoleBroker, func(context.Context) { c, err = p.srv.InProcessConn() })
-	return c, err
+func (p brokerPipe) InProcessConn() (net.Conn, error) {
+	type pipe struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan pipe, 1)
+	go withRole(p.ctx, RoleBroker, func(context.Context) {
+		c, err := p.srv.InProcessConn()
+		ch <- pipe{c, err}
+	})
+	r := <-ch
+	return r.c, r.err
 }
 
 // dialOptions are the options that connect a client through srv in

@@ -189,3 +189,38 @@ func TestRolesLabelGoroutines(t *testing.T) {
 		t.Errorf("NATS server client readers by role: %v", server)
 	}
 }
+
+// In process (duet bench --in-process) the labels are the same as over
+// TCP: a party's connection's reader keeps the party's label, not the
+// rig's (the harness's, as in a scale step), and the server's ends of the
+// pipes carry the broker's (inproc.go).
+func TestRolesLabelInProcess(t *testing.T) {
+	ns, url := startServerNS(t)
+	var r *rig
+	var err error
+	withRole(context.Background(), RoleHarness, func(ctx context.Context) { r, err = newRig(ctx, url, nil) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.close)
+	r.inProc = ns
+	if err := r.startParties([]string{"roles-inproc"}, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	var readers, server map[string]int
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		readers = labelledGoroutines(t, ".(*Conn).readLoop")
+		server = labelledGoroutines(t, "server.(*client).readLoop")
+		if readers[RoleParty0] >= 1 && readers[RoleParty1] >= 1 && server[RoleBroker] >= 3 || time.Now().After(end) {
+			break
+		}
+	}
+	// The admin's reader is the harness's (over TCP); every other one a
+	// party's.
+	if readers[RoleParty0] < 1 || readers[RoleParty1] < 1 || readers["none"] > 0 || readers[RoleHarness] > 1 {
+		t.Errorf("NATS connection readers by role: %v; want the parties' labelled as the parties", readers)
+	}
+	if server[RoleBroker] < 3 || server[RoleParty0]+server[RoleParty1]+server[RoleHarness]+server["none"] > 0 {
+		t.Errorf("NATS server client readers by role: %v; want all the broker's", server)
+	}
+}
