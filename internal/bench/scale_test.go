@@ -492,12 +492,8 @@ func TestScaleQuickInProcess(t *testing.T) {
 	if err := (&Report{Scale: rows}).WriteCSVs(dir); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "scale_detail.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); len(lines) != 2 || !strings.HasSuffix(lines[0], ",in_process") || !strings.HasSuffix(lines[1], ",true") {
-		t.Errorf("scale_detail.csv %q: want an in_process column, true", lines)
+	if recs := readCSV(t, filepath.Join(dir, "scale_detail.csv")); len(recs) != 2 || recs[0][len(recs[0])-1] != "in_process" || recs[1][len(recs[1])-1] != "true" {
+		t.Errorf("scale_detail.csv %q: want an in_process column, true", recs)
 	}
 	for _, opt := range []ScaleOptions{
 		{URL: url, InProcess: pipes, PartyBin: "/bin/true", Loops: []int{3}, Controller: cs},
