@@ -738,6 +738,13 @@ func uniqueTag() string {
 }
 
 // lightLoop plays one loop's sensor and actuator.
+//
+// It keeps every tick of the step until the results are read, so its
+// records hold no pointers (the ticks in a slice of values, the expected u
+// and the first-arrived output shares in flat arrays) and its messages are
+// encoded, sealed and opened in buffers it reuses: the loops' harness runs
+// in the one process whose collector also marks and sweeps for the parties
+// and the server, and a deployment's sensors and actuators do not.
 type lightLoop struct {
 	nc           *nats.Conn
 	sealS, sealA *codec.Sealer
@@ -750,40 +757,59 @@ type lightLoop struct {
 	yEnc, y0, y1 mpc.Matrix
 	twoHop       bool
 	ty           mpc.Matrix // the masked measurement (twoHop)
+	// The sending side's buffers (run's goroutine only): the payload's
+	// matrix entries, its encoding and the envelope.
+	wire, body, env []byte
 
-	mu     sync.Mutex
-	ticks  map[uint64]*lightTick
+	mu sync.Mutex
+	// base is the time the tick records' start offsets count from.
+	base time.Time
+	// ticks[t-1] is tick t; uplain[(t-1)*M:] the float64 controller's u
+	// for it; shares[((t-1)*2+i)*M:] party i's output share, kept until the
+	// other one's arrives.
+	ticks  []lightTick
+	uplain []float64
+	shares []mpc.Elem
 	sent   int // measured ticks sent
 	masked int // of those, sent masked (twoHop)
 	// The parties' latest mask shares (twoHop), as the sensor service keeps
 	// them (internal/sensor/twohop.go): usable for the tick after the one
-	// they were made after, dropped at the next tick either way.
+	// they were made after, dropped at the next tick either way. maskV[i]
+	// holds party i's V_y while mask[i].ok.
 	mask     [2]lightMask
+	maskV    [2]mpc.Matrix
 	lastSent uint64
+	// The receiving side's scratch (under mu): the opened payloads (one
+	// per subscription, which may run at once), a decoded share or mask and
+	// the reconstruction.
+	outPlain, maskPlain []byte
+	dec, maskDec, z     mpc.Matrix
+	got                 []float64
 }
 
-// lightMask is one party's KindMaskY.
+// lightMask is one party's KindMaskY (its V_y in lightLoop.maskV).
 type lightMask struct {
 	ok          bool
 	after, item uint64
-	v           mpc.Matrix
 }
 
+// lightTick is one tick's record: no pointers (see lightLoop).
 type lightTick struct {
-	start    time.Time
-	measured bool
-	uplain   []float64
-	have     [2]bool
-	u        [2]mpc.Matrix
+	start    time.Duration // from lightLoop.base
 	lat      time.Duration
+	sent     bool // false: a gap (the measurement did not encode)
+	measured bool
+	have     [2]bool
 	done     bool
 	wrong    bool
 }
 
 func newLightLoop(ids *identities, nc *nats.Conn, loop string, cs mpc.ControllerSpec, prm mpc.Params, bound float64, twoHop bool) (*lightLoop, error) {
 	l := &lightLoop{nc: nc, loop: loop, prm: prm, fc: cs.NewFloatController(), bound: bound, guard: codec.NewReplayGuard(),
-		ticks: map[uint64]*lightTick{}, yEnc: mpc.NewMatrix(prm.P, 1), y0: mpc.NewMatrix(prm.P, 1), y1: mpc.NewMatrix(prm.P, 1),
-		twoHop: twoHop, ty: mpc.NewMatrix(prm.P, 1)}
+		yEnc: mpc.NewMatrix(prm.P, 1), y0: mpc.NewMatrix(prm.P, 1), y1: mpc.NewMatrix(prm.P, 1),
+		twoHop: twoHop, ty: mpc.NewMatrix(prm.P, 1), base: time.Now(),
+		maskV:   [2]mpc.Matrix{mpc.NewMatrix(prm.P, 1), mpc.NewMatrix(prm.P, 1)},
+		maskDec: mpc.NewMatrix(prm.P, 1), dec: mpc.NewMatrix(prm.M, 1), z: mpc.NewMatrix(prm.M, 1), got: make([]float64, prm.M)}
 	var err error
 	if l.sealS, err = ids.sealer(codec.RoleSensor); err != nil {
 		return nil, err
@@ -806,6 +832,13 @@ func (l *lightLoop) run(ctx context.Context, period time.Duration, measureFrom, 
 	defer tk.Stop()
 	f := l.prm.Field
 	y := make([]float64, l.prm.P)
+	if n := int(time.Until(stopAt)/period) + 2; n > 0 {
+		l.mu.Lock()
+		l.ticks = slices.Grow(l.ticks, n)
+		l.uplain = slices.Grow(l.uplain, n*l.prm.M)
+		l.shares = slices.Grow(l.shares, 2*n*l.prm.M)
+		l.mu.Unlock()
+	}
 	for t := uint64(1); ; t++ {
 		now := time.Now()
 		if now.After(stopAt) || ctx.Err() != nil {
@@ -823,23 +856,12 @@ func (l *lightLoop) run(ctx context.Context, period time.Duration, measureFrom, 
 				err = f.ShareInto(l.rng, l.yEnc, l.y0, l.y1)
 			}
 			if err == nil {
-				up := append([]float64(nil), l.fc.Step(y)...)
-				lt := &lightTick{uplain: up, measured: !now.Before(measureFrom)}
-				l.mu.Lock()
-				l.ticks[t] = lt
-				if lt.measured {
-					l.sent++
-					if masked {
-						l.masked++
-					}
-				}
-				lt.start = time.Now()
-				l.mu.Unlock()
+				start := l.record(t, l.fc.Step(y), !now.Before(measureFrom), masked)
 				if masked {
-					l.publishMasked(t, item, lt.start)
+					l.publishMasked(t, item, start)
 				} else {
-					l.publish(t, 0, l.y0, lt.start)
-					l.publish(t, 1, l.y1, lt.start)
+					l.publish(t, 0, l.y0, start)
+					l.publish(t, 1, l.y1, start)
 				}
 			}
 		}
@@ -851,31 +873,61 @@ func (l *lightLoop) run(ctx context.Context, period time.Duration, measureFrom, 
 	}
 }
 
+// record keeps tick t as sent now, measured or not, with the float64
+// controller's u for it, and returns its start. Tick t's record is
+// ticks[t-1]: a tick whose measurement did not encode leaves an empty
+// record (never sent).
+func (l *lightLoop) record(t uint64, uplain []float64, measured, masked bool) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	M := l.prm.M
+	for uint64(len(l.ticks)) < t {
+		l.ticks = append(l.ticks, lightTick{})
+		l.uplain = append(l.uplain, make([]float64, M)...)
+		l.shares = append(l.shares, make([]mpc.Elem, 2*M)...)
+	}
+	copy(l.uplain[(t-1)*uint64(M):t*uint64(M)], uplain)
+	lt := &l.ticks[t-1]
+	lt.sent, lt.measured = true, measured
+	if measured {
+		l.sent++
+		if masked {
+			l.masked++
+		}
+	}
+	start := time.Now()
+	lt.start = start.Sub(l.base)
+	return start
+}
+
 func (l *lightLoop) publish(t uint64, i int, y mpc.Matrix, start time.Time) {
-	body, err := codec.Marshal(codec.MeasurePayload{Y: codec.PutMatrix(l.prm.Field, y), SentUnixNano: start.UnixNano()})
-	if err != nil {
+	var p codec.MeasurePayload
+	p.Y, l.wire = codec.AppendMatrix(l.prm.Field, l.wire[:0], y)
+	p.SentUnixNano = start.UnixNano()
+	l.seal(p, codec.KindMeasure, t, i)
+}
+
+// seal encodes p, seals it to party i as tick t's message of kind k and
+// publishes it, in the loop's reused buffers.
+func (l *lightLoop) seal(p any, k codec.Kind, t uint64, i int) {
+	var err error
+	if l.body, err = codec.MarshalAppend(l.body[:0], p); err != nil {
 		return
 	}
-	env, err := l.sealS.Seal(codec.Header{Kind: codec.KindMeasure, Loop: l.loop, Tick: t, From: codec.RoleSensor, To: codec.PartyRole(i)}, body)
-	if err != nil {
+	if l.env, err = l.sealS.SealAppend(l.env[:0], codec.Header{Kind: k, Loop: l.loop, Tick: t, From: codec.RoleSensor, To: codec.PartyRole(i)}, l.body); err != nil {
 		return
 	}
-	_ = l.nc.Publish(bus.MeasureSubject(l.loop, i), env)
+	_ = l.nc.Publish(bus.MeasureSubject(l.loop, i), l.env)
 }
 
 // publishMasked sends both parties tick t's masked measurement l.ty, padded
 // by item's V_y.
 func (l *lightLoop) publishMasked(t, item uint64, start time.Time) {
-	body, err := codec.Marshal(codec.MeasureMaskedPayload{Item: item, T: codec.PutMatrix(l.prm.Field, l.ty), SentUnixNano: start.UnixNano()})
-	if err != nil {
-		return
-	}
+	var p codec.MeasureMaskedPayload
+	p.Item, p.SentUnixNano = item, start.UnixNano()
+	p.T, l.wire = codec.AppendMatrix(l.prm.Field, l.wire[:0], l.ty)
 	for i := range 2 {
-		env, err := l.sealS.Seal(codec.Header{Kind: codec.KindMeasureMasked, Loop: l.loop, Tick: t, From: codec.RoleSensor, To: codec.PartyRole(i)}, body)
-		if err != nil {
-			return
-		}
-		_ = l.nc.Publish(bus.MeasureSubject(l.loop, i), env)
+		l.seal(p, codec.KindMeasureMasked, t, i)
 	}
 }
 
@@ -890,14 +942,16 @@ func (l *lightLoop) takeMask(t uint64) (item uint64, ok bool) {
 	if !l.twoHop || !a.ok || !b.ok || a.after != last || b.after != last || a.item != b.item {
 		return 0, false
 	}
-	l.prm.Field.MatAdd(l.ty, a.v, b.v)
+	l.prm.Field.MatAdd(l.ty, l.maskV[0], l.maskV[1])
 	return a.item, true
 }
 
 // onMask admits one party's mask share (sealed to the sensor, for this
 // loop, fresh, p x 1).
 func (l *lightLoop) onMask(m *nats.Msg) {
-	h, body, err := l.sealS.Open(m.Data)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h, body, err := l.sealS.OpenScratch(&l.maskPlain, m.Data)
 	if err != nil || h.Kind != codec.KindMaskY || h.Loop != l.loop {
 		return
 	}
@@ -906,13 +960,11 @@ func (l *lightLoop) onMask(m *nats.Msg) {
 		return
 	}
 	var mp codec.MaskYPayload
-	v := mpc.NewMatrix(l.prm.P, 1)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.guard.Admit(h, body, &mp, func() error { return mp.V.DecodeInto(l.prm.Field, v) }) != nil {
+	if l.guard.AdmitView(h, body, &mp, func() error { return mp.V.DecodeInto(l.prm.Field, l.maskDec) }) != nil {
 		return
 	}
-	l.mask[id] = lightMask{ok: true, after: h.Tick, item: mp.Item, v: v}
+	copy(l.maskV[id].Data, l.maskDec.Data)
+	l.mask[id] = lightMask{ok: true, after: h.Tick, item: mp.Item}
 }
 
 // maskedSent is the number of measured ticks sent masked.
@@ -923,47 +975,42 @@ func (l *lightLoop) maskedSent() int {
 }
 
 func (l *lightLoop) onOutput(m *nats.Msg) {
-	h, body, err := l.sealA.Open(m.Data)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h, body, err := l.sealA.OpenScratch(&l.outPlain, m.Data)
 	if err != nil || h.Kind != codec.KindOutput || h.Loop != l.loop || l.guard.Accept(h) != nil {
 		return
 	}
 	var op codec.OutputPayload
-	if codec.Unmarshal(body, &op) != nil {
-		return
-	}
-	u, err := op.U.Decode(l.prm.Field, l.prm.M, 1)
-	if err != nil {
+	if codec.UnmarshalView(body, &op) != nil || op.U.DecodeInto(l.prm.Field, l.dec) != nil {
 		return
 	}
 	id, ok := h.From.PartyID()
-	if !ok {
+	if !ok || h.Tick == 0 || h.Tick > uint64(len(l.ticks)) {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lt := l.ticks[h.Tick]
-	if lt == nil || lt.done || lt.have[id] {
+	lt := &l.ticks[h.Tick-1]
+	if !lt.sent || lt.done || lt.have[id] {
 		return
 	}
-	lt.have[id], lt.u[id] = true, u
+	M := l.prm.M
+	at := (h.Tick - 1) * uint64(M)
+	share := func(i int) mpc.Matrix {
+		return mpc.Matrix{Rows: M, Cols: 1, Data: l.shares[(at*2)+uint64(i*M) : (at*2)+uint64((i+1)*M)]}
+	}
+	copy(share(id).Data, l.dec.Data)
+	lt.have[id] = true
 	if !lt.have[0] || !lt.have[1] {
 		return
 	}
-	lt.lat, lt.done = time.Since(lt.start), true
-	z := mpc.NewMatrix(l.prm.M, 1)
-	l.prm.Field.Reconst(z, lt.u[0], lt.u[1])
-	got := make([]float64, l.prm.M)
-	l.prm.Field.DcdInto(got, z.Data, 2*l.prm.L)
-	for i := range got {
-		if math.Abs(got[i]-lt.uplain[i]) > l.bound {
+	lt.lat, lt.done = time.Since(l.base)-lt.start, true
+	l.prm.Field.Reconst(l.z, share(0), share(1))
+	l.prm.Field.DcdInto(l.got, l.z.Data, 2*l.prm.L)
+	for i, u := range l.uplain[at : at+uint64(M)] {
+		if math.Abs(l.got[i]-u) > l.bound {
 			lt.wrong = true
 		}
 	}
-	// Only the verdict is kept: every tick of the run stays in l.ticks, and
-	// the shares and the expected u would be hundreds of thousands of small
-	// live objects that the garbage collector of this one process (parties
-	// and server included) would mark on every cycle.
-	lt.u, lt.uplain = [2]mpc.Matrix{}, nil
 }
 
 // results returns the latencies of the measured ticks completed within the
@@ -973,14 +1020,12 @@ func (l *lightLoop) onOutput(m *nats.Msg) {
 func (l *lightLoop) results(deadline time.Duration) (lat []time.Duration, sent, misses, wrong int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ticks := make([]uint64, 0, len(l.ticks))
-	for t := range l.ticks {
-		ticks = append(ticks, t)
-	}
-	slices.Sort(ticks)
 	inSync := true
-	for _, t := range ticks {
-		lt := l.ticks[t]
+	for i := range l.ticks {
+		lt := &l.ticks[i]
+		if !lt.sent {
+			continue
+		}
 		inSync = inSync && lt.done
 		if !lt.measured {
 			continue
@@ -1046,14 +1091,14 @@ func writeTickSeries(path string, ls []*lightLoop, from time.Time) error {
 	for i, l := range ls {
 		l.mu.Lock()
 		for _, lt := range l.ticks {
-			if !lt.measured {
+			if !lt.sent || !lt.measured {
 				continue
 			}
 			lat := -1.0
 			if lt.done {
 				lat = us(lt.lat)
 			}
-			fmt.Fprintf(w, "%.3f,%d,%.1f\n", float64(lt.start.Sub(from))/1e6, i, lat)
+			fmt.Fprintf(w, "%.3f,%d,%.1f\n", float64(l.base.Add(lt.start).Sub(from))/1e6, i, lat)
 		}
 		l.mu.Unlock()
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"math"
@@ -15,9 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/duet-mpc/duet/internal/party"
-	"github.com/duet-mpc/duet/pkg/mpc"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/duet-mpc/duet/internal/party"
+	"github.com/duet-mpc/duet/internal/sim"
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
 func TestScaleQuick(t *testing.T) {
@@ -506,5 +511,86 @@ func TestScaleQuickInProcess(t *testing.T) {
 	}
 	if _, err := Run(context.Background(), Options{URL: url, Out: t.TempDir(), Sections: []string{"scale"}, Plan: &Plan{ScaleInProcess: true}}); !errors.Is(err, ErrInProcess) {
 		t.Errorf("Run with an external server and ScaleInProcess: %v, want ErrInProcess", err)
+	}
+}
+
+// TestLightLoopVerdicts feeds the harness's actuator side sealed output
+// shares: a right u, a wrong one, a tick with one share only, a replayed
+// share and an out-of-range tick, and checks the verdicts its results give.
+func TestLightLoopVerdicts(t *testing.T) {
+	cs, _ := pendulum(t)
+	rz, err := cs.Resolve(mpc.PerTick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prm := rz.Params
+	f := prm.Field
+	ids, err := newIdentities()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const loop = "verdicts"
+	bound := sim.OutputBound(cs, rz)
+	l, err := newLightLoop(ids, nil, loop, cs, prm, bound, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float64, prm.M)
+	for i := range want {
+		want[i] = 0.25 * float64(i+1)
+	}
+	// send seals party id's share of u (encoded as the parties' outputs
+	// are, at scale 2L) for tick tk.
+	shares := map[uint64][2]mpc.Matrix{}
+	send := func(tk uint64, id int, u []float64) {
+		t.Helper()
+		s, ok := shares[tk]
+		if !ok {
+			enc := mpc.NewMatrix(prm.M, 1)
+			if err := f.EcdInto(enc.Data, u, prm.K+prm.L, 2*prm.L); err != nil {
+				t.Fatal(err)
+			}
+			s = [2]mpc.Matrix{mpc.NewMatrix(prm.M, 1), mpc.NewMatrix(prm.M, 1)}
+			if err := f.ShareInto(rand.Reader, enc, s[0], s[1]); err != nil {
+				t.Fatal(err)
+			}
+			shares[tk] = s
+		}
+		sl, err := ids.sealer(codec.PartyRole(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := codec.Marshal(codec.OutputPayload{Item: tk, U: codec.PutMatrix(f, s[id])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, err := sl.Seal(codec.Header{Kind: codec.KindOutput, Loop: loop, Tick: tk, From: codec.PartyRole(id), To: codec.RoleActuator}, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.onOutput(&nats.Msg{Data: env})
+	}
+	for tk := uint64(1); tk <= 4; tk++ {
+		l.record(tk, want, tk > 1, false) // tick 1 is warm-up
+	}
+	wrongU := append([]float64(nil), want...)
+	wrongU[0] += 100 * bound
+	send(1, 0, want)
+	send(1, 1, want)
+	send(2, 1, want)
+	send(2, 1, want) // a replay: not a second share
+	send(2, 0, want)
+	send(3, 0, wrongU)
+	send(3, 1, wrongU)
+	send(4, 0, want) // tick 4's second share never comes
+	send(9, 0, want) // a tick never sent
+	send(9, 1, want)
+	lat, sent, misses, wrong := l.results(time.Minute)
+	if sent != 3 || len(lat) != 1 || misses != 1 || wrong != 1 {
+		t.Fatalf("sent %d, on time %d, misses %d, wrong %d: want 3 measured, 1 on time, 1 miss (tick 4), 1 wrong (tick 3)", sent, len(lat), misses, wrong)
+	}
+	// A deadline every tick missed turns the completed ones into misses.
+	if _, _, misses, _ := l.results(0); misses != 3 {
+		t.Fatalf("with a zero deadline %d misses, want 3", misses)
 	}
 }
