@@ -81,6 +81,9 @@ type Report struct {
 	// ScaleInProcess is Plan.ScaleInProcess: the scale search's loops and
 	// floors were connected to the embedded server in process.
 	ScaleInProcess bool
+	// ScaleColdHeap is Plan.ScaleColdHeap: the scale steps ran on a heap
+	// not faulted in.
+	ScaleColdHeap bool
 	// ScaleTwoHop is Plan.ScaleTwoHop: the scale search's loops ran the
 	// two-hop tick.
 	ScaleTwoHop bool
@@ -186,6 +189,9 @@ type Plan struct {
 	// TCP (ScaleOptions.InProcess; inproc.go). Needs the embedded server
 	// and the parties inside the bench.
 	ScaleInProcess bool
+	// ScaleColdHeap runs each scale step on the heap its set-up leaves,
+	// not faulted in beforehand (ScaleOptions.ColdHeap).
+	ScaleColdHeap bool
 }
 
 // PlanFor returns the full or the --quick plan.
@@ -258,7 +264,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		plan = *opt.Plan
 	}
 	rep.StateFileStore, rep.ScaleVariant, rep.PartyBin, rep.ScaleTwoHop = plan.StateFileStore, plan.ScaleVariant, plan.PartyBin, plan.ScaleTwoHop
-	rep.ScaleLiveDealers, rep.ScaleInProcess = plan.ScaleLiveDealers, plan.ScaleInProcess
+	rep.ScaleLiveDealers, rep.ScaleInProcess, rep.ScaleColdHeap = plan.ScaleLiveDealers, plan.ScaleInProcess, plan.ScaleColdHeap
 	rep.Prefetch = plan.Prefetch
 	pr := func(format string, a ...any) { fmt.Fprintf(opt.Progress, format+"\n", a...) }
 	if plan.MachineRTTs > 0 {
@@ -554,16 +560,16 @@ func runScaleSearches(ctx context.Context, url string, ns *server.Server, plan P
 			loops = plan.ScaleNoPersistLoops
 		}
 		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, Prefetch: plan.Prefetch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg, StateFileStore: plan.StateFileStore,
-			Repeat: plan.ScaleRepeat, PartyBin: plan.PartyBin, Controller: cs, Variant: plan.ScaleVariant, TwoHop: plan.ScaleTwoHop, LiveDealers: plan.ScaleLiveDealers, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded, Server: ns, InProcess: inProc,
+			Repeat: plan.ScaleRepeat, PartyBin: plan.PartyBin, Controller: cs, Variant: plan.ScaleVariant, TwoHop: plan.ScaleTwoHop, LiveDealers: plan.ScaleLiveDealers, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded, Server: ns, InProcess: inProc, ColdHeap: plan.ScaleColdHeap,
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
 				if plan.ScaleRepeat > 1 {
 					pr("  step %d of %d at %d loops:", r.Try, plan.ScaleRepeat, r.Loops)
 				}
-				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f stolen %s | parties: %d abandoned%s, %d without item, %d refused%s | cpu %.2f cores, stolen %s, %d GCs (%.0f ms CPU, %.0f ms of it assists), %.1f KB allocated/tick, %.2f peer messages/tick for %.2f (%.2f held), broker messages %s in + %s out/tick, run-queue p99 %.0fµs (floor %.0fµs), %s syscalls/tick (floor %s) | cores by role: parties %s + %s (%s µs/tick for the pair), broker %s, harness %s, collector %s (sweeping %s), other %s (floor: relays %s, broker %s, harness %s)  ok %v (set-up %v)",
+				pr("  %5d loops  persist=%-5v  %7d ticks  p50 %7.1fµs  p99 %8.1fµs  misses %d  wrong %d  stalls %d (worst %v)  | floor p50 %6.1fµs p99 %8.1fµs misses %d stalls %d (worst %v) cpu %.2f stolen %s | parties: %d abandoned%s, %d without item, %d refused%s | cpu %.2f cores, stolen %s, %d GCs (%.0f ms CPU, %.0f ms of it assists), %.1f KB allocated/tick, %.0f page faults/s (%.0f MB faulted in before), %.2f peer messages/tick for %.2f (%.2f held), broker messages %s in + %s out/tick, run-queue p99 %.0fµs (floor %.0fµs), %s syscalls/tick (floor %s) | cores by role: parties %s + %s (%s µs/tick for the pair), broker %s, harness %s, collector %s (sweeping %s), other %s (floor: relays %s, broker %s, harness %s)  ok %v (set-up %v)",
 					r.Loops, r.Persist, r.Ticks, us(r.P50), us(r.P99), r.Misses, r.Wrong, r.Stalls, r.StallMax.Round(100*time.Microsecond),
 					us(r.FloorP50), us(r.FloorP99), r.FloorMisses, r.FloorStalls, r.FloorStallMax.Round(100*time.Microsecond), r.FloorCPU, Cores(r.FloorSteal), r.PartyMisses, parenthesized(r.AbandonedBy()), r.NoItem, r.Rejected(), parenthesized(r.RejectsBy()),
-					r.CPU, Cores(r.Steal), r.GCs, float64(r.GCCPU)/1e6, float64(r.GCAssist)/1e6, r.AllocPerTick/1024, r.PeerMsgsPerTick, r.PeerEnvsPerTick, r.PeerHeldPerTick, Cores(r.BrokerInPerTick), Cores(r.BrokerOutPerTick),
+					r.CPU, Cores(r.Steal), r.GCs, float64(r.GCCPU)/1e6, float64(r.GCAssist)/1e6, r.AllocPerTick/1024, r.FaultsPerSec, r.PrefaultMB, r.PeerMsgsPerTick, r.PeerEnvsPerTick, r.PeerHeldPerTick, Cores(r.BrokerInPerTick), Cores(r.BrokerOutPerTick),
 					us(r.SchedP99), us(r.FloorSchedP99), Cores(r.SyscallsPerTick), Cores(r.FloorSyscallsPerTick),
 					Cores(r.Roles.Party[0]), Cores(r.Roles.Party[1]), Cores(r.Roles.PairPerTick(r.Loops, r.Period)), Cores(r.Roles.Broker), Cores(r.Roles.Harness), Cores(r.Roles.Collector), Cores(r.Roles.Sweep), Cores(r.Roles.Other),
 					Cores(r.FloorRoles.Pair()), Cores(r.FloorRoles.Broker), Cores(r.FloorRoles.Harness),
@@ -707,6 +713,9 @@ func (rep *Report) Targets() []Target {
 	}
 	if rep.ScaleInProcess {
 		got += "; connected to the embedded server in process, not over TCP"
+	}
+	if rep.ScaleColdHeap {
+		got += "; each step on a cold heap (not faulted in beforehand)"
 	}
 	if rep.ScaleLiveDealers > 0 {
 		got += fmt.Sprintf("; dealers checking the queues (DUET_POLL_MAX=%v)", rep.ScaleLiveDealers)

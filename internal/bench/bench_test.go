@@ -238,6 +238,16 @@ func TestScaleTargetSaysWhy(t *testing.T) {
 			t.Errorf("fixed mask: scale target %q does not name it", tg.Got)
 		}
 	}
+	// On a cold heap (duet bench --cold-heap) too; by default it says
+	// nothing of the heap.
+	for _, cold := range []bool{false, true} {
+		rep.ScaleColdHeap = cold
+		for _, tg := range rep.Targets() {
+			if strings.HasPrefix(tg.Name, ">= 500 loops") && strings.Contains(tg.Got, "cold heap") != cold {
+				t.Errorf("ScaleColdHeap %v: scale target %q", cold, tg.Got)
+			}
+		}
+	}
 }
 
 // TestScaleTargetRepeats: with several steps per loop count (duet bench

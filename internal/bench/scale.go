@@ -110,6 +110,14 @@ type ScaleOptions struct {
 	// over loopback TCP to URL; nil: TCP. Not with PartyBin or
 	// ServerOutside: another process cannot share this one's memory.
 	InProcess nats.InProcessConnProvider
+	// ColdHeap leaves each step's heap as its set-up leaves it: the heap
+	// then grows toward its collection's goal during the floor and the
+	// loops, faulting in a page at a time what it grows into (10-30
+	// thousand faults a second at 400 loops, at 13-15 µs each on the VM
+	// the README's figures come from). Otherwise (the default) the step's
+	// headroom is faulted in after the set-up (prefaultHeap), as the pages
+	// of a process that has served its load for a while are.
+	ColdHeap bool
 	// ProfileDir, if set, receives a CPU profile of each step's measurement
 	// window (scale-<loops>[-persist][-try<k>].pprof; -try<k> with Repeat > 1).
 	ProfileDir string
@@ -186,6 +194,10 @@ type ScaleRow struct {
 	// InProcess: the loops and the step's floor were connected to the
 	// embedded server in process, not over TCP (ScaleOptions.InProcess).
 	InProcess bool
+	// PrefaultMB is the heap faulted in after the set-up (prefaultHeap;
+	// 0 with ScaleOptions.ColdHeap), and FaultsPerSec the process's minor
+	// page faults a second during the measured ticks.
+	PrefaultMB, FaultsPerSec float64
 	// TwoHop: the loops ran the two-hop tick (ScaleOptions.TwoHop). Of the
 	// measured ticks, TwoHopTicks went out as masked measurements and
 	// FallbackTicks counts those a party still ran in three hops (both
@@ -395,6 +407,9 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	}
 	stopDealers()
 	row.Setup = time.Since(began)
+	if !opt.ColdHeap {
+		row.PrefaultMB = float64(prefaultHeap()) / (1 << 20)
+	}
 	if opt.LiveDealers > 0 {
 		// Two replicas that check the queues through the floor and the
 		// step as deployed dealers do, at the services' DUET_POLL and this
@@ -555,7 +570,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		}
 		return
 	}
-	cm, procCPU0 := startCPUMeter(), r.procCPU()
+	cm, procCPU0, faults0 := startCPUMeter(), r.procCPU(), minorFaults()
 	mon = startStallMonitor()
 	var wm waitMeter
 	start := time.Now()
@@ -586,6 +601,7 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	row.RSS = processRSS()
 	time.Sleep(opt.Deadline + 100*time.Millisecond)
 	row.CPU, row.Steal = cm.cores(wall)
+	row.FaultsPerSec = float64(minorFaults()-faults0) / wall.Seconds()
 	roles, raw, err := prof.stop()
 	if err != nil {
 		// The split is an addition to the step's figures, not one of

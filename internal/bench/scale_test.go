@@ -48,6 +48,12 @@ func TestScaleQuick(t *testing.T) {
 		if r.Ticks < r.Loops*30 || r.Wrong != 0 {
 			t.Errorf("%+v: want about 37 ticks per loop and no wrong result", r)
 		}
+		// By default the step's heap headroom is faulted in after the
+		// set-up (prefaultHeap): at least the 16 MB goal of Go's smallest
+		// heap, less what is live.
+		if r.PrefaultMB < 1 {
+			t.Errorf("%+v: %.1f MB faulted in after the set-up, want the heap's headroom", r, r.PrefaultMB)
+		}
 		if r.CPU <= 0 || r.FloorCPU <= 0 {
 			t.Errorf("%+v: want the run's and the floor's CPU measured", r)
 		}
@@ -156,7 +162,7 @@ func TestScaleQuickFixedMask(t *testing.T) {
 	url := startServer(t)
 	cs, _ := pendulum(t)
 	rows, err := RunScale(context.Background(), ScaleOptions{URL: url, Loops: []int{3}, Duration: 300 * time.Millisecond, Warmup: 200 * time.Millisecond,
-		Controller: cs, Variant: mpc.FixedMask, Compress: true, NoPersist: true, Prefetch: 8})
+		Controller: cs, Variant: mpc.FixedMask, Compress: true, NoPersist: true, Prefetch: 8, ColdHeap: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +176,10 @@ func TestScaleQuickFixedMask(t *testing.T) {
 	// its item, and the row says which prefetch it ran with.
 	if r := rows[0]; r.Prefetch != 8 || r.NoItem != 0 {
 		t.Errorf("prefetch %d, %d ticks without an item: want 8 and none", r.Prefetch, r.NoItem)
+	}
+	// A cold heap: nothing faulted in after the set-up.
+	if r := rows[0]; r.PrefaultMB != 0 {
+		t.Errorf("with ColdHeap %.0f MB faulted in after the set-up, want none", r.PrefaultMB)
 	}
 }
 
@@ -214,9 +224,10 @@ func TestScaleQuickTwoHop(t *testing.T) {
 	// collector's background sweeping is measured; the server's messages
 	// are unknown (empty) without the server (ScaleOptions.Server).
 	// The dealers stopped before the step (no --live-dealers): 0. Over
-	// TCP, not in process.
-	want := fmt.Sprintf(",true,%d,%d,,,,%d,%.3f,,,0,%.2f,false", r.TwoHopTicks, r.FallbackTicks, party.DefaultPrefetch, r.Roles.Sweep, r.PeerHeldPerTick)
-	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks,party_rejects_by,party_alloc_kb_per_tick,party_gc_cycles,prefetch,collector_sweep_cores,broker_msgs_in_per_tick,broker_msgs_out_per_tick,live_dealers_poll_max_ms,peer_held_per_tick,in_process") || !strings.HasSuffix(lines[1], want) || math.IsNaN(r.Roles.Sweep) {
+	// TCP, not in process. The heap faulted in after the set-up and the
+	// step's page faults.
+	want := fmt.Sprintf(",true,%d,%d,,,,%d,%.3f,,,0,%.2f,false,%.0f,%.0f", r.TwoHopTicks, r.FallbackTicks, party.DefaultPrefetch, r.Roles.Sweep, r.PeerHeldPerTick, r.PrefaultMB, r.FaultsPerSec)
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], ",two_hop,two_hop_ticks,fallback_ticks,party_rejects_by,party_alloc_kb_per_tick,party_gc_cycles,prefetch,collector_sweep_cores,broker_msgs_in_per_tick,broker_msgs_out_per_tick,live_dealers_poll_max_ms,peer_held_per_tick,in_process,prefault_mb,page_faults_per_s") || !strings.HasSuffix(lines[1], want) || math.IsNaN(r.Roles.Sweep) {
 		t.Errorf("scale_detail.csv %q: want the two-hop columns and empty party-process heap columns, ending %q", lines, want)
 	}
 	if !math.IsNaN(r.PartyAllocPerTick) || r.PartyGCs != 0 {
@@ -497,7 +508,7 @@ func TestScaleQuickInProcess(t *testing.T) {
 	if err := (&Report{Scale: rows}).WriteCSVs(dir); err != nil {
 		t.Fatal(err)
 	}
-	if recs := readCSV(t, filepath.Join(dir, "scale_detail.csv")); len(recs) != 2 || recs[0][len(recs[0])-1] != "in_process" || recs[1][len(recs[1])-1] != "true" {
+	if recs := readCSV(t, filepath.Join(dir, "scale_detail.csv")); len(recs) != 2 || recs[0][len(recs[0])-3] != "in_process" || recs[1][len(recs[1])-3] != "true" {
 		t.Errorf("scale_detail.csv %q: want an in_process column, true", recs)
 	}
 	for _, opt := range []ScaleOptions{

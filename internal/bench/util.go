@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"syscall"
 	"time"
@@ -20,6 +22,16 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// minorFaults is the process's minor page faults so far (getrusage); 0
+// where they cannot be read.
+func minorFaults() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return int64(ru.Minflt)
 }
 
 // cpuMeter measures, over an interval, the process's CPU time and the CPU
@@ -165,3 +177,40 @@ func startStallMonitor() *stall.Monitor { return stall.Start(StallThreshold) }
 // its memory returned to the OS faults it in again, so the dealer's rates
 // halved and Protocol 1's Fig. 5 means rose 1.3-2x.
 var quiesce = func() { debug.FreeOSMemory() } // a variable: the tests count the calls
+
+// prefaultHeap collects, then allocates and touches (one write a page) the
+// headroom the heap will grow into before its next collection (the heap
+// goal less the live objects), and drops it: the pages stay mapped, as free
+// heap the runtime reuses, so a measurement that starts now runs in memory
+// already faulted in, as a process that has served its load for a while
+// does, instead of faulting in its heap's growth page by page. It returns
+// the bytes touched.
+func prefaultHeap() uint64 {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 || s[1].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	goal, live := s[0].Value.Uint64(), s[1].Value.Uint64()
+	if goal <= live {
+		return 0
+	}
+	// In chunks, not one object: the runtime places new spans at the lowest
+	// free addresses, so the chunks fill the free pages the next spans would
+	// take (some released to the OS by quiesce), where one large object could
+	// land above them and be left unused.
+	const chunk = 1 << 20
+	held := make([][]byte, 0, (goal-live)/chunk+1)
+	for n := uint64(0); n < goal-live; n += chunk {
+		b := make([]byte, chunk)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		held = append(held, b)
+	}
+	runtime.KeepAlive(held)
+	held = nil
+	runtime.GC()
+	return goal - live
+}

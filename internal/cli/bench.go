@@ -43,6 +43,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	repeat := fs.Int("repeat", 0, "steps of the scale search at each loop count; a count holds only if every one of them held (default 1)")
 	mask := fs.String("mask", "", "the sensors' DUET_MASK in the scale section: per-tick (the services' default) or fixed")
 	twoHop := fs.Bool("two-hop", false, "run the scale section's loops with the two-hop tick (DUET_TWO_HOP, on in the shipped deployments; default: three hops, the services' default)")
+	coldHeap := fs.Bool("cold-heap", false, "run each scale step on the heap its set-up leaves, which then faults in its growth a page at a time during the floor and the loops, as the bench did before the forty-third session; default: the step's heap headroom is faulted in after the set-up, as a process that has served its load for a while has it")
 	inProcess := fs.Bool("in-process", false, "connect the scale section's loops and floors to the embedded NATS server in process (in-memory pipes), not over loopback TCP: what the stack costs without the kernel's loopback; not with --nats or --party-bin")
 	partyBin := fs.String("party-bin", "", "run the two parties of the tick and scale sections as this party binary (a build of cmd/party), each in its own process, instead of inside the bench")
 	liveDealers := fs.Duration("live-dealers", 0, "keep two dealer replicas checking the scale steps' queues during the measurement, as deployed dealers do, with this DUET_POLL_MAX (DUET_POLL 50ms; 50ms: a check every 50 ms, as before DUET_POLL_MAX existed); default: the dealers stop once the queues are full")
@@ -114,7 +115,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	plan.PeerBatch, plan.ItemsPerMsg, plan.WriteCoalesce, plan.StateFileStore = *peerBatch, *perMsg, coalesce, *stateFile
 	plan.Prefetch = *prefetch
 	plan.ScaleVariant, plan.ScaleRepeat, plan.PartyBin, plan.ScaleTwoHop = variant, *repeat, *partyBin, *twoHop
-	plan.ScaleLiveDealers, plan.ScaleInProcess = *liveDealers, *inProcess
+	plan.ScaleLiveDealers, plan.ScaleInProcess, plan.ScaleColdHeap = *liveDealers, *inProcess, *coldHeap
 	if *stepDur != 0 {
 		plan.ScaleDur = *stepDur
 	}
@@ -187,6 +188,9 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 	}
 	if rep.ScaleInProcess {
 		hops += ", connected to the embedded server in process (scale section)"
+	}
+	if rep.ScaleColdHeap {
+		hops += ", each scale step on a cold heap"
 	}
 	if rep.ScaleLiveDealers > 0 {
 		hops += fmt.Sprintf(", dealers checking their queues during the steps (DUET_POLL_MAX=%v)", rep.ScaleLiveDealers)

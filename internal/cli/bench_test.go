@@ -212,7 +212,8 @@ func TestBenchInterrupted(t *testing.T) {
 // 25 Hz sends about 25 measured ticks a second, so a 1-s window has about
 // 25 and the quick plan's 2-s window about 50. With --live-dealers, dealers
 // check the queues meanwhile, the summary and scale_detail.csv say so, and
-// no tick misses.
+// no tick misses. With --cold-heap nothing is faulted in after the set-up,
+// and the summary and scale_detail.csv say so too.
 func TestBenchStepDuration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a quick scale step")
@@ -220,12 +221,15 @@ func TestBenchStepDuration(t *testing.T) {
 	out := t.TempDir()
 	var stdout bytes.Buffer
 	err := Run(t.Context(), []string{"bench", "--quick", "--only", "scale", "--loops", "1", "--step-duration", "1s",
-		"--live-dealers", "100ms", "--examples", "../../examples/qube-servo2", "--out", out}, &stdout, io.Discard)
+		"--live-dealers", "100ms", "--cold-heap", "--examples", "../../examples/qube-servo2", "--out", out}, &stdout, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first, _, _ := strings.Cut(stdout.String(), "\n"); !strings.Contains(first, "dealers checking their queues during the steps (DUET_POLL_MAX=100ms)") {
 		t.Errorf("--live-dealers 100ms: first line %q", first)
+	}
+	if first, _, _ := strings.Cut(stdout.String(), "\n"); !strings.Contains(first, "each scale step on a cold heap") {
+		t.Errorf("--cold-heap: first line %q", first)
 	}
 	b, err := os.ReadFile(filepath.Join(out, "scale_detail.csv"))
 	if err != nil {
@@ -236,7 +240,8 @@ func TestBenchStepDuration(t *testing.T) {
 		t.Fatalf("scale_detail.csv: %d rows, %v", len(rows), err)
 	}
 	col, miss, live := slices.Index(rows[0], "ticks"), slices.Index(rows[0], "misses"), slices.Index(rows[0], "live_dealers_poll_max_ms")
-	if col < 0 || miss < 0 || live < 0 {
+	prefault := slices.Index(rows[0], "prefault_mb")
+	if col < 0 || miss < 0 || live < 0 || prefault < 0 {
 		t.Fatalf("scale_detail.csv has no ticks, misses or live_dealers_poll_max_ms column: %q", rows[0])
 	}
 	for _, r := range rows[1:] {
@@ -249,6 +254,9 @@ func TestBenchStepDuration(t *testing.T) {
 		}
 		if r[live] != "100" {
 			t.Errorf("live_dealers_poll_max_ms %q, want 100 (--live-dealers 100ms)", r[live])
+		}
+		if r[prefault] != "0" {
+			t.Errorf("prefault_mb %q, want 0 (--cold-heap)", r[prefault])
 		}
 	}
 }

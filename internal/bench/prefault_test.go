@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"runtime"
+	"runtime/debug"
+	"testing"
+)
+
+// TestPrefaultHeapSparesFaults grows a heap by the same bytes twice, once
+// after its memory was returned to the OS (as quiesce leaves a scale step's)
+// and once after prefaultHeap, and counts the minor page faults each growth
+// takes: the prefaulted one must take a small fraction of the cold one's.
+func TestPrefaultHeapSparesFaults(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(400)) // as duet bench runs
+	const chunk = 32 << 10
+	touch := func(b []byte) {
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+	}
+	// 48 MB live, so that the heap's goal leaves 192 MB of headroom.
+	var live [][]byte
+	for n := 0; n < 48<<20; n += chunk {
+		b := make([]byte, chunk)
+		touch(b)
+		live = append(live, b)
+	}
+	const growth = 96 << 20
+	grow := func() int64 {
+		f0 := minorFaults()
+		var g [][]byte
+		for n := 0; n < growth; n += chunk {
+			b := make([]byte, chunk)
+			touch(b)
+			g = append(g, b)
+		}
+		runtime.KeepAlive(g)
+		return minorFaults() - f0
+	}
+	debug.FreeOSMemory()
+	cold := grow()
+	debug.FreeOSMemory()
+	touched := prefaultHeap()
+	warm := grow()
+	runtime.KeepAlive(live)
+	t.Logf("growth of %d MB: %d faults cold, %d after prefaulting %d MB", growth>>20, cold, warm, touched>>20)
+	if touched < growth {
+		t.Fatalf("prefaultHeap touched %d MB, want at least the %d MB the heap then grows by (its goal less its live objects)", touched>>20, growth>>20)
+	}
+	if pages := int64(growth / 4096); cold < pages/2 {
+		t.Skipf("the cold growth took %d faults for %d pages: this system does not fault a heap in page by page (huge pages?)", cold, pages)
+	}
+	if warm*4 > cold {
+		t.Fatalf("growth after prefaultHeap took %d faults, the cold one %d: want under a quarter", warm, cold)
+	}
+}
