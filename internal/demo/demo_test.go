@@ -105,7 +105,7 @@ func TestLoopBalancesOverNATS(t *testing.T) {
 // With every exchange message sent as a batch (of one, at this load), the
 // loop runs as without: the batch path carries the fixed-mask set-up and
 // every tick, nothing travels on the loops' exchange subjects, and each
-// party counts as many NATS messages as envelopes to its peer.
+// party counts about as many NATS messages as envelopes to its peer.
 func TestLoopBalancesThroughBatches(t *testing.T) {
 	cs, ps := pendulum(t)
 	c, err := Start(context.Background(), Options{Controller: cs, Plant: ps, Variant: mpc.FixedMask, Compress: true, Fast: true,
@@ -154,8 +154,12 @@ func TestLoopBalancesThroughBatches(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		m := c.Metrics[fmt.Sprintf("party%d", i)]
 		msgs, envs := testutil.ToFloat64(m.PeerMessages), testutil.ToFloat64(m.PeerEnvelopes)
-		if msgs < 300 || envs != msgs {
-			t.Errorf("party%d: %v messages, %v envelopes to its peer; want at least 300, one envelope each", i, msgs, envs)
+		// One envelope a message, but for a rare pair: P0's Protocol 2
+		// message, held for its deferred work's batch, can leave with the
+		// next tick's Protocol 1 message when that work runs late (a loaded
+		// machine: 601 messages for 602 envelopes in one run of go test ./...).
+		if msgs < 300 || envs < msgs || envs > msgs+msgs/50 {
+			t.Errorf("party%d: %v messages, %v envelopes to its peer; want at least 300, about one envelope each", i, msgs, envs)
 		}
 		var seen int64
 		if v, ok := batches.Load(bus.BatchSubject(1 - i)); ok {
