@@ -113,7 +113,7 @@ type ScaleOptions struct {
 	// ColdHeap leaves each step's heap as its set-up leaves it: the heap
 	// then grows toward its collection's goal during the floor and the
 	// loops, faulting in a page at a time what it grows into (10-30
-	// thousand faults a second at 400 loops, at 13-15 µs each on the VM
+	// thousand faults a second at 400 loops, at 10-15 µs each on the VM
 	// the README's figures come from). Otherwise (the default) the step's
 	// headroom is faulted in after the set-up (prefaultHeap), as the pages
 	// of a process that has served its load for a while are.
