@@ -196,7 +196,8 @@ type ScaleRow struct {
 	InProcess bool
 	// PrefaultMB is the heap faulted in after the set-up (prefaultHeap;
 	// 0 with ScaleOptions.ColdHeap), and FaultsPerSec the process's minor
-	// page faults a second during the measured ticks.
+	// page faults a second while the loops ran (their warm-up and measured
+	// ticks, the interval CPU is measured over).
 	PrefaultMB, FaultsPerSec float64
 	// TwoHop: the loops ran the two-hop tick (ScaleOptions.TwoHop). Of the
 	// measured ticks, TwoHopTicks went out as masked measurements and
