@@ -185,6 +185,17 @@ var quiesce = func() { debug.FreeOSMemory() } // a variable: the tests count the
 // already faulted in, as a process that has served its load for a while
 // does, instead of faulting in its heap's growth page by page. It returns
 // the bytes touched.
+//
+// Not all of them stay mapped: the runtime's scavenger returns some free
+// pages to the OS (MADV_DONTNEED), which the heap faults in again. With
+// GODEBUG=scavtrace=1 at 400 loops (forty-fourth session), the touch grew
+// the heap past the scavenger's retention goal, which released 316 MB of
+// other free pages at once, and after the final forced collection the
+// scavenger returned 119 MB more before the step's first collection, so a
+// step still takes thousands of faults a second (page_faults_per_s). A
+// variant with the collector off during the touch and no forced collection
+// did not clearly reduce them and was not kept; GODEBUG=madvdontneed=0
+// (MADV_FREE) does, for no CPU saving seen (README, Measured results).
 func prefaultHeap() uint64 {
 	runtime.GC()
 	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
