@@ -418,4 +418,4 @@ if [[ -n "${PROMETHEUS:-}" ]]; then
 	rm -rf "$PROM_DIR"
 fi
 
-note "INFO  totals at the actuator: $(ticks) ticks, $(misses) misses; party mismatches $(mismatches)"
+note "INFO  totals since the stack started, the drills included: at the actuator $(ticks) ticks, $(misses) misses; at the parties $(item_mismatches) item and $(version_mismatches) version mismatches"
