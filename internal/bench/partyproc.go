@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/duet-mpc/duet/internal/keys"
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/party"
 )
 
@@ -315,6 +316,30 @@ func (c *partyCounts) add(mfs map[string]*dto.MetricFamily) {
 	c.alloc += sum("go_memstats_alloc_bytes_total")
 	for _, m := range mfs["go_gc_duration_seconds"].GetMetric() {
 		c.gcs += float64(m.GetSummary().GetSampleCount())
+	}
+}
+
+// addSet adds the counters of a party in the bench's process (its
+// metrics.Set), the same ones add reads from a party process's /metrics.
+func (c *partyCounts) addSet(m *metrics.Set) {
+	c.misses += int(metrics.Sum(m.Misses))
+	c.noItem += int(metrics.Sum(m.LowWater))
+	c.held += int(metrics.Sum(m.Held))
+	c.peerMsgs += metrics.Value(m.PeerMessages)
+	c.envs += metrics.Value(m.PeerEnvelopes)
+	c.peerHeld += metrics.Value(m.PeerHeld)
+	c.fallback += metrics.SumBy(m.TickPaths, "path")["fallback"]
+	if c.abandoned == nil {
+		c.abandoned = map[string]float64{}
+	}
+	if c.rejects == nil {
+		c.rejects = map[string]float64{}
+	}
+	for reason, v := range metrics.SumBy(m.Abandoned, "reason") {
+		c.abandoned[reason] += v
+	}
+	for reason, v := range metrics.SumBy(m.Rejects, "reason") {
+		c.rejects[reason] += v
 	}
 }
 

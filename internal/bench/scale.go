@@ -24,7 +24,6 @@ import (
 
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/dealer"
-	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/party"
 	"github.com/duet-mpc/duet/internal/sim"
 	"github.com/duet-mpc/duet/pkg/codec"
@@ -514,48 +513,25 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	// ticks begin and once they are all answered (the warm-up's ticks are
 	// not in Ticks, so they stay out of these too).
 	type counts struct {
-		misses, noItem, held int
-		abandoned            map[string]float64
-		peerMsgs, envs       float64
-		peerHeld             float64
-		fallback             float64
-		rejects              map[string]float64
-		gcs                  uint32
-		alloc                uint64
-		gcCPU, gcAssist      float64 // seconds
-		partyAlloc, partyGCs float64 // the party processes' (partyCounts)
-		broker               brokerCounts
+		party           partyCounts // both parties', in the bench's process or their own (alloc and gcs: the party processes' own heaps)
+		gcs             uint32
+		alloc           uint64
+		gcCPU, gcAssist float64 // seconds
+		broker          brokerCounts
 	}
 	var readErr error // a party process's counters could not be read
 	read := func() (c counts) {
-		c.abandoned, c.rejects = map[string]float64{}, map[string]float64{}
+		c.party = partyCounts{abandoned: map[string]float64{}, rejects: map[string]float64{}}
 		if r.partyBin != "" {
 			pc, err := r.procCounts(ctx)
 			if err != nil && readErr == nil {
 				readErr = err
 			}
-			c.misses, c.noItem, c.held, c.abandoned, c.peerMsgs, c.envs = pc.misses, pc.noItem, pc.held, pc.abandoned, pc.peerMsgs, pc.envs
-			c.peerHeld = pc.peerHeld
-			c.fallback = pc.fallback
-			c.partyAlloc, c.partyGCs = pc.alloc, pc.gcs
-			maps.Copy(c.rejects, pc.rejects)
+			c.party = pc
 		}
 		for _, m := range r.pm {
-			if m == nil { // a party process's (above)
-				continue
-			}
-			c.misses += int(metrics.Sum(m.Misses))
-			for reason, v := range metrics.SumBy(m.Abandoned, "reason") {
-				c.abandoned[reason] += v
-			}
-			c.noItem += int(metrics.Sum(m.LowWater))
-			c.held += int(metrics.Sum(m.Held))
-			c.peerMsgs += metrics.Value(m.PeerMessages)
-			c.envs += metrics.Value(m.PeerEnvelopes)
-			c.peerHeld += metrics.Value(m.PeerHeld)
-			c.fallback += metrics.SumBy(m.TickPaths, "path")["fallback"]
-			for reason, v := range metrics.SumBy(m.Rejects, "reason") {
-				c.rejects[reason] += v
+			if m != nil { // nil: a party process's (above)
+				c.party.addSet(m)
 			}
 		}
 		// One read of the runtime's metrics (no stop-the-world, unlike
@@ -630,17 +606,17 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	if readErr != nil {
 		return row, readErr
 	}
-	row.PartyMisses, row.NoItem, row.PartyHeld = c1.misses-c0.misses, c1.noItem-c0.noItem, c1.held-c0.held
-	row.FallbackTicks = int(c1.fallback - c0.fallback)
+	row.PartyMisses, row.NoItem, row.PartyHeld = c1.party.misses-c0.party.misses, c1.party.noItem-c0.party.noItem, c1.party.held-c0.party.held
+	row.FallbackTicks = int(c1.party.fallback - c0.party.fallback)
 	row.PartyRejects = map[string]int{}
-	for reason, v := range c1.rejects {
-		if d := int(v - c0.rejects[reason]); d > 0 {
+	for reason, v := range c1.party.rejects {
+		if d := int(v - c0.party.rejects[reason]); d > 0 {
 			row.PartyRejects[reason] = d
 		}
 	}
 	row.PartyAbandoned = map[string]int{}
-	for reason, v := range c1.abandoned {
-		if d := int(v - c0.abandoned[reason]); d > 0 {
+	for reason, v := range c1.party.abandoned {
+		if d := int(v - c0.party.abandoned[reason]); d > 0 {
 			row.PartyAbandoned[reason] = d
 		}
 	}
@@ -661,14 +637,14 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	row.SchedP99, row.SyscallsPerTick = waited.SchedP99, perTick(waited.Syscalls, row.Ticks)
 	row.PartyAllocPerTick = math.NaN()
 	if r.partyBin != "" {
-		row.PartyGCs = int(c1.partyGCs - c0.partyGCs)
-		row.PartyAllocPerTick = perTick(c1.partyAlloc-c0.partyAlloc, row.Ticks)
+		row.PartyGCs = int(c1.party.gcs - c0.party.gcs)
+		row.PartyAllocPerTick = perTick(c1.party.alloc-c0.party.alloc, row.Ticks)
 	}
 	if row.Ticks > 0 {
 		row.AllocPerTick = float64(c1.alloc-c0.alloc) / float64(row.Ticks)
-		row.PeerMsgsPerTick = (c1.peerMsgs - c0.peerMsgs) / float64(row.Ticks)
-		row.PeerEnvsPerTick = (c1.envs - c0.envs) / float64(row.Ticks)
-		row.PeerHeldPerTick = (c1.peerHeld - c0.peerHeld) / float64(row.Ticks)
+		row.PeerMsgsPerTick = (c1.party.peerMsgs - c0.party.peerMsgs) / float64(row.Ticks)
+		row.PeerEnvsPerTick = (c1.party.envs - c0.party.envs) / float64(row.Ticks)
+		row.PeerHeldPerTick = (c1.party.peerHeld - c0.party.peerHeld) / float64(row.Ticks)
 	}
 	row.BrokerInPerTick, row.BrokerOutPerTick = c1.broker.perTickSince(c0.broker, row.Ticks)
 	if opt.ProfileDir != "" {
