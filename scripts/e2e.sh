@@ -330,12 +330,23 @@ recovered() {
 	RECOVERED="$((m1 - m0)) misses while it was away, then 5 s clean: $((t2 - t1)) ticks, pendulum balanced"
 }
 
+# drill_mismatches WHAT IM0 VM0: the parties' item and state version
+# mismatches since IM0 and VM0 into MISMATCHES, for the drill's line (a
+# party that was away resynchronizes its items and state version with the
+# other's; these count how often that took a tick).
+drill_mismatches() {
+	local what=$1 im0=$2 vm0=$3 im1 vm1
+	im1=$(item_mismatches) vm1=$(version_mismatches)
+	readable "$what" "$im0" "$vm0" "$im1" "$vm1"
+	MISMATCHES="$((im1 - im0)) item and $((vm1 - vm0)) state version mismatches at the parties"
+}
+
 # 4. party0 partitioned for 2 s (its TCP connection to NATS survives: same
 # address after reconnecting, as when a link flaps).
 if [[ $SKIP == *" partition "* ]]; then
 	note "SKIP  party0 partition (SKIP)"
 else
-	t0=$(ticks) m0=$(misses)
+	t0=$(ticks) m0=$(misses) im0=$(item_mismatches) vm0=$(version_mismatches)
 	p0=$(cid party0)
 	net=$(docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}' "$p0")
 	ip=$(docker inspect -f "{{(index .NetworkSettings.Networks \"$net\").IPAddress}}" "$p0")
@@ -355,7 +366,8 @@ else
 	release_pendulum
 	recovered "party0 partition" "$t0" "$m0" ||
 		fail "party0 partition: ticks did not resume within 60 s (actuator at $(ticks), was $t0; party mismatches $(mismatches))"
-	pass "party0 cut off for 2 s: loop resumed ($RECOVERED)"
+	drill_mismatches "party0 partition" "$im0" "$vm0"
+	pass "party0 cut off for 2 s: loop resumed ($RECOVERED; $MISMATCHES)"
 fi
 
 # 5. party1 killed (SIGKILL) and started again: it must restore its state
@@ -364,7 +376,7 @@ fi
 if [[ $SKIP == *" kill "* ]]; then
 	note "SKIP  party1 kill + restart (SKIP)"
 else
-	t0=$(ticks) m0=$(misses)
+	t0=$(ticks) m0=$(misses) im0=$(item_mismatches) vm0=$(version_mismatches)
 	p1=$(cid party1)
 	docker kill "$p1" >/dev/null
 	catch_pendulum
@@ -380,7 +392,8 @@ else
 	# (the pendulum balancing again shows it is the right one).
 	restored=$(docker logs "$p1" 2>&1 | grep '"state restored"' | tail -1 | grep -o '"version":[0-9]*,"tick":[0-9]*' || true)
 	[[ -n $restored ]] || fail "party1 restart: ticks resumed, but party1 did not log \"state restored\" (crash recovery off?)"
-	pass "party1 kill + restart: state share restored from JetStream KV ($restored), loop resumed ($RECOVERED)"
+	drill_mismatches "party1 restart" "$im0" "$vm0"
+	pass "party1 kill + restart: state share restored from JetStream KV ($restored), loop resumed ($RECOVERED; $MISMATCHES)"
 fi
 
 # 6. A real Prometheus scrapes the stack, after the drills, with the alert
