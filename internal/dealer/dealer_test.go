@@ -91,6 +91,7 @@ func TestMessageItems(t *testing.T) {
 					}
 					msgs = append(msgs, data)
 				}
+				var first mpc.ItemSerial
 				for i, data := range msgs { // after all three were built
 					items, err := codec.PeekItems(data, 8)
 					if err != nil {
@@ -100,6 +101,16 @@ func TestMessageItems(t *testing.T) {
 						t.Fatalf("message %d holds %d items, want 8", i, len(items))
 					}
 					for j, im := range items {
+						// One instance, counting up from the queue's first
+						// item; the reference draws under the same serial.
+						sr, ok := mpc.SerialOf(im.Nonce)
+						if i == 0 && j == 0 {
+							first = sr
+						}
+						if !ok || sr.Instance != first.Instance || sr.Counter != first.Counter+uint32(8*i+j) {
+							t.Fatalf("message %d item %d: serial %v (a serial: %v), want %016x/%d", i, j, sr, ok, first.Instance, first.Counter+uint32(8*i+j))
+						}
+						ref.gen.Resume(mpc.ItemSerial{Instance: sr.Instance, Counter: sr.Counter - 1})
 						want, err := ref.gen.Next(ref.rng)
 						if err != nil {
 							t.Fatal(err)

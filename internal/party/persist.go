@@ -139,6 +139,9 @@ func (w *worker) restore(ctx context.Context) error {
 		}
 		w.hasPrev = true
 	}
+	if err := w.serials.unmarshal(rec.Serials); err != nil {
+		return fmt.Errorf("persisted state: %w", err)
+	}
 	w.version, w.cur, w.hwm = rec.Version, rec.Tick, restoredHWM(rec)
 	w.guard.Restore(w.loop, rec.Tick)
 	w.restored = true
@@ -187,6 +190,8 @@ func (w *worker) record() stateRecord {
 func (w *worker) recordAppend(buf []byte) (stateRecord, []byte) {
 	f := w.prm.Field
 	rec := stateRecord{Instance: w.persist.instance, Epoch: w.epoch, Version: w.version, Tick: w.cur, HWM: w.hwm >> 8, HWMIdx: w.hwm & 0xff}
+	w.serialBuf = w.serials.marshal(w.serialBuf[:0])
+	rec.Serials = w.serialBuf
 	rec.X, buf = codec.AppendMatrix(f, buf, w.p.StateView())
 	if w.hasPrev {
 		rec.Prev, buf = codec.AppendMatrix(f, buf, w.prev)

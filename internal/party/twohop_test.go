@@ -100,7 +100,9 @@ func newTwoHopRig(t *testing.T, items int) *twoHopRig {
 			if err != nil {
 				t.Fatal(err)
 			}
-			env, err := dealer.Seal(codec.Header{Kind: codec.KindMaterial, Loop: rigLoop, Tick: uint64(k + 1), From: codec.RoleDealer, To: codec.PartyRole(i)}, body)
+			// The tick of a material envelope is the set-up epoch (the
+			// rig's workers are at epoch 0).
+			env, err := dealer.Seal(codec.Header{Kind: codec.KindMaterial, Loop: rigLoop, Tick: 0, From: codec.RoleDealer, To: codec.PartyRole(i)}, body)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -85,7 +85,11 @@ type worker struct {
 	hasPrev bool
 	hwm     uint64 // highest item id taken (itemID: stream sequence and index)
 	minSeq  uint64 // item ids below this are discarded (resynchronization)
-	perMsg  int    // most items in one stream message (set-up)
+	// serials: the items taken in the epoch, by their dealer serials, so
+	// that an item the broker delivers again is refused (itemSerials).
+	serials   itemSerials
+	serialBuf []byte // serials' encoding for the state record
+	perMsg    int    // most items in one stream message (set-up)
 
 	persist *persister
 	// afterQueued: the worker is in the service's afterQueue (under its mu).
@@ -951,6 +955,14 @@ func (w *worker) takeItem(ctx context.Context, wait bool) (uint64, mpc.TickMater
 		}
 		w.hwm = it.seq
 		w.decode(&it)
+		if it.err == nil {
+			// Only for an item that is then used, and with its nonce
+			// checked against its sealed material (P0's seed-compressed
+			// items have only the nonce: see itemSerials).
+			if it.err = w.serials.take(it.nonce); it.err != nil {
+				w.s.opt.Log.Warn("offline item refused", "party", w.id, "loop", w.loop, "item", it.seq, "err", it.err)
+			}
+		}
 		if it.err != nil {
 			w.recycle(it.mat) // one Prepare refused
 			w.reject(it.err)
@@ -976,6 +988,9 @@ func (w *worker) material(r rawItem, m *mpc.TickMaterial) error {
 	}
 	if h.Kind != codec.KindMaterial || h.From != codec.RoleDealer || h.Loop != w.loop {
 		return fmt.Errorf("%w: material envelope is %s from %s", codec.ErrHeader, h.Kind, h.From)
+	}
+	if h.Tick != w.epoch { // the dealer seals the set-up epoch as the tick
+		return fmt.Errorf("%w: material of set-up epoch %d, want %d", codec.ErrHeader, h.Tick, w.epoch)
 	}
 	// mp's matrices alias w.itemBuf, until MaterialInto has decoded them.
 	mp := &w.in.mat

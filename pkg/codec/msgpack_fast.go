@@ -243,6 +243,13 @@ func (d *decoder) key(name string) bool {
 	return d.err == nil
 }
 
+// next reports whether the field name comes next, without reading it: for
+// a field that is omitted when empty.
+func (d *decoder) next(name string) bool {
+	b := d.r.b[d.r.off:]
+	return d.err == nil && len(b) > len(name) && b[0] == mpFixStr|byte(len(name)) && string(b[1:1+len(name)]) == name
+}
+
 func (d *decoder) uint(name string) uint64 {
 	if !d.key(name) {
 		return 0

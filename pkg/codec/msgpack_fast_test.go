@@ -204,6 +204,9 @@ func (g gen) value(i int) any {
 		if g.IntN(2) == 0 {
 			r.HWMIdx = g.uint64()
 		}
+		if b := g.bytes(); len(b) > 0 { // empty is omitted, and read back as nil
+			r.Serials = b
+		}
 		return r
 	}
 	panic("no generator for " + fastTypes[i].String())

@@ -406,12 +406,16 @@ func (p *PlantUPayload) unmarshalMsgpack(data []byte) error {
 }
 
 // fields is the number of fields StateRecord encodes (hwm_idx is omitted
-// when zero).
+// when zero, serials when empty).
 func (r StateRecord) fields() int {
-	if r.HWMIdx == 0 {
-		return 8
+	n := 8
+	if r.HWMIdx != 0 {
+		n++
 	}
-	return 9
+	if len(r.Serials) != 0 {
+		n++
+	}
+	return n
 }
 
 func (r StateRecord) encodedLen() int {
@@ -420,6 +424,9 @@ func (r StateRecord) encodedLen() int {
 		keyLen("x") + r.X.encodedLen() + keyLen("prev") + r.Prev.encodedLen() + keyLen("has_prev") + 1
 	if r.HWMIdx != 0 {
 		n += keyLen("hwm_idx") + uintLen(r.HWMIdx)
+	}
+	if len(r.Serials) != 0 {
+		n += keyLen("serials") + binHeaderLen(len(r.Serials)) + len(r.Serials)
 	}
 	return n
 }
@@ -436,15 +443,20 @@ func (r StateRecord) appendMsgpack(b []byte) []byte {
 	}
 	b = r.X.appendMsgpack(appendKey(b, "x"))
 	b = r.Prev.appendMsgpack(appendKey(b, "prev"))
-	return appendBool(appendKey(b, "has_prev"), r.HasPrev)
+	b = appendBool(appendKey(b, "has_prev"), r.HasPrev)
+	if len(r.Serials) != 0 {
+		b = appendBin(appendKey(b, "serials"), r.Serials)
+	}
+	return b
 }
 
 func (r *StateRecord) unmarshalMsgpack(data []byte) error {
 	d := newDecoder(data)
 	var v StateRecord
+	// 8 fields, and hwm_idx and serials when present (fields).
 	n := 8
-	if len(data) > 0 && data[0] == mpFixMap|9 {
-		n = 9
+	if len(data) > 0 && data[0] >= mpFixMap|9 && data[0] <= mpFixMap|10 {
+		n = int(data[0] &^ mpFixMap)
 	}
 	d.mapHeader("StateRecord", n)
 	v.Instance = d.uint("instance")
@@ -452,7 +464,7 @@ func (r *StateRecord) unmarshalMsgpack(data []byte) error {
 	v.Version = d.uint("version")
 	v.Tick = d.uint("tick")
 	v.HWM = d.uint("hwm")
-	if n == 9 {
+	if n > 8 && d.next("hwm_idx") {
 		if v.HWMIdx = d.uint("hwm_idx"); v.HWMIdx == 0 && d.err == nil {
 			d.fail(d.r.errf("hwm_idx", "zero written out: not in canonical form"))
 		}
@@ -460,11 +472,20 @@ func (r *StateRecord) unmarshalMsgpack(data []byte) error {
 	v.X = d.matrix("x")
 	v.Prev = d.matrix("prev")
 	v.HasPrev = d.bool("has_prev")
+	if n > 8 && d.next("serials") {
+		if v.Serials = d.bytes("serials"); len(v.Serials) == 0 && d.err == nil {
+			d.fail(d.r.errf("serials", "empty written out: not in canonical form"))
+		}
+	}
+	if d.err == nil && v.fields() != n {
+		d.fail(d.r.errf("StateRecord", "a map of %d fields holds %d", n, v.fields()))
+	}
 	if err := d.end(); err != nil {
 		return err
 	}
 	own(&v.X.Data)
 	own(&v.Prev.Data)
+	own(&v.Serials)
 	*r = v
 	return nil
 }

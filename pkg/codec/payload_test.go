@@ -42,6 +42,8 @@ func samplePayloads(t testing.TB) []any {
 		&MatrixWire{},
 		&StateRecord{Instance: 1<<63 | 5, Epoch: 2, Version: 1803, Tick: 1 << 20, HWM: 77, X: mw(4, 1), Prev: mw(4, 1), HasPrev: true},
 		&StateRecord{Instance: 1, HWM: 77, HWMIdx: 7, X: mw(4, 1)},
+		&StateRecord{Instance: 1, HWM: 77, X: mw(4, 1), Serials: []byte("floor...instance....ctr.")},
+		&StateRecord{Instance: 1, HWM: 77, HWMIdx: 7, X: mw(4, 1), HasPrev: true, Serials: []byte{1}},
 	}
 }
 

@@ -104,4 +104,9 @@ type StateRecord struct {
 	X       MatrixWire `msgpack:"x"`
 	Prev    MatrixWire `msgpack:"prev"`
 	HasPrev bool       `msgpack:"has_prev"`
+	// Serials is the party's record of the offline items it has used in
+	// the epoch, by dealer and counter (internal/party's encoding), so that
+	// a restored party still refuses an item the broker delivers again.
+	// Omitted when empty, as records of earlier releases are.
+	Serials []byte `msgpack:"serials,omitempty"`
 }

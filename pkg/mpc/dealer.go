@@ -3,7 +3,6 @@ package mpc
 import (
 	"crypto/cipher"
 	"crypto/sha256"
-	"fmt"
 	"io"
 	"sync"
 )
@@ -74,7 +73,9 @@ func (s *Session) FixedUShares(prm Params) (u0, u1 Matrix, err error) {
 }
 
 // Item is one tick's dealer material for both parties. With seed compression
-// P0 is nil and P0's material is ExpandP0(prm, seed, Nonce).
+// P0 is nil and P0's material is ExpandP0(prm, seed, Nonce). Nonce is the
+// item's serial (ItemSerial.Nonce): unique to the item, in the order its
+// Dealer drew it.
 type Item struct {
 	Nonce [16]byte
 	P0    *TickMaterial
@@ -95,6 +96,8 @@ type Dealer struct {
 	// key schedule, a copy of it for the library's stream and a 1 KB
 	// buffer per item.
 	p0Blk cipher.Block
+	// serial numbers the items this Dealer draws (Item.Nonce).
+	serial serials
 }
 
 // prgPool holds the streams that compressed items are drawn from: a
@@ -120,12 +123,16 @@ func NewDealer(prm Params, s *Session, compress bool) (*Dealer, error) {
 	return d, nil
 }
 
-// Next draws one Item; r supplies all fresh randomness (nonce, triple, mask).
+// Next draws one Item; r supplies the fresh randomness of the triple and the
+// mask. Its nonce is the Dealer's next serial: the items of one Dealer, used
+// from one goroutine, come out in counter order.
 func (d *Dealer) Next(r io.Reader) (Item, error) {
 	var it Item
-	if _, err := io.ReadFull(r, it.Nonce[:]); err != nil {
-		return it, fmt.Errorf("mpc: reading randomness: %w", err)
+	s, err := d.serial.next()
+	if err != nil {
+		return it, err
 	}
+	it.Nonce = s.Nonce()
 	r0 := r
 	if d.compress {
 		// The keystream NewPRG(d.p0Seed, it.Nonce) would give, to the

@@ -18,6 +18,9 @@ func TestTwoHopMatchesThreeHop(t *testing.T) {
 				f := mustField(t, PresetM127)
 				a0, a1, da, sess := twoParties(t, f, v, compress)
 				b0, b1, db, _ := twoParties(t, f, v, compress)
+				// The same items from both dealers: the same serials too.
+				da.Resume(ItemSerial{Instance: 1})
+				db.Resume(ItemSerial{Instance: 1})
 				prm := a0.Params()
 				ra, rb, ry := seeded(7), seeded(7), seeded(9)
 				for tick := 0; tick < 20; tick++ {

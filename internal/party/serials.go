@@ -1,0 +1,126 @@
+package party
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// maxDealerInstances bounds the dealer instances a loop remembers in an
+// epoch (itemSerials). Each dealer process draws a loop's items as one
+// instance, so this is the dealer starts a set-up epoch sees before the
+// oldest ones are forgotten; a forgotten instance's items are refused.
+const maxDealerInstances = 256
+
+// itemSerials is what keeps a party from using an offline item twice when
+// the broker delivers it again: the stream sequence that pairs the items
+// (hwm) is the broker's to assign, the item's serial is not. For each dealer
+// instance it holds the counter of the last item this party took in the
+// epoch; an item is taken only if its counter is above it. An instance's
+// items reach the stream in counter order (one goroutine draws and publishes
+// them, internal/dealer), so an honest queue passes the check. When more
+// than maxDealerInstances are held the oldest (smallest instance, its start
+// time) is forgotten and floor rises to it: no item of an instance at or
+// below floor is taken again.
+//
+// The serial is sealed into each party's share of the item and checked
+// against the item's nonce (material), except P0's seed-compressed items,
+// which carry no envelope: P0 then checks the nonce it expands, so it never
+// expands one twice either, and a forged one only gives it material P1 does
+// not have (a wrong output, as the item mismatch a forged sequence gives).
+type itemSerials struct {
+	last  []serialMark // by instance, increasing
+	floor uint64
+}
+
+// serialMark is a dealer instance and the counter of the last item of it
+// taken.
+type serialMark struct {
+	inst uint64
+	ctr  uint32
+}
+
+func (m serialMark) cmp(inst uint64) int {
+	switch {
+	case m.inst < inst:
+		return -1
+	case m.inst > inst:
+		return 1
+	}
+	return 0
+}
+
+// errItemSerial is why an item without a serial is refused.
+var errItemSerial = fmt.Errorf("%w: offline item nonce is not a dealer serial (an item from a dealer of an earlier release?)", codec.ErrVersion)
+
+// take checks that the item with this nonce has not been taken (nor passed
+// over within its instance), and records it as taken.
+func (s *itemSerials) take(nonce [16]byte) error {
+	sr, ok := mpc.SerialOf(nonce)
+	if !ok {
+		return errItemSerial
+	}
+	if sr.Instance <= s.floor {
+		return fmt.Errorf("%w: offline item %v is from a dealer instance older than the %d this party remembers", codec.ErrReplay, sr, maxDealerInstances)
+	}
+	i, seen := slices.BinarySearchFunc(s.last, sr.Instance, serialMark.cmp)
+	if seen {
+		if sr.Counter <= s.last[i].ctr {
+			return fmt.Errorf("%w: offline item %v was delivered again (this party has taken up to %d of that dealer's items)", codec.ErrReplay, sr, s.last[i].ctr)
+		}
+		s.last[i].ctr = sr.Counter
+		return nil
+	}
+	s.last = slices.Insert(s.last, i, serialMark{sr.Instance, sr.Counter})
+	if len(s.last) > maxDealerInstances {
+		s.floor = s.last[0].inst
+		s.last = slices.Delete(s.last, 0, 1)
+	}
+	return nil
+}
+
+// serialsLen is the encoded size of one remembered instance.
+const serialsLen = 12
+
+// marshal appends the record's encoding to b: floor, then each instance and
+// its counter in instance order (8 + 12 bytes per instance, big-endian).
+// Nothing taken yet appends nothing.
+func (s *itemSerials) marshal(b []byte) []byte {
+	if len(s.last) == 0 && s.floor == 0 {
+		return b
+	}
+	b = binary.BigEndian.AppendUint64(b, s.floor)
+	for _, m := range s.last {
+		b = binary.BigEndian.AppendUint64(b, m.inst)
+		b = binary.BigEndian.AppendUint32(b, m.ctr)
+	}
+	return b
+}
+
+// unmarshal replaces s by a record's encoding (marshal); empty is nothing
+// taken.
+func (s *itemSerials) unmarshal(b []byte) error {
+	*s = itemSerials{}
+	if len(b) == 0 {
+		return nil
+	}
+	if len(b) < 8 || (len(b)-8)%serialsLen != 0 || (len(b)-8)/serialsLen > maxDealerInstances {
+		return fmt.Errorf("%w: item serials of %d bytes", codec.ErrMalformed, len(b))
+	}
+	floor := binary.BigEndian.Uint64(b)
+	last := make([]serialMark, 0, (len(b)-8)/serialsLen)
+	prev := floor
+	for e := b[8:]; len(e) > 0; e = e[serialsLen:] {
+		m := serialMark{binary.BigEndian.Uint64(e), binary.BigEndian.Uint32(e[8:])}
+		if m.inst <= prev || m.ctr == 0 {
+			return fmt.Errorf("%w: item serials out of order, at or below their floor, or with a zero counter", codec.ErrMalformed)
+		}
+		prev = m.inst
+		last = append(last, m)
+	}
+	s.floor, s.last = floor, last
+	return nil
+}
