@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +74,7 @@ type worker struct {
 
 	// Fixed-mask set-up.
 	ownS     mpc.Matrix
+	peerS    mpc.Matrix // the other party's share that completed it
 	fixedOK  bool
 	lastPing time.Time
 
@@ -530,7 +532,9 @@ func (w *worker) sendFixedS(ask bool) {
 	if ask {
 		item = 0
 	}
-	w.out.mul = codec.MulPayload{Item: item, S: codec.PutMatrix(w.prm.Field, w.ownS)}
+	// Version carries the set-up epoch: the share is the same every time
+	// within one, and a share of another epoch (a replay) is refused.
+	w.out.mul = codec.MulPayload{Item: item, Version: w.epoch, S: codec.PutMatrix(w.prm.Field, w.ownS)}
 	w.send(codec.KindMul, 0, &w.out.mul)
 }
 
@@ -677,18 +681,33 @@ func (w *worker) accept(h codec.Header, body []byte, v any, validate func() erro
 	return nil
 }
 
+// onFixedS completes the fixed-mask set-up with the other party's share of
+// S (its tick-0 KindMul, which the replay guard does not cover: it may come
+// again, as an answer or a request). A share of another set-up epoch is
+// refused, and once the set-up is complete a different share is too, so a
+// replayed message cannot change the opened S under a running loop.
 func (w *worker) onFixedS(mp codec.MulPayload) {
+	if mp.Version != w.epoch {
+		w.reject(fmt.Errorf("%w: fixed-mask S share of set-up epoch %d, want %d (a party of an earlier release sends 0: upgrade both)", codec.ErrReplay, mp.Version, w.epoch))
+		return
+	}
 	r, c := w.prm.PhiShape()
 	s, err := mp.S.Decode(w.prm.Field, r, c)
 	if err != nil {
 		w.reject(err)
 		return
 	}
-	if err := w.p.FixedSetupFinish(w.ownS, s); err != nil {
-		w.reject(err)
-		return
-	}
-	if !w.fixedOK {
+	if w.fixedOK {
+		if !slices.Equal(s.Data, w.peerS.Data) {
+			w.reject(fmt.Errorf("%w: a second, different fixed-mask S share in set-up epoch %d", codec.ErrReplay, w.epoch))
+			return
+		}
+	} else {
+		if err := w.p.FixedSetupFinish(w.ownS, s); err != nil {
+			w.reject(err)
+			return
+		}
+		w.peerS = s
 		w.s.opt.Log.Info("fixed-mask set-up complete", "party", w.id, "loop", w.loop)
 	}
 	w.fixedOK = true

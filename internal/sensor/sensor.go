@@ -188,6 +188,9 @@ func (s *Sensor) ensureQueue(ctx context.Context) error {
 // Resolved returns the loop's parameters and sizing.
 func (s *Sensor) Resolved() mpc.Resolved { return s.rz }
 
+// Epoch is the set-up epoch (set by Setup; read it after).
+func (s *Sensor) Epoch() uint64 { return s.epoch }
+
 // Setup is the offline phase: create the queue (consumers first), then write
 // the sealed set-up records for both parties, the actuator and the dealers.
 func (s *Sensor) Setup(ctx context.Context) error {
