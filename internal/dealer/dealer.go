@@ -8,7 +8,6 @@ package dealer
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -192,15 +191,19 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 				d.opt.Metrics.LowWater.WithLabelValues(loop).Inc()
 				// One batch per round, then look again: with several replicas
 				// each would otherwise refill the whole deficit.
-				if !d.refill(ctx, q, d.opt.Batch) {
+				res := d.refill(ctx, q, d.opt.Batch)
+				if res == refilled {
 					full = 0
 					continue
 				}
 				// The stream is at MaxMsgs (DiscardNew): one party is far
-				// behind the other, or down. Each round drew and sealed a
-				// batch that the server refused, so back off: DUET_POLL,
-				// doubled each round, up to DUET_POLL_MAX.
-				d.opt.Metrics.QueueFull.WithLabelValues(loop).Inc()
+				// behind the other, or down. Or the round failed (refill
+				// logged and counted why). Each round drew and sealed a batch
+				// that did not land, so back off: DUET_POLL, doubled each
+				// round, up to DUET_POLL_MAX.
+				if res == refillFull {
+					d.opt.Metrics.QueueFull.WithLabelValues(loop).Inc()
+				}
 				next = backoff(d.opt.Poll, d.opt.PollMax, full)
 				full++
 			} else {
@@ -363,19 +366,38 @@ func (cs *consumers) pendingMsgs(ctx context.Context, stream jetstream.Stream) (
 	return depth, taken, nil
 }
 
-// refill publishes about n items (whole messages); it reports whether the
-// stream was full.
-func (d *Dealer) refill(ctx context.Context, q *queue, n int) bool {
+// refillResult is how a refill round ended.
+type refillResult uint8
+
+const (
+	refilled   refillResult = iota // every message published (or the dealer stopped)
+	refillFull                     // the stream refused a message: at MaxMsgs (DiscardNew)
+	refillFail                     // an item not drawn or sealed, or a message not published or acknowledged
+)
+
+// refill publishes about n items (whole messages) and says how that went.
+// A failure is logged once per round and counted
+// (duet_offline_publish_errors_total); the caller backs off either way, so a
+// message the server always refuses (larger than its max_payload, say)
+// costs one batch per DUET_POLL_MAX, not a busy loop.
+func (d *Dealer) refill(ctx context.Context, q *queue, n int) refillResult {
 	futures := make([]jetstream.PubAckFuture, 0, n)
 	counts := make([]int, 0, n)
+	fail := func(what string, err error) refillResult {
+		d.opt.Metrics.PublishErrors.WithLabelValues(q.loop).Inc()
+		d.opt.Log.Error(what, "loop", q.loop, "err", err)
+		return refillFail
+	}
+	var res refillResult
 	for i := 0; i < n && ctx.Err() == nil; {
 		data, k, err := d.message(q)
 		if err != nil {
-			d.opt.Log.Error("generating item", "loop", q.loop, "err", err)
-			return false
+			res = fail("generating offline items", err)
+			break
 		}
 		f, err := d.js.PublishAsync(q.subj, data)
 		if err != nil {
+			res = fail("publishing offline items", fmt.Errorf("a message of %d items, %d bytes: %w", k, len(data), err))
 			break
 		}
 		futures, counts = append(futures, f), append(counts, k)
@@ -385,24 +407,28 @@ func (d *Dealer) refill(ctx context.Context, q *queue, n int) bool {
 	// wait a bounded time, then poll again.
 	wait := time.NewTimer(5 * time.Second)
 	defer wait.Stop()
-	full := false
+	var refused error
 	for i, f := range futures {
 		select {
 		case <-wait.C:
 			d.opt.Log.Warn("offline item publish not acknowledged", "loop", q.loop)
-			return full
+			return max(res, refillFail)
 		case <-f.Ok():
 			d.opt.Metrics.ItemsPublished.WithLabelValues(q.loop).Add(float64(counts[i]))
 		case err := <-f.Err():
-			var apiErr *jetstream.APIError
-			if errors.As(err, &apiErr) || strings.Contains(err.Error(), "maximum messages") {
-				full = true
+			if msg := err.Error(); strings.Contains(msg, "maximum messages") || strings.Contains(msg, "maximum bytes") {
+				res = max(res, refillFull)
+			} else if refused == nil {
+				refused = err
 			}
 		case <-ctx.Done():
-			return full
+			return res
 		}
 	}
-	return full
+	if refused != nil {
+		return fail("publishing offline items", refused)
+	}
+	return res
 }
 
 // message draws up to q.perMsg items into one stream message: each item's

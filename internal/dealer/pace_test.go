@@ -2,9 +2,12 @@ package dealer
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -233,12 +236,52 @@ func TestServeBacksOffFullQueue(t *testing.T) {
 	}
 }
 
+// A message the server always refuses (here larger than the stream's
+// MaxMsgSize) fails every refill round. The replica logs and counts each
+// (duet_offline_publish_errors_total) and backs off as from a full queue;
+// before, it drew and sealed a batch and checked the queue again at once,
+// in a loop, with nothing logged or counted.
+func TestServeBacksOffFailedPublish(t *testing.T) {
+	const loop, poll, pollMax = "pendulum", 5 * time.Millisecond, 400 * time.Millisecond
+	ctx := context.Background()
+	js, stream, m := startServe(t, loop, 32, 40, poll, pollMax)
+	cfg := stream.CachedInfo().Config
+	cfg.MaxMsgSize = 64
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	rounds := func() float64 { return testutil.ToFloat64(m.PublishErrors.WithLabelValues(loop)) }
+	for deadline := time.Now().Add(10 * time.Second); rounds() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no failed refill round counted")
+		}
+	}
+	// As TestServeBacksOffFullQueue: a round every 400 ms after 1.3 s.
+	time.Sleep(1500 * time.Millisecond)
+	before, published := rounds(), testutil.ToFloat64(m.ItemsPublished.WithLabelValues(loop))
+	time.Sleep(1200 * time.Millisecond)
+	if got := rounds() - before; got < 1 || got > 4 {
+		t.Errorf("%v failed refill rounds in 1.2 s, want 1 to 4 (one every %v)", got, pollMax)
+	}
+	if got := testutil.ToFloat64(m.QueueFull.WithLabelValues(loop)); got != 0 {
+		t.Errorf("%v failed rounds counted as a full queue", got)
+	}
+	if got := testutil.ToFloat64(m.ItemsPublished.WithLabelValues(loop)) - published; got != 0 {
+		t.Errorf("%v items published past a 64-byte MaxMsgSize", got)
+	}
+}
+
 // startServe runs a replica's serve for one loop's queue (MaxMsgs maxMsgs)
 // on an embedded server until the test ends.
 func startServe(t *testing.T, loop string, lowWater int, maxMsgs int64, poll, pollMax time.Duration) (jetstream.JetStream, jetstream.Stream, *metrics.Set) {
 	t.Helper()
+	return startServeOn(t, natstest.Conn(t), loop, lowWater, maxMsgs, poll, pollMax)
+}
+
+// startServeOn is startServe on a connection of the test's.
+func startServeOn(t *testing.T, nc *nats.Conn, loop string, lowWater int, maxMsgs int64, poll, pollMax time.Duration) (jetstream.JetStream, jetstream.Stream, *metrics.Set) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	nc := natstest.Conn(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -249,7 +292,8 @@ func startServe(t *testing.T, loop string, lowWater int, maxMsgs int64, poll, po
 	}
 	sd, _, _ := testSealers(t)
 	m := metrics.New("d")
-	d, err := New(nc, sd, Options{Name: "d", LowWater: lowWater, Batch: 8, Poll: poll, PollMax: pollMax, Metrics: m})
+	d, err := New(nc, sd, Options{Name: "d", LowWater: lowWater, Batch: 8, Poll: poll, PollMax: pollMax, Metrics: m,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
