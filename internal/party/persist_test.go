@@ -94,3 +94,59 @@ func TestStateWritesReuseBuffers(t *testing.T) {
 		t.Fatal("the write after a refused one took a new message")
 	}
 }
+
+// A party one state update ahead of its peer rolls back to the share it
+// kept (a version mismatch). The rollback must reach the store before the
+// next tick: the stored record holds the update given up, and a crash would
+// otherwise restore it, a state the peer never had, at a version that
+// matches the peer's again one tick later.
+func TestRollbackIsPersisted(t *testing.T) {
+	nc := natstest.Conn(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prm, p := pendulumParty(t)
+	f := prm.Field
+	key := [32]byte{8}
+	s := &Service{nc: nc, js: js, opt: Options{ID: 0, StateKey: &key, StateStorage: jetstream.MemoryStorage,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party")}}
+	w := &worker{s: s, id: 0, loop: "rollback-1", prm: prm, p: p}
+	ctx := context.Background()
+	if err := w.openPersister(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.claim(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	kept, ahead := mpc.NewMatrix(prm.N, 1), mpc.NewMatrix(prm.N, 1)
+	kept.Data[0], ahead.Data[0] = f.FromInt64(4), f.FromInt64(5)
+	if err := p.SetState(ahead); err != nil {
+		t.Fatal(err)
+	}
+	w.version, w.prev, w.hasPrev = 5, kept, true
+	if err := w.save(ctx); err != nil || !w.flushState(ctx) {
+		t.Fatalf("version 5 not persisted: %v", err)
+	}
+	// Tick 10 is open with item 77; the peer's message says version 4.
+	w.cur, w.st, w.item = 10, begun, 77
+	w.onMul(10, peerMul{item: 77, version: 4})
+	if w.version != 4 || w.st != idle {
+		t.Fatalf("after the mismatch: version %d, stage %v; want 4, idle", w.version, w.st)
+	}
+	if !w.flushState(ctx) { // what the next tick's start does
+		t.Fatal("the rolled-back state not persisted")
+	}
+	e, err := w.persist.kv.Get(ctx, w.loop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := w.persist.open(e.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := rec.X.Decode(f, prm.N, 1)
+	if err != nil || rec.Version != 4 || !x.Equal(kept) {
+		t.Fatalf("stored after the rollback: version %d, the kept state %v (%v); want version 4 and the kept state", rec.Version, x.Equal(kept), err)
+	}
+}

@@ -182,6 +182,12 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 			if err := w.p.SetState(w.prev); err == nil {
 				w.version--
 				w.hasPrev = false
+				if w.persist != nil {
+					// The record holds the update given up: the next
+					// tick's start writes the rolled-back state first
+					// (flushState), or a crash would restore the update.
+					w.persist.dirty = true
+				}
 			}
 		}
 		w.s.opt.Log.Warn("state version mismatch", "party", w.id, "loop", w.loop, "tick", t, "own", w.version, "peer", mp.version)
