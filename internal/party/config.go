@@ -76,6 +76,9 @@ func (c *Config) Validate() error {
 	if len(c.Loops) == 0 {
 		return fmt.Errorf("DUET_LOOPS is empty")
 	}
+	if err := checkLoops(c.Loops); err != nil {
+		return fmt.Errorf("DUET_LOOPS: %w", err)
+	}
 	if c.Prefetch < 1 || c.Prefetch > MaxPrefetch {
 		return fmt.Errorf("DUET_PREFETCH=%d: want 1..%d", c.Prefetch, MaxPrefetch)
 	}

@@ -124,6 +124,11 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Service, error) {
 	if len(opt.Loops) == 0 {
 		return nil, errors.New("party: no loops configured")
 	}
+	// Every id is checked before any loop starts (Run): a bad one must not
+	// leave the others running with no one to dispatch to them.
+	if err := checkLoops(opt.Loops); err != nil {
+		return nil, fmt.Errorf("party: %w", err)
+	}
 	if opt.Prefetch <= 0 {
 		opt.Prefetch = DefaultPrefetch
 	}
@@ -163,10 +168,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.after = newAfterQueue(s.opt.PersistDelay)
 		go s.after.run(actx, func(w *worker) bool { return w.deferred(actx) }, func() { _ = s.flushAfter() })
 	}
-	for _, loop := range s.opt.Loops {
-		if err := codec.ValidLoopID(loop); err != nil {
-			return err
-		}
+	for _, loop := range s.opt.Loops { // checked by New (checkLoops)
 		w := newWorker(s, loop)
 		s.mu.Lock()
 		s.workers[loop] = w
@@ -175,6 +177,8 @@ func (s *Service) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			if err := w.run(ctx); err != nil && ctx.Err() == nil {
+				// The other loops go on; Run returns this when they end.
+				s.opt.Log.Error("loop stopped", "party", s.opt.ID, "loop", loop, "err", err)
 				errc <- fmt.Errorf("party%d loop %s: %w", s.opt.ID, loop, err)
 			}
 		}()
@@ -299,4 +303,20 @@ func (s *Service) Status(loop string) (LoopStatus, bool) {
 		return LoopStatus{}, false
 	}
 	return LoopStatus{Ready: w.ready.Load(), Restored: w.restoredPub.Load(), Version: w.versionPub.Load()}, true
+}
+
+// checkLoops refuses an invalid loop id, and one listed twice (two workers
+// would share its consumer and its state record).
+func checkLoops(loops []string) error {
+	seen := make(map[string]bool, len(loops))
+	for _, loop := range loops {
+		if err := codec.ValidLoopID(loop); err != nil {
+			return err
+		}
+		if seen[loop] {
+			return fmt.Errorf("loop %q is listed twice", loop)
+		}
+		seen[loop] = true
+	}
+	return nil
 }
