@@ -295,6 +295,14 @@ func (a *Actuator) deadline(t uint64) {
 	if p == nil || p.done {
 		return
 	}
+	if t <= a.lastApp {
+		// A later tick was applied before this one's deadline (a deadline
+		// longer than the period, or simulated time): the plant has a newer
+		// input, and this tick can no longer complete (as entry forgets).
+		delete(a.ticks, t)
+		a.opt.Log.Debug("deadline of a tick already superseded", "loop", a.opt.Loop, "tick", t, "applied", a.lastApp)
+		return
+	}
 	u := make([]float64, a.prm.M)
 	if a.opt.FailSafe == FailSafeHold {
 		copy(u, a.last)

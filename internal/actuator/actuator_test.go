@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/natstest"
 	"github.com/duet-mpc/duet/internal/testkeys"
 	"github.com/duet-mpc/duet/pkg/codec"
@@ -154,5 +156,32 @@ func TestEarliestStampDatesTheTick(t *testing.T) {
 	}
 	if took < 60*time.Millisecond || took > 60*time.Millisecond+500*time.Millisecond {
 		t.Errorf("fail-safe %v after the sensor's stamp, want at its 60 ms deadline", took)
+	}
+}
+
+// A tick whose deadline comes after a later tick was applied (the deadline
+// longer than the period, or simulated time) can no longer complete: its
+// deadline applies nothing, counts no miss, and reports nothing. Before, it
+// published the fail-safe for the old tick (which the plant refuses as a
+// replay) and reported it after the later tick.
+func TestSupersededDeadlineAppliesNothing(t *testing.T) {
+	r := newRig(t, 80*time.Millisecond)
+	m := metrics.New("actuator")
+	r.a.opt.Metrics = m
+	now := time.Now()
+	r.send(t, codec.RoleSensor, codec.KindTick, 1, codec.TickPayload{SentUnixNano: now.UnixNano()}) // tick 1: no shares
+	sent := now.Add(time.Millisecond).UnixNano()
+	r.share(t, 0, 2, sent)
+	r.share(t, 1, 2, sent)
+	if ap := r.wait(t, time.Second); ap.Tick != 2 || ap.Miss {
+		t.Fatalf("applied %+v, want tick 2", ap)
+	}
+	select {
+	case tick := <-r.got:
+		t.Fatalf("tick %d reported after tick 2", tick)
+	case <-time.After(200 * time.Millisecond): // past tick 1's deadline
+	}
+	if got := testutil.ToFloat64(m.Misses.WithLabelValues("loop1")); got != 0 {
+		t.Errorf("%v misses counted for a superseded tick", got)
 	}
 }
