@@ -116,3 +116,38 @@ func (s *Sensor) saveRecord(ctx context.Context, next uint64) error {
 	_, err = s.kv.Put(ctx, s.recordKey(), data)
 	return err
 }
+
+// saveRecords writes the resume record for each next tick number it
+// receives, until the channel closes. A write that fails is logged (the
+// record then lags, by more than resumeMargin only if writes keep failing
+// for 100 ticks; a sensor resumed from it would reuse tick numbers, which
+// the parties and the actuator refuse as replays until it passes them).
+func (s *Sensor) saveRecords(ctx context.Context, next <-chan uint64) {
+	failed := false
+	for n := range next {
+		err := s.saveRecord(ctx, n)
+		switch {
+		case err != nil && ctx.Err() == nil && !failed:
+			s.opt.Log.Warn("writing the resume record", "loop", s.opt.Loop, "next_tick", n, "err", err)
+			failed = true
+		case err == nil && failed:
+			s.opt.Log.Info("resume record written again", "loop", s.opt.Loop, "next_tick", n)
+			failed = false
+		}
+	}
+}
+
+// latest puts v in ch (capacity 1), replacing a value still waiting there.
+func latest(ch chan uint64, v uint64) {
+	for {
+		select {
+		case ch <- v:
+			return
+		default:
+		}
+		select {
+		case <-ch:
+		default:
+		}
+	}
+}

@@ -43,3 +43,21 @@ func TestRecordCarriesWire(t *testing.T) {
 		t.Fatalf("record %+v, %v", got, err)
 	}
 }
+
+// The resume record's writer takes the newest next tick: one waiting is
+// replaced, never queued behind (an older number written after a newer one
+// would send a resumed sensor back over tick numbers already used).
+func TestLatestReplaces(t *testing.T) {
+	ch := make(chan uint64, 1)
+	latest(ch, 25)
+	latest(ch, 50)
+	latest(ch, 75)
+	if got := <-ch; got != 75 {
+		t.Fatalf("got %d, want the newest, 75", got)
+	}
+	select {
+	case v := <-ch:
+		t.Fatalf("%d still queued", v)
+	default:
+	}
+}

@@ -291,6 +291,15 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 	if s.next == 0 {
 		s.next = 1
 	}
+	// The resume record is written by one goroutine, in order, so that a
+	// slow write cannot land after a newer one; it ends with RunN.
+	resume := make(chan uint64, 1)
+	saved := make(chan struct{})
+	go func() {
+		defer close(saved)
+		s.saveRecords(ctx, resume)
+	}()
+	defer func() { close(resume); <-saved }()
 	waitLogged := false
 	for sent := uint64(0); n == 0 || sent < n; sent++ {
 		t := s.next
@@ -377,7 +386,7 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 		s.lastSent = t
 		s.opt.Metrics.Ticks.WithLabelValues(s.opt.Loop).Inc()
 		if t%resumeEvery == 0 {
-			go func(next uint64) { _ = s.saveRecord(ctx, next) }(s.next)
+			latest(resume, s.next)
 		}
 		if !s.waitNotice(ctx) {
 			return nil
