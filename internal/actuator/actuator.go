@@ -114,7 +114,7 @@ func (a *Actuator) Ready() bool { return a.ready.Load() }
 
 // Run loads the set-up and serves until ctx ends.
 func (a *Actuator) Run(ctx context.Context) error {
-	kv, err := bus.WaitSetupBucket(ctx, a.js)
+	kv, err := bus.WaitSetupBucket(ctx, a.js, a.opt.Log)
 	if err != nil {
 		return err
 	}

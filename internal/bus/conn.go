@@ -139,15 +139,19 @@ func EnsureSetupBucket(ctx context.Context, js jetstream.JetStream, replicas int
 }
 
 // WaitSetupBucket waits until the bucket exists (created by the sensor).
-func WaitSetupBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+// Errors other than its absence (JetStream not enabled, not permitted, not
+// answering) are retried too, and logged with log (if not nil) once a
+// minute, so that a service that cannot start says why.
+func WaitSetupBucket(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (jetstream.KeyValue, error) {
+	var logged time.Time
 	for {
 		kv, err := js.KeyValue(ctx, SetupBucket)
 		if err == nil {
 			return kv, nil
 		}
-		if !errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, context.DeadlineExceeded) {
-			// Transient (no responders while JetStream starts, reconnecting): retry.
-			_ = err
+		if log != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrBucketNotFound) && time.Since(logged) >= time.Minute {
+			log.Warn("waiting for the set-up bucket", "bucket", SetupBucket, "err", err)
+			logged = time.Now()
 		}
 		select {
 		case <-ctx.Done():

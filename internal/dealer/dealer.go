@@ -8,6 +8,7 @@ package dealer
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -80,7 +81,7 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Dealer, error) {
 
 // Run watches the set-up bucket for loops and serves them until ctx ends.
 func (d *Dealer) Run(ctx context.Context) error {
-	kv, err := bus.WaitSetupBucket(ctx, d.js)
+	kv, err := bus.WaitSetupBucket(ctx, d.js, d.opt.Log)
 	if err != nil {
 		return nil
 	}
@@ -135,9 +136,22 @@ func (d *Dealer) register(ctx context.Context, wg *sync.WaitGroup, key string, d
 	if err != nil {
 		return err
 	}
-	stream, err := d.js.Stream(ctx, bus.OfflineStream(h.Loop))
-	if err != nil {
-		return fmt.Errorf("dealer: stream for loop %s: %w", h.Loop, err)
+	// The record is not delivered again until the sensor writes another:
+	// a lookup lost to a reconnect or a busy server is retried, with the
+	// watch's later records waiting meanwhile.
+	var stream jetstream.Stream
+	for wait := 200 * time.Millisecond; ; wait *= 2 {
+		if stream, err = d.js.Stream(ctx, bus.OfflineStream(h.Loop)); err == nil {
+			break
+		}
+		if errors.Is(err, jetstream.ErrStreamNotFound) || wait > 3*time.Second || ctx.Err() != nil {
+			return fmt.Errorf("dealer: stream for loop %s (not served until its set-up record is written again or the dealer restarts): %w", h.Loop, err)
+		}
+		d.opt.Log.Warn("looking up a loop's offline stream: retrying", "loop", h.Loop, "in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
 	}
 	d.mu.Lock()
 	if d.epoch[h.Loop] == sp.Epoch {

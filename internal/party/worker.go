@@ -456,7 +456,7 @@ func (w *worker) takeRaw() (rawItem, bool) {
 
 // setup waits for the sensor's sealed set-up record and builds the party.
 func (w *worker) setup(ctx context.Context) error {
-	kv, err := bus.WaitSetupBucket(ctx, w.s.js)
+	kv, err := bus.WaitSetupBucket(ctx, w.s.js, w.s.opt.Log)
 	if err != nil {
 		return err
 	}
