@@ -290,6 +290,10 @@ func (w *worker) run(ctx context.Context) error {
 	w.mu.Lock()
 	w.items = items
 	w.mu.Unlock()
+	// A callback blocked on a full buffer returns when the loop does (a
+	// fence stops one loop while the service runs on).
+	done := make(chan struct{})
+	defer close(done)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		var batch []rawItem
 		if meta, err := m.Metadata(); err != nil {
@@ -300,6 +304,7 @@ func (w *worker) run(ctx context.Context) error {
 		select {
 		case items <- batch:
 		case <-ctx.Done():
+		case <-done:
 		}
 	}, jetstream.PullMaxMessages(pull), jetstream.PullThresholdMessages(pullThreshold(pull)))
 	if err != nil {
