@@ -99,7 +99,11 @@ func (w *worker) onMeasure(ctx context.Context, t uint64, fromHold bool) {
 	}
 	msg, err := w.begin(w.yBuf, mat)
 	if err != nil {
+		// The item is taken and the tick cannot start: counted as a miss,
+		// as the peer's side of it will be.
 		w.reject(err)
+		w.cur = t
+		w.miss(missError, "begin failed")
 		return
 	}
 	w.started(t, seq, msg)

@@ -229,11 +229,15 @@ func (w *worker) onMeasureMasked(ctx context.Context, t, item uint64) {
 	if err := w.p.UnmaskInto(w.yBuf, w.tyBuf, mat); err != nil {
 		w.recycle(mat)
 		w.reject(err)
+		w.cur = t
+		w.miss(missError, "unmasking failed")
 		return
 	}
 	msg, err := w.begin(w.yBuf, mat)
 	if err != nil {
 		w.reject(err)
+		w.cur = t
+		w.miss(missError, "begin failed")
 		return
 	}
 	_, pending := w.pendMul[t] // the other party runs this tick in three hops
