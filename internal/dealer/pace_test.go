@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -243,13 +242,7 @@ func TestServeBacksOffFullQueue(t *testing.T) {
 // in a loop, with nothing logged or counted.
 func TestServeBacksOffFailedPublish(t *testing.T) {
 	const loop, poll, pollMax = "pendulum", 5 * time.Millisecond, 400 * time.Millisecond
-	ctx := context.Background()
-	js, stream, m := startServe(t, loop, 32, 40, poll, pollMax)
-	cfg := stream.CachedInfo().Config
-	cfg.MaxMsgSize = 64
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	_, _, m := startServeWith(t, loop, 32, 40, poll, pollMax, func(c *jetstream.StreamConfig) { c.MaxMsgSize = 64 })
 	rounds := func() float64 { return testutil.ToFloat64(m.PublishErrors.WithLabelValues(loop)) }
 	for deadline := time.Now().Add(10 * time.Second); rounds() == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -275,13 +268,15 @@ func TestServeBacksOffFailedPublish(t *testing.T) {
 // on an embedded server until the test ends.
 func startServe(t *testing.T, loop string, lowWater int, maxMsgs int64, poll, pollMax time.Duration) (jetstream.JetStream, jetstream.Stream, *metrics.Set) {
 	t.Helper()
-	return startServeOn(t, natstest.Conn(t), loop, lowWater, maxMsgs, poll, pollMax)
+	return startServeWith(t, loop, lowWater, maxMsgs, poll, pollMax, nil)
 }
 
-// startServeOn is startServe on a connection of the test's.
-func startServeOn(t *testing.T, nc *nats.Conn, loop string, lowWater int, maxMsgs int64, poll, pollMax time.Duration) (jetstream.JetStream, jetstream.Stream, *metrics.Set) {
+// startServeWith is startServe with the stream's configuration changed by
+// edit (if not nil) before the replica starts.
+func startServeWith(t *testing.T, loop string, lowWater int, maxMsgs int64, poll, pollMax time.Duration, edit func(*jetstream.StreamConfig)) (jetstream.JetStream, jetstream.Stream, *metrics.Set) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	nc := natstest.Conn(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -289,6 +284,13 @@ func startServeOn(t *testing.T, nc *nats.Conn, loop string, lowWater int, maxMsg
 	stream, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: loop, MaxMsgs: maxMsgs}, 1, false)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		cfg := stream.CachedInfo().Config
+		edit(&cfg)
+		if stream, err = js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
 	}
 	sd, _, _ := testSealers(t)
 	m := metrics.New("d")
