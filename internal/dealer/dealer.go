@@ -390,7 +390,7 @@ const (
 )
 
 // refill publishes about n items (whole messages) and says how that went.
-// A failure is logged once per round and counted
+// A failed round is logged and counted once
 // (duet_offline_publish_errors_total); the caller backs off either way, so a
 // message the server always refuses (larger than its max_payload, say)
 // costs one batch per DUET_POLL_MAX, not a busy loop.
@@ -425,8 +425,10 @@ func (d *Dealer) refill(ctx context.Context, q *queue, n int) refillResult {
 	for i, f := range futures {
 		select {
 		case <-wait.C:
-			d.opt.Log.Warn("offline item publish not acknowledged", "loop", q.loop)
-			return max(res, refillFail)
+			if res == refillFail { // counted and logged already
+				return res
+			}
+			return fail("publishing offline items", errors.New("not acknowledged within 5 s"))
 		case <-f.Ok():
 			d.opt.Metrics.ItemsPublished.WithLabelValues(q.loop).Add(float64(counts[i]))
 		case err := <-f.Err():
@@ -439,7 +441,7 @@ func (d *Dealer) refill(ctx context.Context, q *queue, n int) refillResult {
 			return res
 		}
 	}
-	if refused != nil {
+	if refused != nil && res != refillFail {
 		return fail("publishing offline items", refused)
 	}
 	return res

@@ -89,9 +89,10 @@ type worker struct {
 	minSeq  uint64 // item ids below this are discarded (resynchronization)
 	// serials: the items taken in the epoch, by their dealer serials, so
 	// that an item the broker delivers again is refused (itemSerials).
-	serials   itemSerials
-	serialBuf []byte // serials' encoding for the state record
-	perMsg    int    // most items in one stream message (set-up)
+	serials      itemSerials
+	serialBuf    []byte    // serials' encoding for the state record
+	serialLogged time.Time // when a refused item was last logged
+	perMsg       int       // most items in one stream message (set-up)
 
 	persist *persister
 	// afterQueued: the worker is in the service's afterQueue (under its mu).
@@ -983,8 +984,11 @@ func (w *worker) takeItem(ctx context.Context, wait bool) (uint64, mpc.TickMater
 			// Only for an item that is then used, and with its nonce
 			// checked against its sealed material (P0's seed-compressed
 			// items have only the nonce: see itemSerials).
-			if it.err = w.serials.take(it.nonce); it.err != nil {
+			if it.err = w.serials.take(it.nonce); it.err != nil && time.Since(w.serialLogged) >= 10*time.Second {
+				// Each is counted (reject); a broker replaying a queue's
+				// worth is logged once per 10 s.
 				w.s.opt.Log.Warn("offline item refused", "party", w.id, "loop", w.loop, "item", it.seq, "err", it.err)
+				w.serialLogged = time.Now()
 			}
 		}
 		if it.err != nil {
