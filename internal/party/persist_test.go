@@ -20,24 +20,9 @@ import (
 // write; a write the server refuses (a stale revision) is resolved by the
 // fence check, and the state is stored all the same.
 func TestStateWritesReuseBuffers(t *testing.T) {
-	nc := natstest.Conn(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prm, p := pendulumParty(t)
-	f := prm.Field
-	key := [32]byte{7}
-	s := &Service{nc: nc, js: js, opt: Options{ID: 0, StateKey: &key, StateStorage: jetstream.MemoryStorage,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party")}}
-	w := &worker{s: s, id: 0, loop: "persist-1", prm: prm, p: p}
+	w := persistingWorker(t, "persist-1")
+	prm, p, f := w.prm, w.p, w.prm.Field
 	ctx := context.Background()
-	if err := w.openPersister(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.claim(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
 	pst := w.persist
 	write := func(v int64) {
 		t.Helper()
@@ -101,24 +86,9 @@ func TestStateWritesReuseBuffers(t *testing.T) {
 // otherwise restore it, a state the peer never had, at a version that
 // matches the peer's again one tick later.
 func TestRollbackIsPersisted(t *testing.T) {
-	nc := natstest.Conn(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prm, p := pendulumParty(t)
-	f := prm.Field
-	key := [32]byte{8}
-	s := &Service{nc: nc, js: js, opt: Options{ID: 0, StateKey: &key, StateStorage: jetstream.MemoryStorage,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party")}}
-	w := &worker{s: s, id: 0, loop: "rollback-1", prm: prm, p: p}
+	w := persistingWorker(t, "rollback-1")
+	prm, p, f := w.prm, w.p, w.prm.Field
 	ctx := context.Background()
-	if err := w.openPersister(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.claim(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
 	kept, ahead := mpc.NewMatrix(prm.N, 1), mpc.NewMatrix(prm.N, 1)
 	kept.Data[0], ahead.Data[0] = f.FromInt64(4), f.FromInt64(5)
 	if err := p.SetState(ahead); err != nil {
@@ -149,4 +119,29 @@ func TestRollbackIsPersisted(t *testing.T) {
 	if err != nil || rec.Version != 4 || !x.Equal(kept) {
 		t.Fatalf("stored after the rollback: version %d, the kept state %v (%v); want version 4 and the kept state", rec.Version, x.Equal(kept), err)
 	}
+}
+
+// persistingWorker is P0's worker for loop with the pendulum's party, its
+// state persisted to a JetStream KV bucket of an embedded server, and the
+// record's key claimed.
+func persistingWorker(t *testing.T, loop string) *worker {
+	t.Helper()
+	nc := natstest.Conn(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prm, p := pendulumParty(t)
+	key := [32]byte{7}
+	s := &Service{nc: nc, js: js, opt: Options{ID: 0, StateKey: &key, StateStorage: jetstream.MemoryStorage,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party")}}
+	w := &worker{s: s, id: 0, loop: loop, prm: prm, p: p}
+	ctx := context.Background()
+	if err := w.openPersister(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.claim(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
