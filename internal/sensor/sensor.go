@@ -139,9 +139,19 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 	if err != nil {
 		return nil, err
 	}
+	// An item is one stream message at the least: one the server cannot
+	// carry would leave the dealers failing every refill and the loop with
+	// no item, so the set-up is refused here, naming the limit.
+	// (Its material alone is checked: the overhead is an upper bound, and
+	// an item just over the limit is left to the dealers, which log it.)
+	material := mpc.DealerBytesPerTick(rz.Params, opt.Compress)
+	if mp := nc.MaxPayload(); mp > 0 && int64(material) > mp {
+		return nil, fmt.Errorf("sensor: loop %s: an offline item holds %d bytes of material, over the NATS server's max_payload of %d: raise max_payload, use seed compression (DUET_COMPRESS), or a smaller controller", opt.Loop, material, mp)
+	}
+	itemBytes := material + itemOverhead
 	// Large items go fewer to a stream message (the dealers do the same
 	// with the real size), and the queue's capacity is sized with that.
-	if k := bus.ItemsPerMsg(opt.ItemsPerMsg, mpc.DealerBytesPerTick(rz.Params, opt.Compress)+itemOverhead, bus.MaxOfflineMsg); k < opt.ItemsPerMsg {
+	if k := bus.ItemsPerMsg(opt.ItemsPerMsg, itemBytes, bus.MaxOfflineMsg); k < opt.ItemsPerMsg {
 		opt.Log.Info("fewer offline items per stream message for large items", "loop", opt.Loop, "asked", opt.ItemsPerMsg, "items_per_msg", k)
 		opt.ItemsPerMsg = k
 	}
