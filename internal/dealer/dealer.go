@@ -183,6 +183,11 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 	}
 	q := &queue{loop: loop, epoch: epoch, prm: prm, gen: gen, rng: mpc.NewPRG(key, [16]byte{}), subj: bus.OfflineSubject(loop), perMsg: perMsg,
 		limit: min(bus.MaxOfflineMsg, int(d.nc.MaxPayload())/2)}
+	if info := stream.CachedInfo(); info != nil && info.Config.MaxMsgs > 0 && info.Config.MaxMsgs*int64(q.perMsg) <= int64(d.opt.LowWater) {
+		// The sensor sizes the queue (DUET_QUEUE_MAX), the dealer its mark.
+		d.opt.Log.Warn("the offline queue cannot reach DUET_LOW_WATER: every refill will find it full; raise the sensor's DUET_QUEUE_MAX or lower DUET_LOW_WATER",
+			"loop", loop, "queue_items", info.Config.MaxMsgs*int64(q.perMsg), "low_water", d.opt.LowWater)
+	}
 	wait := time.NewTimer(d.opt.Poll)
 	wait.Stop()
 	defer wait.Stop()

@@ -1,9 +1,12 @@
 package dealer
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -242,7 +245,7 @@ func TestServeBacksOffFullQueue(t *testing.T) {
 // in a loop, with nothing logged or counted.
 func TestServeBacksOffFailedPublish(t *testing.T) {
 	const loop, poll, pollMax = "pendulum", 5 * time.Millisecond, 400 * time.Millisecond
-	_, _, m := startServeWith(t, loop, 32, 40, poll, pollMax, func(c *jetstream.StreamConfig) { c.MaxMsgSize = 64 })
+	_, _, m := startServeWith(t, loop, 32, 40, poll, pollMax, func(c *jetstream.StreamConfig) { c.MaxMsgSize = 64 }, nil)
 	rounds := func() float64 { return testutil.ToFloat64(m.PublishErrors.WithLabelValues(loop)) }
 	for deadline := time.Now().Add(10 * time.Second); rounds() == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -264,16 +267,56 @@ func TestServeBacksOffFailedPublish(t *testing.T) {
 	}
 }
 
+// A queue that holds no more items than the low-water mark is full before
+// it reaches the mark (the sensor sizes one, the dealer the other): the
+// replica says so when it starts serving the loop.
+func TestServeWarnsQueueBelowLowWater(t *testing.T) {
+	for _, c := range []struct {
+		lowWater int
+		warn     bool
+	}{{50, true}, {40, true}, {39, false}} {
+		var buf syncBuffer
+		startServeWith(t, "pendulum", c.lowWater, 40, 5*time.Millisecond, 50*time.Millisecond, nil, slog.New(slog.NewTextHandler(&buf, nil)))
+		warned := func() bool { return strings.Contains(buf.String(), "cannot reach DUET_LOW_WATER") }
+		for deadline := time.Now().Add(5 * time.Second); c.warn && !warned() && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond) // the replica has started serving
+		if got := warned(); got != c.warn {
+			t.Errorf("40 items, low-water mark %d: warned %v, want %v (log %q)", c.lowWater, got, c.warn, buf.String())
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // startServe runs a replica's serve for one loop's queue (MaxMsgs maxMsgs)
 // on an embedded server until the test ends.
 func startServe(t *testing.T, loop string, lowWater int, maxMsgs int64, poll, pollMax time.Duration) (jetstream.JetStream, jetstream.Stream, *metrics.Set) {
 	t.Helper()
-	return startServeWith(t, loop, lowWater, maxMsgs, poll, pollMax, nil)
+	return startServeWith(t, loop, lowWater, maxMsgs, poll, pollMax, nil, nil)
 }
 
 // startServeWith is startServe with the stream's configuration changed by
-// edit (if not nil) before the replica starts.
-func startServeWith(t *testing.T, loop string, lowWater int, maxMsgs int64, poll, pollMax time.Duration, edit func(*jetstream.StreamConfig)) (jetstream.JetStream, jetstream.Stream, *metrics.Set) {
+// edit (if not nil) before the replica starts, and the replica logging to
+// log (nil: nowhere).
+func startServeWith(t *testing.T, loop string, lowWater int, maxMsgs int64, poll, pollMax time.Duration, edit func(*jetstream.StreamConfig), log *slog.Logger) (jetstream.JetStream, jetstream.Stream, *metrics.Set) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	nc := natstest.Conn(t)
@@ -294,8 +337,10 @@ func startServeWith(t *testing.T, loop string, lowWater int, maxMsgs int64, poll
 	}
 	sd, _, _ := testSealers(t)
 	m := metrics.New("d")
-	d, err := New(nc, sd, Options{Name: "d", LowWater: lowWater, Batch: 8, Poll: poll, PollMax: pollMax, Metrics: m,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	d, err := New(nc, sd, Options{Name: "d", LowWater: lowWater, Batch: 8, Poll: poll, PollMax: pollMax, Metrics: m, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
