@@ -66,6 +66,7 @@ func exported(t *testing.T) map[string][]string {
 	m.ItemsPublished.WithLabelValues("l").Inc()
 	m.QueueDepth.WithLabelValues("l").Set(1)
 	m.LowWater.WithLabelValues("l").Inc()
+	m.PublishErrors.WithLabelValues("l").Inc()
 	m.TickLatency.WithLabelValues("l").Observe(0.001)
 	m.TickPaths.WithLabelValues("l", "p").Inc()
 	fams, err := m.Reg.Gather()
@@ -124,24 +125,25 @@ var parties = []string{"party0", "party1"}
 // by its base name), from the services' code: an alert that selects a metric
 // by a service that never sets it would never fire.
 var setters = map[string][]string{
-	"duet_rejects_total":           allRoles,
-	"duet_nats_reconnects_total":   allRoles,
-	"duet_ticks_total":             {"sensor", "party0", "party1", "actuator"},
-	"duet_deadline_misses_total":   {"sensor", "party0", "party1", "actuator", "plant"},
-	"duet_ticks_abandoned_total":   parties,
-	"duet_measurements_held_total": parties,
-	"duet_mismatches_total":        {"sensor", "party0", "party1", "actuator"},
-	"duet_tick_paths_total":        {"sensor", "party0", "party1"},
-	"duet_items_consumed_total":    parties,
-	"duet_items_prepared_total":    parties,
-	"duet_items_discarded_total":   parties,
-	"duet_peer_messages_total":     parties,
-	"duet_peer_envelopes_total":    parties,
-	"duet_peer_held_total":         {"party0"},
-	"duet_items_published_total":   {"dealer"},
-	"duet_queue_depth":             {"dealer"},
-	"duet_queue_low_water_total":   {"dealer", "party0", "party1"},
-	"duet_tick_latency_seconds":    {"actuator"},
+	"duet_rejects_total":                allRoles,
+	"duet_nats_reconnects_total":        allRoles,
+	"duet_ticks_total":                  {"sensor", "party0", "party1", "actuator"},
+	"duet_deadline_misses_total":        {"sensor", "party0", "party1", "actuator", "plant"},
+	"duet_ticks_abandoned_total":        parties,
+	"duet_measurements_held_total":      parties,
+	"duet_mismatches_total":             {"sensor", "party0", "party1", "actuator"},
+	"duet_tick_paths_total":             {"sensor", "party0", "party1"},
+	"duet_items_consumed_total":         parties,
+	"duet_items_prepared_total":         parties,
+	"duet_items_discarded_total":        parties,
+	"duet_peer_messages_total":          parties,
+	"duet_peer_envelopes_total":         parties,
+	"duet_peer_held_total":              {"party0"},
+	"duet_items_published_total":        {"dealer"},
+	"duet_queue_depth":                  {"dealer"},
+	"duet_offline_publish_errors_total": {"dealer"},
+	"duet_queue_low_water_total":        {"dealer", "party0", "party1"},
+	"duet_tick_latency_seconds":         {"actuator"},
 }
 
 // baseName strips a histogram series' suffix.
