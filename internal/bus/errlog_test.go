@@ -1,11 +1,9 @@
 package bus
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,26 +11,13 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/duet-mpc/duet/internal/natstest"
+	"github.com/duet-mpc/duet/internal/testlog"
 )
 
-// lockedBuffer is a log sink the connection's goroutines may write to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines returns the "nats error" records logged so far.
-func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// natsErrors returns the "nats error" records logged to l so far.
+func natsErrors(t *testing.T, l *testlog.Buffer) []map[string]any {
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(l.String()), "\n") {
 		if line == "" {
 			continue
 		}
@@ -57,7 +42,7 @@ func TestConnectLogsRepeatedErrorsOnce(t *testing.T) {
 	old := errorLogEvery
 	errorLogEvery = 300 * time.Millisecond
 	t.Cleanup(func() { errorLogEvery = old })
-	var sink lockedBuffer
+	var sink testlog.Buffer
 	nc, err := Connect(ns.ClientURL(), "test", slog.New(slog.NewJSONHandler(&sink, nil)), nil, nats.UserInfo("u", "p"))
 	if err != nil {
 		t.Fatal(err)
@@ -76,10 +61,10 @@ func TestConnectLogsRepeatedErrorsOnce(t *testing.T) {
 	wait := func(want int) []map[string]any {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			got := sink.lines(t)
+			got := natsErrors(t, &sink)
 			if len(got) >= want || time.Now().After(deadline) {
 				time.Sleep(50 * time.Millisecond) // and nothing more comes
-				return sink.lines(t)
+				return natsErrors(t, &sink)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -1,12 +1,10 @@
 package dealer
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/natstest"
+	"github.com/duet-mpc/duet/internal/testlog"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
@@ -275,7 +274,7 @@ func TestServeWarnsQueueBelowLowWater(t *testing.T) {
 		lowWater int
 		warn     bool
 	}{{50, true}, {40, true}, {39, false}} {
-		var buf syncBuffer
+		var buf testlog.Buffer
 		startServeWith(t, "pendulum", c.lowWater, 40, 5*time.Millisecond, 50*time.Millisecond, nil, slog.New(slog.NewTextHandler(&buf, nil)))
 		warned := func() bool { return strings.Contains(buf.String(), "cannot reach DUET_LOW_WATER") }
 		for deadline := time.Now().Add(5 * time.Second); c.warn && !warned() && time.Now().Before(deadline); {
@@ -286,24 +285,6 @@ func TestServeWarnsQueueBelowLowWater(t *testing.T) {
 			t.Errorf("40 items, low-water mark %d: warned %v, want %v (log %q)", c.lowWater, got, c.warn, buf.String())
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startServe runs a replica's serve for one loop's queue (MaxMsgs maxMsgs)
