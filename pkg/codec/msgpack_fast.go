@@ -230,7 +230,7 @@ func (d *decoder) key(name string) bool {
 	if d.err != nil {
 		return false
 	}
-	if b := d.r.b[d.r.off:]; len(b) > len(name) && b[0] == mpFixStr|byte(len(name)) && string(b[1:1+len(name)]) == name {
+	if d.next(name) {
 		d.r.off += 1 + len(name)
 		return true
 	}
