@@ -393,7 +393,7 @@ func (pn *powerNorms) chooseGamma(rho float64) (c, gamma float64, err error) {
 		}
 	}
 	if math.IsInf(bestF, 1) {
-		return 0, 0, fmt.Errorf("%w: spectral radius %.6f of A is too close to 1: no (c, γ) certified within %d powers; give an explicit \"modulus\" instead of \"auto\"", ErrParams, rho, maxPowerSteps)
+		return 0, 0, fmt.Errorf("%w (%w): spectral radius %.6f of A is too close to 1: no (c, γ) certified within %d powers; give an explicit \"modulus\" instead of \"auto\"", ErrUncertified, ErrParams, rho, maxPowerSteps)
 	}
 	return bestC, bestG, nil
 }
@@ -403,7 +403,7 @@ func (pn *powerNorms) chooseGamma(rho float64) (c, gamma float64, err error) {
 // the tail: Σ_{t>=T} ||A^t|| <= Σ_{s<L} ||A^(T+s)|| / (1 - ||A^L||). Summation stops once this
 // tail is below 2^-60 of the partial sum, and the tail bound is added in.
 func (pn *powerNorms) series() (sum, maxN float64, err error) {
-	tooLong := fmt.Errorf("%w: Σ ||A^t|| did not converge within %d powers; give an explicit \"modulus\" instead of \"auto\"", ErrParams, maxPowerSteps)
+	tooLong := fmt.Errorf("%w (%w): Σ ||A^t|| did not converge within %d powers; give an explicit \"modulus\" instead of \"auto\"", ErrUncertified, ErrParams, maxPowerSteps)
 	L, q := 0, 0.0
 	for t := 1; L == 0; t++ {
 		ln, ok := pn.logNorm(t)

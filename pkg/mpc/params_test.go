@@ -505,3 +505,30 @@ func TestProductBoundBruteForce(t *testing.T) {
 		})
 	}
 }
+
+// A stable A that decays too slowly for the sizing to bound its powers
+// (ρ = 1 − 2^-18: ||A^t|| ≤ 1/2 only past t ≈ 181,700, beyond
+// maxPowerSteps) cannot be certified: "auto" refuses it, naming the
+// remedy, and the explicit modulus the error asks for runs with a warning,
+// as it does for an unstable A.
+func TestResolveUncertifiedA(t *testing.T) {
+	spec := ControllerSpec{
+		A: [][]float64{{1 - 0x1p-18}}, B: [][]float64{{0x1p-8}}, C: [][]float64{{1}}, D: [][]float64{{0}},
+		X0: []float64{0}, K: 24, L: 18, Lambda: DefaultLambda, Modulus: ModulusAuto,
+	}
+	_, err := spec.Resolve(PerTick)
+	if !errors.Is(err, ErrUncertified) || !errors.Is(err, ErrParams) || !strings.Contains(err.Error(), `explicit "modulus"`) {
+		t.Fatalf("auto: err = %v, want ErrUncertified (and ErrParams) naming the explicit modulus", err)
+	}
+	spec.Modulus = PresetM127
+	res, err := spec.Resolve(PerTick)
+	if err != nil {
+		t.Fatalf("explicit %s: %v", PresetM127, err)
+	}
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "certify") || !strings.Contains(res.Warnings[0], "0.999996") {
+		t.Fatalf("explicit %s: warnings %q, want one saying the bound cannot be certified, with ρ", PresetM127, res.Warnings)
+	}
+	if res.Params.Field.Name() != PresetM127 {
+		t.Fatalf("field %s, want %s", res.Params.Field.Name(), PresetM127)
+	}
+}

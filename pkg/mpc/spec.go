@@ -173,14 +173,16 @@ type Resolved struct {
 	// QuantErr is the largest |Φ - Dcd(Φ̄)| over the entries: the rounding of
 	// the controller onto the Q<k,l> grid (0 when every entry is exact).
 	QuantErr float64
-	// Warnings for the user (an explicit modulus with an unstable A).
+	// Warnings for the user (an explicit modulus with an unstable A, or
+	// with one whose bound cannot be certified).
 	Warnings []string
 }
 
 // Resolve sizes the modulus and encodes the controller. "auto" picks the
 // smallest preset satisfying the bound of protocol.md §7 and refuses an A that
-// is not Schur stable; an explicit modulus with an unstable A runs with a
-// warning; too few bits is an error stating the bits required.
+// is not Schur stable or whose bound cannot be certified (ErrUncertified); an
+// explicit modulus with such an A runs with a warning; too few bits is an
+// error stating the bits required.
 func (s ControllerSpec) Resolve(v Variant) (Resolved, error) {
 	var res Resolved
 	if err := s.Validate(); err != nil {
@@ -218,12 +220,15 @@ func (s ControllerSpec) Resolve(v Variant) (Resolved, error) {
 	sz, szErr := SizeModulus(q[0], q[1], q[2], q[3], s.K, s.L, s.Lambda)
 	res.Sizing = sz
 	unstable := errors.Is(szErr, ErrUnstable)
-	if szErr != nil && !unstable {
+	// A stable A that decays too slowly to be certified runs, as an unstable
+	// one does, only on an explicit modulus and with a warning.
+	uncertified := errors.Is(szErr, ErrUncertified)
+	if szErr != nil && !unstable && !uncertified {
 		return res, szErr
 	}
 	var f *Field
 	if s.Modulus == ModulusAuto {
-		if unstable {
+		if unstable || uncertified {
 			return res, szErr
 		}
 		for _, name := range []string{PresetM127, PresetP25519} {
@@ -246,6 +251,10 @@ func (s ControllerSpec) Resolve(v Variant) (Resolved, error) {
 			res.Warnings = append(res.Warnings, fmt.Sprintf(
 				"A is not Schur stable (spectral radius %.4f): the modulus bound of Theorem 1 does not hold and the state may overflow modulus %s",
 				sz.Rho, f.Name()))
+		} else if uncertified {
+			res.Warnings = append(res.Warnings, fmt.Sprintf(
+				"A decays too slowly to certify a modulus (spectral radius %.6f; %v): the bound of Theorem 1 is not checked and the state may overflow modulus %s",
+				sz.Rho, szErr, f.Name()))
 		} else if err := sz.Check(float64(f.BitLen() - 1)); err != nil {
 			return res, err
 		}
