@@ -359,9 +359,11 @@ func (w *worker) housekeep() {
 	}
 }
 
-// exit marks the worker stopped: the dispatcher drops its messages.
+// exit marks the worker stopped: the dispatcher drops its messages, and
+// the service is no longer ready (a fenced loop is not served).
 func (w *worker) exit() {
 	w.live.Store(false)
+	w.ready.Store(false)
 	w.exited.Store(true)
 }
 
