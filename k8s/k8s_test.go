@@ -23,6 +23,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -66,6 +67,7 @@ var kinds = map[string]struct {
 	"HorizontalPodAutoscaler": {"autoscaling/v2", func() any { return &autoscalingv2.HorizontalPodAutoscaler{} }},
 	"PodDisruptionBudget":     {"policy/v1", func() any { return &policyv1.PodDisruptionBudget{} }},
 	"NetworkPolicy":           {"networking.k8s.io/v1", func() any { return &networkingv1.NetworkPolicy{} }},
+	"StorageClass":            {"storage.k8s.io/v1", func() any { return &storagev1.StorageClass{} }},
 	// k8s/monitoring, for the Prometheus Operator.
 	"PrometheusRule": {"monitoring.coreos.com/v1", func() any { return &monitoringv1.PrometheusRule{} }},
 	"PodMonitor":     {"monitoring.coreos.com/v1", func() any { return &monitoringv1.PodMonitor{} }},
@@ -221,7 +223,40 @@ func TestManifests(t *testing.T) {
 			checkNATS(t, r)
 			checkDealerHPA(t, r)
 			checkEnv(t, r)
+			checkStorageClasses(t, r)
 		})
+	}
+}
+
+// checkStorageClasses: a volume claim that names a storage class names one
+// the build defines (no cluster has a class of a given name by default: the
+// EKS add-on that provisions EBS volumes creates none), and that class
+// provisions from EBS.
+func checkStorageClasses(t *testing.T, r *rendered) {
+	classes := map[string]*storagev1.StorageClass{}
+	for _, o := range r.objects {
+		if sc, ok := o.(*storagev1.StorageClass); ok {
+			classes[sc.Name] = sc
+		}
+	}
+	for _, w := range r.workloads {
+		if w.sts == nil {
+			continue
+		}
+		for _, pvc := range w.sts.Spec.VolumeClaimTemplates {
+			name := pvc.Spec.StorageClassName
+			if name == nil {
+				continue // the cluster's default class
+			}
+			sc, ok := classes[*name]
+			if !ok {
+				t.Errorf("%s: volume claim %s asks for storage class %q, which the build does not define", w, pvc.Name, *name)
+				continue
+			}
+			if sc.Provisioner != "ebs.csi.aws.com" {
+				t.Errorf("storage class %s: provisioner %q, want ebs.csi.aws.com (the add-on in k8s/eks/cluster.yaml)", sc.Name, sc.Provisioner)
+			}
+		}
 	}
 }
 
