@@ -25,6 +25,17 @@ IMAGES    := $(SERVICES) nats tools
 BIN       := build/bin
 CTX       := build/ctx
 GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w'
+# The images' platform. The node groups of k8s/eks/cluster.yaml are x86
+# (c7i, m7i); on any other build host the images get binaries cross-built for
+# this platform into build/bin/<os>-<arch>, while build/bin keeps the host's
+# own (duet keys, duet stalls).
+IMAGE_PLATFORM ?= linux/amd64
+HOST_PLATFORM  := $(shell $(GO) env GOOS)/$(shell $(GO) env GOARCH)
+ifeq ($(IMAGE_PLATFORM),$(HOST_PLATFORM))
+IMGBIN    := $(BIN)
+else
+IMGBIN    := $(BIN)/$(subst /,-,$(IMAGE_PLATFORM))
+endif
 # The classic builder is enough for COPY-only images (and needs no buildx).
 BUILDKIT  ?= $(shell docker buildx version >/dev/null 2>&1 && echo 1 || echo 0)
 
@@ -43,19 +54,25 @@ build:
 	$(GOBUILD) -o $(BIN)/ $(addprefix ./cmd/,$(SERVICES) duet)
 	$(GOBUILD) -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 
-## images: one FROM scratch image per service, plus duet-nats and duet-tools
+## images: one FROM scratch image per service, plus duet-nats and duet-tools,
+## for IMAGE_PLATFORM (linux/amd64 unless set)
 images: build
+ifneq ($(IMGBIN),$(BIN))
+	@mkdir -p $(IMGBIN)
+	GOOS=$(word 1,$(subst /, ,$(IMAGE_PLATFORM))) GOARCH=$(word 2,$(subst /, ,$(IMAGE_PLATFORM))) $(GOBUILD) -o $(IMGBIN)/ $(addprefix ./cmd/,$(SERVICES) duet)
+	GOOS=$(word 1,$(subst /, ,$(IMAGE_PLATFORM))) GOARCH=$(word 2,$(subst /, ,$(IMAGE_PLATFORM))) $(GOBUILD) -o $(IMGBIN)/nats-server github.com/nats-io/nats-server/v2
+endif
 	@set -e; for img in $(IMAGES); do \
 	  ctx=$(CTX)/$$img; rm -rf $$ctx; mkdir -p $$ctx/keys $$ctx/data; \
-	  ln -f $(BIN)/duet $$ctx/duet; \
+	  ln -f $(IMGBIN)/duet $$ctx/duet; \
 	  case $$img in \
-	    nats)  ln -f $(BIN)/nats-server $$ctx/nats-server ;; \
+	    nats)  ln -f $(IMGBIN)/nats-server $$ctx/nats-server ;; \
 	    tools) ;; \
-	    *)     ln -f $(BIN)/$$img $$ctx/$$img ;; \
+	    *)     ln -f $(IMGBIN)/$$img $$ctx/$$img ;; \
 	  esac; \
 	  cp examples/qube-servo2/controller.json examples/qube-servo2/plant.json $$ctx/; \
 	  echo "docker build duet-$$img:$(IMAGE_TAG)"; \
-	  DOCKER_BUILDKIT=$(BUILDKIT) docker build -q -f deploy/docker/$$img.Dockerfile -t duet-$$img:$(IMAGE_TAG) $$ctx 2>&1 >/dev/null \
+	  DOCKER_BUILDKIT=$(BUILDKIT) docker build -q --platform $(IMAGE_PLATFORM) -f deploy/docker/$$img.Dockerfile -t duet-$$img:$(IMAGE_TAG) $$ctx 2>&1 >/dev/null \
 	    | { grep -v -e DEPRECATED -e 'legacy builder' -e BuildKit -e '^ *environment-variable' -e '^$$' || true; } >&2; \
 	done
 
