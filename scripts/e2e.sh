@@ -202,7 +202,7 @@ connz() {
 		jq -r --arg ip "$1" --arg f "$2" '[.connections[] | select(.ip == $ip) | .[$f]] | first // -1'
 }
 
-for p in $P_SENSOR $P_PARTY0 $P_PARTY1 $P_ACTUATOR $P_NATS; do
+for p in $P_SENSOR $P_PARTY0 $P_PARTY1 $P_ACTUATOR $P_PLANT $P_NATS $P_PROM; do
 	if curl -s --max-time 1 -o /dev/null "http://127.0.0.1:$p/"; then
 		fail "port 127.0.0.1:$p is in use (a stack from 'make up' still running? 'make down' first)"
 	fi
@@ -378,6 +378,9 @@ if [[ $SKIP == *" kill "* ]]; then
 else
 	t0=$(ticks) m0=$(misses) im0=$(item_mismatches) vm0=$(version_mismatches)
 	p1=$(cid party1)
+	# Only this run of the container counts: docker logs also returns the
+	# lines of its earlier runs.
+	since=$(date -u +%Y-%m-%dT%H:%M:%S)
 	docker kill "$p1" >/dev/null
 	catch_pendulum
 	sleep 1
@@ -385,12 +388,12 @@ else
 	wait_healthy party1 1 60 || fail "party1 not healthy again within 60 s of its restart"
 	release_pendulum
 	if ! recovered "party1 restart" "$t0" "$m0"; then
-		why=$(docker logs "$p1" 2>&1 | grep '"state version mismatch"' | tail -1 | grep -o '"own":[0-9]*,"peer":[0-9]*' || true)
+		why=$(docker logs --since "$since" "$p1" 2>&1 | grep '"state version mismatch"' | tail -1 | grep -o '"own":[0-9]*,"peer":[0-9]*' || true)
 		fail "party1 restart: ticks did not resume (actuator at $(ticks), was $t0 at the kill${why:+; party1 reports state version mismatch $why: its state share was not restored})"
 	fi
 	# DUET_PERSIST is on in docker-compose.yml: the share must come from KV
 	# (the pendulum balancing again shows it is the right one).
-	restored=$(docker logs "$p1" 2>&1 | grep '"state restored"' | tail -1 | grep -o '"version":[0-9]*,"tick":[0-9]*' || true)
+	restored=$(docker logs --since "$since" "$p1" 2>&1 | grep '"state restored"' | tail -1 | grep -o '"version":[0-9]*,"tick":[0-9]*' || true)
 	[[ -n $restored ]] || fail "party1 restart: ticks resumed, but party1 did not log \"state restored\" (crash recovery off?)"
 	drill_mismatches "party1 restart" "$im0" "$vm0"
 	pass "party1 kill + restart: state share restored from JetStream KV ($restored), loop resumed ($RECOVERED; $MISMATCHES)"
