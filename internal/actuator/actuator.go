@@ -268,6 +268,14 @@ func (a *Actuator) onShare(t uint64, id int, item uint64, sent int64, share mpc.
 		return
 	}
 	a.date(t, p, sent)
+	if p.sent != 0 && time.Now().UnixNano() >= p.sent+int64(a.opt.Deadline) {
+		// Past the tick's deadline, whose timer is due: the fail-safe
+		// applies, never an input this late. Before, a share that raced the
+		// due timer to the lock could complete the tick, so a broker that held
+		// a tick's messages back could have a stale u applied periods late.
+		a.opt.Metrics.Rejects.WithLabelValues("late").Inc()
+		return
+	}
 	p.have[id], p.item[id], p.u[id] = true, item, share
 	if !p.have[0] || !p.have[1] {
 		return

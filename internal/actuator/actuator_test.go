@@ -185,3 +185,26 @@ func TestSupersededDeadlineAppliesNothing(t *testing.T) {
 		t.Errorf("%v misses counted for a superseded tick", got)
 	}
 }
+
+// Both shares of a tick held back past its deadline (by a broker, or a
+// stalled network) and then delivered together: the tick's deadline has
+// passed, so the fail-safe applies, never the stale u, whichever of the
+// shares and the due deadline takes the lock first.
+func TestSharesPastDeadlineApplyFailSafe(t *testing.T) {
+	for i := range 20 {
+		r := newRig(t, 30*time.Millisecond)
+		m := metrics.New("actuator")
+		r.a.opt.Metrics = m
+		sent := time.Now().Add(-100 * time.Millisecond).UnixNano()
+		tick := uint64(i + 1)
+		r.share(t, 0, tick, sent)
+		r.share(t, 1, tick, sent)
+		ap := r.wait(t, time.Second)
+		if ap.Tick != tick || !ap.Miss || ap.U[0] != 0 {
+			t.Fatalf("run %d: applied %+v, want tick %d's fail-safe (zero), not u = 1.5 from shares past the deadline", i, ap, tick)
+		}
+		if got := testutil.ToFloat64(m.Rejects.WithLabelValues("late")); got != 2 {
+			t.Errorf("run %d: %v shares counted late, want 2", i, got)
+		}
+	}
+}
