@@ -26,11 +26,21 @@ func (h Header) String() string {
 	return fmt.Sprintf("%s loop=%s tick=%d %s->%s", h.Kind, h.Loop, h.Tick, h.From, h.To)
 }
 
-// ValidLoopID checks a loop id: 1 to 64 characters from [A-Za-z0-9_-]. Loop
-// ids become NATS subject tokens, so wildcards, dots and spaces are excluded.
+// ReservedLoopID is the one loop id the subjects reserve: the offline
+// queues' subjects are duet.offline.<loop>, so a loop named offline would
+// share its subjects (duet.offline.tick, ...) with the queues of the loops
+// named tick, out, masky and the like.
+const ReservedLoopID = "offline"
+
+// ValidLoopID checks a loop id: 1 to 64 characters from [A-Za-z0-9_-], and
+// not ReservedLoopID. Loop ids become NATS subject tokens, so wildcards, dots
+// and spaces are excluded.
 func ValidLoopID(s string) error {
 	if len(s) == 0 || len(s) > MaxLoopID {
 		return fmt.Errorf("%w: length %d, want 1 to %d", ErrLoopID, len(s), MaxLoopID)
+	}
+	if s == ReservedLoopID {
+		return fmt.Errorf("%w: %q is reserved (the offline queues' subjects are duet.offline.<loop>)", ErrLoopID, s)
 	}
 	for i := 0; i < len(s); i++ {
 		if !loopChar(s[i]) {
@@ -41,7 +51,7 @@ func ValidLoopID(s string) error {
 }
 
 func validLoopBytes(b []byte) bool {
-	if len(b) == 0 || len(b) > MaxLoopID {
+	if len(b) == 0 || len(b) > MaxLoopID || string(b) == ReservedLoopID {
 		return false
 	}
 	for _, c := range b {

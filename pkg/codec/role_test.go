@@ -121,7 +121,7 @@ func TestValidLoopID(t *testing.T) {
 			t.Errorf("ValidLoopID(%q) = %v", s, err)
 		}
 	}
-	for _, s := range []string{"", strings.Repeat("z", 65), "a.b", "a b", "a*", "a>", "é", "a\x00", "a/b"} {
+	for _, s := range []string{"", strings.Repeat("z", 65), "a.b", "a b", "a*", "a>", "é", "a\x00", "a/b", ReservedLoopID} {
 		if err := ValidLoopID(s); !errors.Is(err, ErrLoopID) {
 			t.Errorf("ValidLoopID(%q) = %v, want ErrLoopID", s, err)
 		}
