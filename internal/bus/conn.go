@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,7 +43,7 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
-			log.Info("nats reconnected", "url", c.ConnectedUrl())
+			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
 			if onReconnect != nil {
 				onReconnect()
 			}
@@ -49,9 +51,38 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 	}
 	nc, err := nats.Connect(url, append(base, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("nats connect %s: %w", url, err)
+		return nil, fmt.Errorf("nats connect %s: %w", RedactURL(url), err)
 	}
 	return nc, nil
+}
+
+// RedactURL is a NATS server URL list (comma-separated) fit to log: the
+// user information of each URL, a user and password or a token, is
+// replaced by "redacted". A part that does not parse is replaced whole.
+func RedactURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		// nats.go reads a URL without a scheme as nats://.
+		bare := !strings.Contains(p, "://")
+		if bare {
+			p = "nats://" + p
+		}
+		u, err := url.Parse(p)
+		switch {
+		case err != nil:
+			parts[i] = "(unparsable URL)"
+			continue
+		case u.User != nil:
+			u.User = url.User("redacted")
+			p = u.String()
+		}
+		if bare {
+			p = strings.TrimPrefix(p, "nats://")
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ",")
 }
 
 // OfflineQueue describes a loop's offline queue.

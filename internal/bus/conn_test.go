@@ -63,3 +63,19 @@ func TestEnsureOfflineQueue(t *testing.T) {
 		t.Errorf("the old consumer was changed or removed: %v", err)
 	}
 }
+
+// A NATS URL is logged without its credentials: a user and password, or a
+// token, in any URL of the list.
+func TestRedactURL(t *testing.T) {
+	in := "nats://alice:s3cret@h1:4222, tls://t0ken@h2:4443,nats://h3:4222,user:pw@h4:4222,h5:4222,nats://h6:bad port"
+	got := RedactURL(in)
+	for _, secret := range []string{"s3cret", "t0ken", "alice", "pw@"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("RedactURL(%q) = %q: %q left in", in, got, secret)
+		}
+	}
+	want := "nats://redacted@h1:4222,tls://redacted@h2:4443,nats://h3:4222,redacted@h4:4222,h5:4222,(unparsable URL)"
+	if got != want {
+		t.Errorf("RedactURL = %q, want %q", got, want)
+	}
+}

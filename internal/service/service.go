@@ -103,7 +103,7 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 		}()
 		defer srv.Close()
 	}
-	log.Info("starting", "nats", common.NATSURL, "role", role.String())
+	log.Info("starting", "nats", bus.RedactURL(common.NATSURL), "role", role.String())
 	err = run(ctx, env)
 	// Graceful: the run function has finished its tick in flight; drain NATS.
 	if derr := nc.Drain(); derr != nil {
