@@ -3,6 +3,7 @@ package acl_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -78,4 +79,24 @@ func parseWithUsers(t *testing.T, main []byte) (*server.Options, string) {
 		t.Fatal(err)
 	}
 	return o, dir
+}
+
+// A NATS user seed is a secret key: LoadUser refuses one that others may
+// read, as keys.Load refuses such a seed, naming the file and the remedy.
+func TestLoadUserChecksMode(t *testing.T) {
+	dir := t.TempDir()
+	if err := acl.GenerateUsers(dir, false); err != nil {
+		t.Fatal(err)
+	}
+	path := acl.UserSeedPath(dir, codec.RoleParty0)
+	if _, err := acl.LoadUser(path, codec.RoleParty0); err != nil {
+		t.Fatalf("0600 seed: %v", err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := acl.LoadUser(path, codec.RoleParty0)
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("0644 seed: err = %v, want a refusal naming %s and chmod 600", err, path)
+	}
 }

@@ -1,15 +1,16 @@
 package acl
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/duet-mpc/duet/internal/keys"
 	"github.com/duet-mpc/duet/pkg/codec"
 )
 
@@ -95,13 +96,15 @@ func GenerateUsers(dir string, force bool) error {
 	return os.WriteFile(filepath.Join(dir, AuthConfigFile), []byte(Config(Publics(users))), 0o644)
 }
 
-// LoadUser reads a role's NATS user seed file.
+// LoadUser reads a role's NATS user seed file, under the rules for secret
+// key files of keys.Load (its mode and size).
 func LoadUser(path string, r codec.Role) (*User, error) {
-	b, err := os.ReadFile(path)
+	b, err := keys.ReadSecret(path)
 	if err != nil {
-		return nil, fmt.Errorf("acl: %w", err)
+		return nil, fmt.Errorf("acl: NATS user seed: %w", err)
 	}
-	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
+	kp, err := nkeys.FromSeed(bytes.TrimSpace(b))
+	clear(b)
 	if err != nil {
 		return nil, fmt.Errorf("acl: %s: %w", path, err)
 	}

@@ -175,6 +175,12 @@ func Load(dir string, self codec.Role) (*codec.Identity, map[codec.Role]string, 
 	return id, pubs, nil
 }
 
+// ReadSecret reads a secret key file other than a role's seed (a NATS user
+// seed, acl.LoadUser) under the rules of Load: a regular file of at most a
+// few kilobytes, with no permissions for others, nor for its group unless
+// root owns it and the group is this process's.
+func ReadSecret(path string) ([]byte, error) { return readSeed(path) }
+
 // readSeed reads a secret key file after checking, on the open file, that it
 // is a regular file without group or other permissions.
 func readSeed(path string) ([]byte, error) {
