@@ -61,6 +61,20 @@ func Load(cfg any, args []string, w io.Writer) error {
 			return fmt.Errorf("config: %s is required and not set: %s (-h lists the variables)", f.key, f.desc)
 		}
 	}
+	// envconfig falls back to the variable without the prefix (LOG_LEVEL
+	// for DUET_LOG_LEVEL) when the prefixed one is unset: such variables are
+	// hidden from it, so that only DUET_ variables configure a service (a
+	// PERIOD or LOOP meant for something else in the environment must not).
+	for _, f := range fields(cfg) {
+		bare := strings.TrimPrefix(f.key, Prefix+"_")
+		if _, set := os.LookupEnv(f.key); set {
+			continue
+		}
+		if v, ok := os.LookupEnv(bare); ok {
+			os.Unsetenv(bare)
+			defer os.Setenv(bare, v)
+		}
+	}
 	if err := envconfig.Process(Prefix, cfg); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}

@@ -3,6 +3,7 @@ package config_test
 import (
 	"bytes"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -133,5 +134,28 @@ func TestSensorNoticeDelay(t *testing.T) {
 		if got := cfg.NoticeDelayOption(); got != c.want {
 			t.Errorf("DUET_NOTICE_DELAY=%q: Options.NoticeDelay %v, want %v", c.env, got, c.want)
 		}
+	}
+}
+
+// Only DUET_ variables configure a service: envconfig's fallback to the
+// name without the prefix (DEADLINE for DUET_DEADLINE) is not taken, and the
+// environment is left as it was.
+func TestBareVariablesIgnored(t *testing.T) {
+	t.Setenv("DEADLINE", "5s")
+	t.Setenv("FAILSAFE", "bogus")
+	t.Setenv("NATS_URL", "nats://elsewhere:4222")
+	var cfg actuator.Config
+	if err := config.Load(&cfg, nil, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Deadline != 30*time.Millisecond || cfg.FailSafe != "zero" || cfg.NATSURL != "nats://127.0.0.1:4222" {
+		t.Fatalf("bare variables read: %+v", cfg)
+	}
+	if v := os.Getenv("DEADLINE"); v != "5s" {
+		t.Fatalf("DEADLINE is %q after Load, want 5s", v)
+	}
+	t.Setenv("DUET_DEADLINE", "40ms")
+	if err := config.Load(&cfg, nil, &bytes.Buffer{}); err != nil || cfg.Deadline != 40*time.Millisecond {
+		t.Fatalf("DUET_DEADLINE=40ms: %v, %v", cfg.Deadline, err)
 	}
 }
