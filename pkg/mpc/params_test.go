@@ -532,3 +532,23 @@ func TestResolveUncertifiedA(t *testing.T) {
 		t.Fatalf("field %s, want %s", res.Params.Field.Name(), PresetM127)
 	}
 }
+
+// A lambda under 40 runs, with a warning that says how little each
+// truncation then hides; 40 warns of nothing.
+func TestResolveWarnsSmallLambda(t *testing.T) {
+	spec := ControllerSpec{
+		A: [][]float64{{0.5}}, B: [][]float64{{0.25}}, C: [][]float64{{1}}, D: [][]float64{{0}},
+		X0: []float64{0}, K: 24, L: 12, Lambda: 8, Modulus: ModulusAuto,
+	}
+	res, err := spec.Resolve(FixedMask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "lambda = 8") || !strings.Contains(res.Warnings[0], "2^-9") {
+		t.Fatalf("lambda 8: warnings %q, want one naming lambda = 8 and 2^-9", res.Warnings)
+	}
+	spec.Lambda = DefaultLambda
+	if res, err = spec.Resolve(FixedMask); err != nil || len(res.Warnings) != 0 {
+		t.Fatalf("lambda %d: warnings %q, err %v; want none", DefaultLambda, res.Warnings, err)
+	}
+}

@@ -174,7 +174,7 @@ type Resolved struct {
 	// the controller onto the Q<k,l> grid (0 when every entry is exact).
 	QuantErr float64
 	// Warnings for the user (an explicit modulus with an unstable A, or
-	// with one whose bound cannot be certified).
+	// with one whose bound cannot be certified; a lambda under 40).
 	Warnings []string
 }
 
@@ -258,6 +258,11 @@ func (s ControllerSpec) Resolve(v Variant) (Resolved, error) {
 		} else if err := sz.Check(float64(f.BitLen() - 1)); err != nil {
 			return res, err
 		}
+	}
+	if s.Lambda < DefaultLambda {
+		res.Warnings = append(res.Warnings, fmt.Sprintf(
+			"lambda = %d: each truncation (Protocol 2) hides the state only within statistical distance 2^-%d; %d or more is the usual choice",
+			s.Lambda, s.Lambda+1, DefaultLambda))
 	}
 	res.Params = Params{Field: f, N: n, M: m, P: p, K: s.K, L: s.L, Lambda: s.Lambda, Variant: v}
 	if err := res.Params.Validate(); err != nil {
