@@ -26,7 +26,10 @@ type LocalLoop struct {
 }
 
 // NewLocalLoop shares the encoded Φ̄ and x̄_0 (clear, from the client) and
-// performs the set-up. rng supplies all randomness.
+// performs the set-up. rng supplies all randomness but the items' serials
+// (ItemSerial: the Dealer's start time and 16 bits of crypto/rand), so with
+// compress P0's shares differ from run to run; every opened and reconstructed
+// value replays bit for bit.
 func NewLocalLoop(prm Params, phi, x0 Matrix, rng io.Reader, sess *Session, compress bool) (*LocalLoop, error) {
 	if err := prm.Validate(); err != nil {
 		return nil, err

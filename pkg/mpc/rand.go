@@ -10,8 +10,9 @@ import (
 )
 
 // Uniform sampling. Everything that samples takes an io.Reader: tests pass a
-// seeded PRG so that every protocol run replays bit for bit; production passes
-// crypto/rand, or a PRG keyed from it (NewPRG) for speed.
+// seeded PRG so that every protocol run replays bit for bit (the items'
+// serials aside, which come from the clock: Dealer.Resume pins them);
+// production passes crypto/rand, or a PRG keyed from it (NewPRG) for speed.
 
 // randBuf is the size of the buffer randomness is read into.
 const randBuf = 1024

@@ -22,8 +22,12 @@ import (
 // serials never share a keystream block.
 type ItemSerial struct {
 	// Instance identifies the Dealer: the time it drew its first item, in
-	// Unix nanoseconds, with the low 16 bits random. Later Dealers have
-	// larger instances, which a party uses to forget old ones safely.
+	// Unix nanoseconds, with the low 16 bits random. A Dealer that starts in
+	// a later 65.5-µs window of a clock in step has a larger instance, which
+	// a party uses to forget the oldest (internal/party); two that start in
+	// the same window are ordered by the random bits, and once in 65,536
+	// share an instance: each serial of it is then taken once, whichever
+	// Dealer's comes first, and the other's item is refused, never reused.
 	Instance uint64
 	// Counter is 1 for the Dealer's first item and counts up by one.
 	Counter uint32
