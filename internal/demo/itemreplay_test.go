@@ -55,24 +55,30 @@ func TestReplayedOfflineItemsRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The dealer refills while the loop runs; the first message
-			// published from then on is the one replayed. Enough ticks
-			// follow for the parties to have used all its items.
+			// The dealer refills while the loop runs, once the queue is
+			// down to its low-water mark; the first message published from
+			// then on is the one replayed. Enough ticks follow for the
+			// parties to have used all its items.
 			ctx := context.Background()
-			if err := c.RunTicks(ctx, 150); err != nil {
-				t.Fatal(err)
+			var data []byte
+			ran := 0
+			for data == nil && ran < 3000 {
+				if err := c.RunTicks(ctx, 50); err != nil {
+					t.Fatal(err)
+				}
+				ran += 50
+				mu.Lock()
+				data = captured
+				mu.Unlock()
 			}
-			mu.Lock()
-			data := captured
-			mu.Unlock()
 			sub.Unsubscribe()
 			if data == nil {
-				t.Fatal("no offline item message captured")
+				t.Fatalf("no offline item message captured in %d ticks", ran)
 			}
 			if err := c.RunTicks(ctx, 600); err != nil {
 				t.Fatal(err)
 			}
-			misses, total := 6, 1550
+			misses, total := 6, ran+1400
 			if restart {
 				old := c.Dealers()
 				if _, err := c.StartDealer(); err != nil {
