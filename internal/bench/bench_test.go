@@ -267,7 +267,7 @@ func TestScaleTargetRepeats(t *testing.T) {
 		}
 	}
 	want := "50 loops (largest tried 100, held in 2 of 3 steps: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 0 µs, 0 stalls over 5ms (the worst 0.0 ms), no collection in the window); " +
-		"without persistence 50 (largest tried 50, held in 2 of 2 steps)"
+		"without persistence 50 (largest tried 50, held in 2 of 2 steps; the search's time budget ran out there, duet bench --loops goes on)"
 	if !scale.Measured || scale.Met || scale.Got != want {
 		t.Errorf("scale target: %+v\nwant Got %q", scale, want)
 	}
@@ -430,5 +430,54 @@ func TestWriteScalePlot(t *testing.T) {
 	}
 	if err := rep.WriteScalePlot(filepath.Join(dir, "missing", "dir"), 10000); err == nil {
 		t.Error("a plot into a missing directory did not fail")
+	}
+}
+
+// A tick case that missed or abandoned a tick meets no tick target,
+// whatever its ratios (its latencies are those of the ticks applied in
+// time), and the target says how many were lost.
+func TestTickTargetsNeedEveryTick(t *testing.T) {
+	good := func(c string) TickRow {
+		return TickRow{Case: c, Lat: Stats{N: 10, P50: 200 * time.Microsecond, P99: 400 * time.Microsecond}, Floor: Stats{N: 10, P50: 190 * time.Microsecond, P99: 390 * time.Microsecond}}
+	}
+	rep := &Report{Tick: []TickRow{good("pendulum"), good("n32")}}
+	for _, tg := range rep.Targets()[:3] {
+		if !tg.Met {
+			t.Fatalf("clean cases: %s not met: %q", tg.Name, tg.Got)
+		}
+	}
+	rep.Tick[0].Misses, rep.Tick[1].Abandoned = 3, 2
+	for _, tg := range rep.Targets()[:3] {
+		if tg.Met || !strings.Contains(tg.Got, "ticks missed") {
+			t.Errorf("lost ticks: %s met %v: %q", tg.Name, tg.Met, tg.Got)
+		}
+	}
+	// n = 32 is met by a clean two-hop case beside a three-hop case that
+	// lost ticks, and not by a two-hop case that lost ticks.
+	rep.Tick = append(rep.Tick, good("n32-2hop"))
+	if tg := rep.Targets()[2]; !tg.Met {
+		t.Errorf("n32 with a clean two-hop case: %q", tg.Got)
+	}
+	rep.Tick[2].Misses = 1
+	if tg := rep.Targets()[2]; tg.Met {
+		t.Errorf("n32 with both cases losing ticks met: %q", tg.Got)
+	}
+}
+
+// A scale search whose largest count held stopped at its time budget: the
+// target says so rather than calling that count the limit.
+func TestScaleTargetSaysBudget(t *testing.T) {
+	rep := &Report{ScaleLimit: 10 * time.Millisecond, Scale: []ScaleRow{
+		{Loops: 50, Persist: true, OK: true}, {Loops: 100, Persist: true, OK: true},
+		{Loops: 50, OK: true}, {Loops: 100, P99: 11 * time.Millisecond}}}
+	var got string
+	for _, tg := range rep.Targets() {
+		if strings.HasPrefix(tg.Name, ">= 500 loops") {
+			got = tg.Got
+		}
+	}
+	persisted, without, _ := strings.Cut(got, "without persistence")
+	if !strings.Contains(persisted, "largest tried 100; the search's time budget ran out there") || strings.Contains(without, "budget") {
+		t.Errorf("scale target %q: want the budget named for the persisted search only", got)
 	}
 }

@@ -226,6 +226,14 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		return row, err
 	}
 	defer cold.Close()
+	// The floors' first ticks are not measured either, as the case's are
+	// not (opt.Warmup): a new rig's first ticks find its connections cold.
+	if _, err := floor.Run(ctx, opt.Warmup, opt.Gap); err != nil {
+		return row, err
+	}
+	if _, err := cold.Run(ctx, opt.Warmup, opt.Gap); err != nil {
+		return row, err
+	}
 	var flat, coldLat []time.Duration
 	next := uint64(opt.Warmup) + 1
 	masked0, fb0, err := r.tickPaths(ctx, sm)
