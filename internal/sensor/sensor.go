@@ -356,12 +356,14 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 			}
 			s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
 			s.opt.Log.Warn("plant read failed", "loop", s.opt.Loop, "tick", t, "err", err)
+			s.lost(resume, t)
 			continue
 		}
 		s.plantUp = true
 		if err := f.EcdInto(yEnc.Data, y, prm.K, prm.L); err != nil {
 			s.opt.Metrics.Rejects.WithLabelValues("range").Inc()
 			s.opt.Log.Warn("measurement cannot be encoded", "loop", s.opt.Loop, "tick", t, "err", err)
+			s.lost(resume, t)
 			continue
 		}
 		item, vy, masked := uint64(0), mpc.Matrix{}, false
@@ -395,15 +397,31 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 		}
 		s.lastSent = t
 		s.opt.Metrics.Ticks.WithLabelValues(s.opt.Loop).Inc()
-		if t%resumeEvery == 0 {
-			latest(resume, s.next)
-		}
+		s.used(resume, t)
 		if !s.waitNotice(ctx) {
 			return nil
 		}
 		s.publish(codec.KindTick, codec.RoleActuator, bus.TickSubject(s.opt.Loop), t, codec.TickPayload{SentUnixNano: now})
 	}
 	return nil
+}
+
+// used records that tick number t is spent: every resumeEvery ticks the
+// resume record moves on, whether the tick was sent or lost (the plant has
+// seen its number either way, and a resumed sensor must stay above it).
+func (s *Sensor) used(resume chan uint64, t uint64) {
+	if t%resumeEvery == 0 {
+		latest(resume, s.next)
+	}
+}
+
+// lost is a tick with no measurement sent (the plant did not answer, or its
+// measurement is outside the controller's range): the actuator still gets
+// its notice, so that the fail-safe applies at its deadline instead of the
+// plant keeping the last input; the notice is all the tick sends.
+func (s *Sensor) lost(resume chan uint64, t uint64) {
+	s.used(resume, t)
+	s.publish(codec.KindTick, codec.RoleActuator, bus.TickSubject(s.opt.Loop), t, codec.TickPayload{SentUnixNano: time.Now().UnixNano()})
 }
 
 // waitNotice waits Options.NoticeDelay after a tick's measurements; false
@@ -460,7 +478,9 @@ func (s *Sensor) readPlant(ctx context.Context, t uint64) ([]float64, error) {
 		return nil, err
 	}
 	if h.Kind != codec.KindPlantY || h.From != codec.RolePlant || h.Tick != t || h.Loop != s.opt.Loop {
-		return nil, fmt.Errorf("%w: plant reply is %s tick %d from %s", codec.ErrHeader, h.Kind, h.Tick, h.From)
+		err := fmt.Errorf("%w: plant reply is %s tick %d from %s", codec.ErrHeader, h.Kind, h.Tick, h.From)
+		s.opt.Metrics.Reject(err)
+		return nil, err
 	}
 	var yp codec.PlantYPayload
 	if err := codec.Unmarshal(body, &yp); err != nil {
@@ -468,7 +488,9 @@ func (s *Sensor) readPlant(ctx context.Context, t uint64) ([]float64, error) {
 		return nil, err
 	}
 	if len(yp.Y) != s.rz.Params.P {
-		return nil, fmt.Errorf("%w: plant sent %d outputs, want %d", codec.ErrDimension, len(yp.Y), s.rz.Params.P)
+		err := fmt.Errorf("%w: plant sent %d outputs, want %d", codec.ErrDimension, len(yp.Y), s.rz.Params.P)
+		s.opt.Metrics.Reject(err)
+		return nil, err
 	}
 	return yp.Y, nil
 }
