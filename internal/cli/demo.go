@@ -44,6 +44,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		period = time.Duration(ms) * time.Millisecond
 	}
 	switch {
+	case *deadline <= 0 || *deadline > time.Minute:
+		return fmt.Errorf("%w: --deadline %v: want > 0 and <= 1m", ErrUsage, *deadline)
+	case *dealers < 1:
+		return fmt.Errorf("%w: --dealers %d: want at least 1", ErrUsage, *dealers)
 	case *dur < period:
 		return fmt.Errorf("%w: --duration %v: want at least one period (%v)", ErrUsage, *dur, period)
 	case ps.Kind == plant.KindQube && *dur <= demo.BalanceFrom+period:
@@ -84,6 +88,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("demo: offline items mismatched or reused")
 	}
 	if ps.Kind != plant.KindQube {
+		// No balance to check: the loop fails if it applied no input, or
+		// missed more than a tenth of its ticks.
+		if s.Applied-s.Misses == 0 || 10*s.Misses > s.Ticks {
+			return fmt.Errorf("demo: the loop failed: %d of %d ticks missed their deadline", s.Misses, s.Ticks)
+		}
 		return nil
 	}
 	if !res.Balanced {

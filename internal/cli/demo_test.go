@@ -29,3 +29,23 @@ func TestDemoDurationTooShort(t *testing.T) {
 		}
 	}
 }
+
+// A deadline or a dealer count that cannot run is a usage error naming the
+// flag, not silently replaced by the default.
+func TestDemoFlagsChecked(t *testing.T) {
+	t.Chdir("../..")
+	for _, c := range []struct{ flag, val, want string }{
+		{"--deadline", "0s", "--deadline 0s: want > 0"},
+		{"--deadline", "-1ms", "--deadline -1ms"},
+		{"--dealers", "0", "--dealers 0: want at least 1"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := Run(context.Background(), []string{"demo", c.flag, c.val, "--out", ""}, &stdout, &stderr)
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("demo %s %s: err %v; want a usage error containing %q", c.flag, c.val, err, c.want)
+		}
+		if stdout.Len() > 0 {
+			t.Errorf("demo %s %s ran: %s", c.flag, c.val, stdout.String())
+		}
+	}
+}
