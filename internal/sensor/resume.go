@@ -85,7 +85,9 @@ func (s *Sensor) resume(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	if ok, why := resumable(rec, s.digest()); !ok {
-		s.opt.Log.Info(why+"; starting a new set-up", "loop", s.opt.Loop)
+		// The parties and the actuator read their set-up at start only: a
+		// new one reaches them when they restart.
+		s.opt.Log.Warn(why+"; starting a new set-up (a new epoch, ticks from 1): restart the parties, the actuator and the plant of this loop too", "loop", s.opt.Loop)
 		return false, nil
 	}
 	s.epoch, s.next = rec.Epoch, rec.NextTick+resumeMargin
