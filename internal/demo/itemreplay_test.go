@@ -92,17 +92,7 @@ func TestReplayedOfflineItemsRefused(t *testing.T) {
 					t.Fatal(err)
 				}
 				c.KillParty(1)
-				if err := c.StartParty(1); err != nil {
-					t.Fatal(err)
-				}
-				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				for !c.Parties[1].Ready() && wctx.Err() == nil {
-					time.Sleep(10 * time.Millisecond)
-				}
-				cancel()
-				if st, _ := c.Parties[1].Status(loop); !st.Restored {
-					t.Fatal("party1 did not restore its persisted state")
-				}
+				startRestoredParty(t, c, 1, loop)
 				misses += 4 // the restarted party's resynchronization
 				total += 600
 			}
@@ -148,5 +138,22 @@ func TestReplayedOfflineItemsRefused(t *testing.T) {
 			}
 			checkAudit(t, c, total-misses)
 		})
+	}
+}
+
+// startRestoredParty starts party i (again) and waits until it is ready
+// with the loop's persisted state restored.
+func startRestoredParty(t *testing.T, c *Cluster, i int, loop string) {
+	t.Helper()
+	if err := c.StartParty(i); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for !c.Parties[i].Ready() && wctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st, _ := c.Parties[i].Status(loop); !st.Restored {
+		t.Fatalf("party%d did not restore its persisted state", i)
 	}
 }
