@@ -215,6 +215,18 @@ func counter(c *Cluster, service, reason string) float64 {
 	return testutil.ToFloat64(c.Metrics[service].Rejects.WithLabelValues(reason))
 }
 
+// instances returns the instance numbers a message of party from to the
+// other party carries (codec.MulPayload's Inc and Peer): a crafted message
+// must carry them to be taken for the current instance's.
+func instances(t *testing.T, c *Cluster, from int) (inc, peer uint64) {
+	t.Helper()
+	st, ok := c.Parties[from].Status(c.opt.Loop)
+	if !ok {
+		t.Fatalf("party%d does not serve loop %s", from, c.opt.Loop)
+	}
+	return st.Instance, st.Peer
+}
+
 func TestForgedAndReplayedMessagesRejected(t *testing.T) {
 	c := startCluster(t, mpc.PerTick, 2)
 	nc, err := nats.Connect(c.URL())

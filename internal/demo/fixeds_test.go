@@ -43,8 +43,9 @@ func TestFixedSReplayRefused(t *testing.T) {
 	}
 	epoch := c.Sensor.Epoch()
 	before := counter(c, "party1", "replay")
+	inc, peer := instances(t, c, 0)
 	for _, version := range []uint64{epoch, epoch - 1, 0} {
-		body, err := codec.Marshal(codec.MulPayload{Item: 1, Version: version, S: codec.PutMatrix(prm.Field, s)})
+		body, err := codec.Marshal(codec.MulPayload{Item: 1, Version: version, S: codec.PutMatrix(prm.Field, s), Inc: inc, Peer: peer})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -134,7 +134,7 @@ func TestHostileClient(t *testing.T) {
 	}
 	reasons := func(service string) string {
 		out := ""
-		for _, r := range []string{"malformed", "too_large", "replay", "auth", "dimension", "header", "version", "kind", "role", "recipient", "unknown_sender", "range"} {
+		for _, r := range []string{"malformed", "too_large", "replay", "auth", "dimension", "header", "version", "kind", "role", "recipient", "unknown_sender", "range", "instance"} {
 			if v := testutil.ToFloat64(c.Metrics[service].Rejects.WithLabelValues(r)); v > 0 {
 				out += fmt.Sprintf("%s=%v ", r, v)
 			}

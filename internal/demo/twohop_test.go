@@ -166,6 +166,7 @@ func TestTwoHopPartiesRejectMalformed(t *testing.T) {
 		return env
 	}
 	col := func(rows int) codec.MatrixWire { return codec.PutMatrix(f, mpc.NewMatrix(rows, 1)) }
+	inc, peer := instances(t, c, 1)
 	bad := []struct {
 		subject string
 		env     []byte
@@ -173,9 +174,9 @@ func TestTwoHopPartiesRejectMalformed(t *testing.T) {
 		// T_y with a row too many.
 		{bus.MeasureSubject(c.opt.Loop, 0), seal(codec.RoleSensor, codec.KindMeasureMasked, codec.MeasureMaskedPayload{Item: 1, T: col(prm.P + 1)})},
 		// T_x with a row too many.
-		{bus.ExchangeSubject(c.opt.Loop, 0), seal(codec.RoleParty1, codec.KindPreT, codec.MulPayload{Item: 1, T: col(prm.N + 1)})},
+		{bus.ExchangeSubject(c.opt.Loop, 0), seal(codec.RoleParty1, codec.KindPreT, codec.MulPayload{Item: 1, T: col(prm.N + 1), Inc: inc, Peer: peer})},
 		// An S in the fixed-mask variant (opened once, at set-up).
-		{bus.ExchangeSubject(c.opt.Loop, 0), seal(codec.RoleParty1, codec.KindPreT, codec.MulPayload{Item: 1, T: col(prm.N), S: col(prm.N)})},
+		{bus.ExchangeSubject(c.opt.Loop, 0), seal(codec.RoleParty1, codec.KindPreT, codec.MulPayload{Item: 1, T: col(prm.N), S: col(prm.N), Inc: inc, Peer: peer})},
 	}
 	before := counter(c, "party0", "dimension")
 	for _, b := range bad {

@@ -292,6 +292,10 @@ type LoopStatus struct {
 	Ready    bool
 	Restored bool   // the state share came from the persisted record
 	Version  uint64 // state updates completed
+	// Instance is this instance's number in the messages it sends the other
+	// party (codec.MulPayload.Inc; 0 without persisted state), and Peer
+	// that of the other party's instance the loop works with.
+	Instance, Peer uint64
 }
 
 // Status reports on a loop (false if the loop is not served).
@@ -302,7 +306,8 @@ func (s *Service) Status(loop string) (LoopStatus, bool) {
 	if w == nil {
 		return LoopStatus{}, false
 	}
-	return LoopStatus{Ready: w.ready.Load(), Restored: w.restoredPub.Load(), Version: w.versionPub.Load()}, true
+	return LoopStatus{Ready: w.ready.Load(), Restored: w.restoredPub.Load(), Version: w.versionPub.Load(),
+		Instance: w.incPub.Load(), Peer: w.peerIncPub.Load()}, true
 }
 
 // checkLoops refuses an invalid loop id, and one listed twice (two workers

@@ -167,7 +167,8 @@ func (w *worker) claim(ctx context.Context, rev uint64) error {
 	if err != nil {
 		return fmt.Errorf("%w (%v)", ErrFenced, err)
 	}
-	w.persist.rev = nrev
+	w.persist.rev, w.inc = nrev, nrev
+	w.incPub.Store(nrev)
 	return nil
 }
 

@@ -125,7 +125,7 @@ func (w *worker) started(t, seq uint64, msg mpc.MulMsg) {
 // sendMul sends a Protocol 1 message to the other party.
 func (w *worker) sendMul(t, seq, version uint64, msg mpc.MulMsg) {
 	out := &w.out.mul
-	*out = codec.MulPayload{Item: wireItem(seq), Version: version}
+	*out = codec.MulPayload{Item: wireItem(seq), Version: version, Inc: w.inc, Peer: w.peerInc}
 	buf := w.wireBuf[:0]
 	out.T, buf = codec.AppendMatrix(w.prm.Field, buf, msg.T)
 	if w.prm.Variant == mpc.PerTick {
@@ -232,7 +232,7 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 	}
 	if w.id == 0 {
 		wire, w.wireBuf = codec.AppendMatrix(f, w.wireBuf[:0], tr.Y)
-		w.out.trunc = codec.TruncPayload{Item: wireItem(w.item), Y: wire}
+		w.out.trunc = codec.TruncPayload{Item: wireItem(w.item), Y: wire, Inc: w.inc, Peer: w.peerInc}
 		w.sendTrunc(t)
 	}
 	if w.s.opt.Audit != nil {

@@ -112,7 +112,7 @@ func (w *worker) preOpenNext(ctx context.Context) {
 	w.pre = preOpen{ok: true, seq: seq, mat: mat, version: w.version}
 	f := w.prm.Field
 	out := &w.out.mul
-	*out = codec.MulPayload{Item: wireItem(seq), Version: w.version}
+	*out = codec.MulPayload{Item: wireItem(seq), Version: w.version, Inc: w.inc, Peer: w.peerInc}
 	buf := w.wireBuf[:0]
 	out.T, buf = codec.AppendMatrix(f, buf, msg.T)
 	if w.prm.Variant == mpc.PerTick {

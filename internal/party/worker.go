@@ -65,6 +65,8 @@ type worker struct {
 	// Published copies for observers (tests, readiness).
 	versionPub  atomic.Uint64
 	restoredPub atomic.Bool
+	incPub      atomic.Uint64
+	peerIncPub  atomic.Uint64
 
 	prm    mpc.Params
 	p      *mpc.Party
@@ -95,6 +97,11 @@ type worker struct {
 	perMsg       int       // most items in one stream message (set-up)
 
 	persist *persister
+	// inc is this instance's number (codec.MulPayload.Inc: the revision at
+	// which it claimed the loop's state record; 0 without persistence), and
+	// peerInc that of the other party's instance it works with, the latest
+	// it has heard from (peerInstance).
+	inc, peerInc uint64
 	// afterQueued: the worker is in the service's afterQueue (under its mu).
 	afterQueued bool
 	// inAfter: the after queue's goroutine runs this worker's deferred
@@ -542,7 +549,7 @@ func (w *worker) sendFixedS(ask bool) {
 	}
 	// Version carries the set-up epoch: the share is the same every time
 	// within one, and a share of another epoch (a replay) is refused.
-	w.out.mul = codec.MulPayload{Item: item, Version: w.epoch, S: codec.PutMatrix(w.prm.Field, w.ownS)}
+	w.out.mul = codec.MulPayload{Item: item, Version: w.epoch, S: codec.PutMatrix(w.prm.Field, w.ownS), Inc: w.inc, Peer: w.peerInc}
 	w.send(codec.KindMul, 0, &w.out.mul)
 }
 
@@ -643,7 +650,7 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 		w.onMeasureMasked(ctx, h.Tick, item)
 	case h.Kind == codec.KindPreT && h.From == w.peer:
 		mp := &w.in.mul
-		if err := w.accept(h, body, mp, func() error { return w.decodePreT(*mp) }); err != nil {
+		if err := w.acceptPeer(h, body, mp, &mp.Inc, &mp.Peer, func() error { return w.decodePreT(*mp) }); err != nil {
 			return
 		}
 	case h.Kind == codec.KindMul && h.From == w.peer && h.Tick == 0 && w.prm.Variant == mpc.FixedMask:
@@ -652,18 +659,21 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 			w.reject(err)
 			return
 		}
+		if err := w.peerInstance(mp.Inc, mp.Peer); err != nil {
+			return
+		}
 		w.onFixedS(mp)
 	case h.Kind == codec.KindMul && h.From == w.peer:
 		mp := &w.in.mul
 		var in peerMul
-		if err := w.accept(h, body, mp, func() (err error) { in, err = w.decodeMul(*mp); return }); err != nil {
+		if err := w.acceptPeer(h, body, mp, &mp.Inc, &mp.Peer, func() (err error) { in, err = w.decodeMul(*mp); return }); err != nil {
 			return
 		}
 		w.onMul(h.Tick, in)
 	case h.Kind == codec.KindTrunc && h.From == codec.RoleParty0 && w.id == 1:
 		tp := &w.in.trunc
 		var in peerTrunc
-		if err := w.accept(h, body, tp, func() (err error) {
+		if err := w.acceptPeer(h, body, tp, &tp.Inc, &tp.Peer, func() (err error) {
 			in.item = fromWire(tp.Item)
 			in.y, err = tp.Y.Decode(w.prm.Field, w.prm.N, 1)
 			return
@@ -685,6 +695,63 @@ func (w *worker) accept(h codec.Header, body []byte, v any, validate func() erro
 	if err := w.guard.AdmitView(h, body, v, validate); err != nil {
 		w.reject(err)
 		return err
+	}
+	return nil
+}
+
+// acceptPeer is accept for a message of the other party, whose instance
+// fields inc and peer (pointing into v) are checked (peerInstance) once v
+// is decoded and before the message's freshness is: a new instance of the
+// other party is heard even from a message whose tick an earlier instance's
+// message has taken.
+func (w *worker) acceptPeer(h codec.Header, body []byte, v any, inc, peer *uint64, validate func() error) error {
+	if err := codec.UnmarshalView(body, v); err != nil {
+		w.reject(err)
+		return err
+	}
+	if err := w.peerInstance(*inc, *peer); err != nil {
+		return err
+	}
+	if err := w.guard.AdmitDecoded(h, validate); err != nil {
+		w.reject(err)
+		return err
+	}
+	return nil
+}
+
+// peerInstance checks the instance fields of a message of the other party
+// (codec.MulPayload.Inc and Peer), which is authenticated but not yet
+// checked for freshness. Two instances of one party may overlap (a
+// rolling restart, a second replica by mistake): the later one restores
+// the state record and claims it, and the earlier one learns it is fenced
+// only when its next write fails; until then both would answer the other
+// party, take different items and leave the loop's shares diverged. So
+// the other party decides: it works with the latest instance it has heard
+// from, refuses the messages of earlier ones (ErrInstance), and names the
+// instance it works with in each of its messages, which stops an earlier
+// instance at the first one it receives.
+func (w *worker) peerInstance(inc, peer uint64) error {
+	if peer > w.inc {
+		w.fenced = true
+		w.s.opt.Log.Error("stopping loop: the other party works with a later instance of this party (two instances overlapped, or the state bucket was recreated: restart both parties)",
+			"party", w.id, "loop", w.loop, "instance", w.inc, "peer_works_with", peer)
+		return ErrFenced
+	}
+	switch {
+	case inc < w.peerInc:
+		err := fmt.Errorf("%w: %s instance %d, this loop works with its instance %d", codec.ErrInstance, w.peer, inc, w.peerInc)
+		w.reject(err)
+		return err
+	case inc > w.peerInc:
+		if w.peerInc != 0 {
+			w.s.opt.Log.Warn("the other party is a new instance: working with it", "party", w.id, "loop", w.loop, "from", w.peerInc, "to", inc)
+		}
+		// What an earlier instance sent ahead is not this one's.
+		clear(w.pendMul)
+		clear(w.pendTrunc)
+		w.peerPre.ok = false
+		w.peerInc = inc
+		w.peerIncPub.Store(inc)
 	}
 	return nil
 }

@@ -20,6 +20,9 @@ var (
 	ErrReplay        = errors.New("codec: replayed or stale tick")
 	ErrLoopID        = errors.New("codec: invalid loop id")
 	ErrKey           = errors.New("codec: invalid key")
+	// ErrInstance: a message from an instance of a party that another
+	// instance of it has replaced (MulPayload.Inc).
+	ErrInstance = errors.New("codec: message from a replaced instance of the sender")
 )
 
 var reasons = []struct {
@@ -40,12 +43,13 @@ var reasons = []struct {
 	{ErrReplay, "replay"},
 	{ErrLoopID, "loop_id"},
 	{ErrKey, "key"},
+	{ErrInstance, "instance"},
 }
 
 // Reason returns a short, fixed label for err's sentinel, suitable as a
 // metrics label: "too_large", "malformed", "version", "kind", "role",
 // "recipient", "unknown_sender", "auth", "header", "dimension", "range",
-// "replay", "loop_id", "key", or "other" for nil and anything else.
+// "replay", "loop_id", "key", "instance", or "other" for nil and anything else.
 func Reason(err error) string {
 	if err == nil {
 		return "other"

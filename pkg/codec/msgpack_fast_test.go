@@ -93,6 +93,18 @@ func (g gen) uint64() uint64 {
 	return g.Uint64() >> g.IntN(64)
 }
 
+// instance draws a payload's Inc and Peer, each zero (omitted) half the
+// time.
+func (g gen) instance() (inc, peer uint64) {
+	if g.IntN(2) == 0 {
+		inc = g.uint64()
+	}
+	if g.IntN(2) == 0 {
+		peer = g.uint64()
+	}
+	return inc, peer
+}
+
 func (g gen) int64() int64 {
 	edges := []int64{0, 127, 128, -1, -32, -33, -128, -129, math.MinInt16, math.MinInt16 - 1, math.MinInt32, math.MinInt32 - 1, math.MinInt64, math.MaxInt64}
 	switch g.IntN(3) {
@@ -176,9 +188,11 @@ func (g gen) value(i int) any {
 	case reflect.TypeFor[MeasurePayload]():
 		return &MeasurePayload{Y: g.matrix(), SentUnixNano: g.int64()}
 	case reflect.TypeFor[MulPayload]():
-		return &MulPayload{Item: g.uint64(), Version: g.uint64(), S: g.matrix(), T: g.matrix()}
+		inc, peer := g.instance()
+		return &MulPayload{Item: g.uint64(), Version: g.uint64(), S: g.matrix(), T: g.matrix(), Inc: inc, Peer: peer}
 	case reflect.TypeFor[TruncPayload]():
-		return &TruncPayload{Item: g.uint64(), Y: g.matrix()}
+		inc, peer := g.instance()
+		return &TruncPayload{Item: g.uint64(), Y: g.matrix(), Inc: inc, Peer: peer}
 	case reflect.TypeFor[MaskYPayload]():
 		return &MaskYPayload{Item: g.uint64(), V: g.matrix()}
 	case reflect.TypeFor[MeasureMaskedPayload]():

@@ -29,6 +29,17 @@ type MulPayload struct {
 	Version uint64     `msgpack:"ver"`
 	S       MatrixWire `msgpack:"s"`
 	T       MatrixWire `msgpack:"t"`
+	// Inc and Peer bind the message to instances of the two parties (each
+	// omitted when zero). Inc is the sender's instance: the revision at
+	// which it claimed its loop's state record (its single-writer fence),
+	// so a later instance of the same party has a larger one; 0 is an
+	// instance without persisted state, or a party of an earlier release.
+	// Peer is the recipient's instance the sender works with: the latest it
+	// has heard from. A party refuses the messages of an earlier instance
+	// of the other party than the one it works with (ErrInstance), and an
+	// instance that is sent a later Peer than its own has been replaced.
+	Inc  uint64 `msgpack:"inc,omitempty"`
+	Peer uint64 `msgpack:"peer,omitempty"`
 }
 
 // PutMul encodes one tick's Protocol 1 message.
@@ -60,6 +71,9 @@ func (w MulPayload) Msg(p mpc.Params) (mpc.MulMsg, error) {
 type TruncPayload struct {
 	Item uint64     `msgpack:"item"`
 	Y    MatrixWire `msgpack:"y"`
+	// Inc and Peer: as in MulPayload.
+	Inc  uint64 `msgpack:"inc,omitempty"`
+	Peer uint64 `msgpack:"peer,omitempty"`
 }
 
 // OutputPayload (KindOutput, party -> actuator) is the party's share of ū_t

@@ -74,17 +74,81 @@ func (p *MeasurePayload) unmarshalView(data []byte) error {
 	return nil
 }
 
+// instanceFields is what a payload's Inc and Peer (omitted when zero) add
+// to its field count, and instanceLen to its length.
+func instanceFields(inc, peer uint64) int {
+	n := 0
+	if inc != 0 {
+		n++
+	}
+	if peer != 0 {
+		n++
+	}
+	return n
+}
+
+func instanceLen(inc, peer uint64) int {
+	n := 0
+	if inc != 0 {
+		n += keyLen("inc") + uintLen(inc)
+	}
+	if peer != 0 {
+		n += keyLen("peer") + uintLen(peer)
+	}
+	return n
+}
+
+func appendInstance(b []byte, inc, peer uint64) []byte {
+	if inc != 0 {
+		b = appendUint(appendKey(b, "inc"), inc)
+	}
+	if peer != 0 {
+		b = appendUint(appendKey(b, "peer"), peer)
+	}
+	return b
+}
+
+// optionalFields returns the field count of a map of base fields and up to
+// extra optional ones, from its header (base if the header is not one of
+// those: mapHeader then says why).
+func optionalFields(data []byte, base, extra int) int {
+	if len(data) > 0 && data[0] > mpFixMap|byte(base) && data[0] <= mpFixMap|byte(base+extra) {
+		return int(data[0] &^ mpFixMap)
+	}
+	return base
+}
+
+// instance reads Inc and Peer, each there only when not zero, and checks that
+// the map of n fields held them.
+func (d *decoder) instance(what string, n, base int) (inc, peer uint64) {
+	if n > base && d.next("inc") {
+		if inc = d.uint("inc"); inc == 0 && d.err == nil {
+			d.fail(d.r.errf("inc", "zero written out: not in canonical form"))
+		}
+	}
+	if n > base && d.next("peer") {
+		if peer = d.uint("peer"); peer == 0 && d.err == nil {
+			d.fail(d.r.errf("peer", "zero written out: not in canonical form"))
+		}
+	}
+	if d.err == nil && base+instanceFields(inc, peer) != n {
+		d.fail(d.r.errf(what, "a map of %d fields holds %d", n, base+instanceFields(inc, peer)))
+	}
+	return inc, peer
+}
+
 func (p MulPayload) encodedLen() int {
 	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("ver") + uintLen(p.Version) +
-		keyLen("s") + p.S.encodedLen() + keyLen("t") + p.T.encodedLen()
+		keyLen("s") + p.S.encodedLen() + keyLen("t") + p.T.encodedLen() + instanceLen(p.Inc, p.Peer)
 }
 
 func (p MulPayload) appendMsgpack(b []byte) []byte {
-	b = append(b, mpFixMap|4)
+	b = append(b, mpFixMap|byte(4+instanceFields(p.Inc, p.Peer)))
 	b = appendUint(appendKey(b, "item"), p.Item)
 	b = appendUint(appendKey(b, "ver"), p.Version)
 	b = p.S.appendMsgpack(appendKey(b, "s"))
-	return p.T.appendMsgpack(appendKey(b, "t"))
+	b = p.T.appendMsgpack(appendKey(b, "t"))
+	return appendInstance(b, p.Inc, p.Peer)
 }
 
 func (p *MulPayload) unmarshalMsgpack(data []byte) error {
@@ -99,11 +163,13 @@ func (p *MulPayload) unmarshalMsgpack(data []byte) error {
 func (p *MulPayload) unmarshalView(data []byte) error {
 	d := newDecoder(data)
 	var v MulPayload
-	d.mapHeader("MulPayload", 4)
+	n := optionalFields(data, 4, 2)
+	d.mapHeader("MulPayload", n)
 	v.Item = d.uint("item")
 	v.Version = d.uint("ver")
 	v.S = d.matrix("s")
 	v.T = d.matrix("t")
+	v.Inc, v.Peer = d.instance("MulPayload", n, 4)
 	if err := d.end(); err != nil {
 		return err
 	}
@@ -178,13 +244,14 @@ func (p *MeasureMaskedPayload) unmarshalView(data []byte) error {
 }
 
 func (p TruncPayload) encodedLen() int {
-	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("y") + p.Y.encodedLen()
+	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("y") + p.Y.encodedLen() + instanceLen(p.Inc, p.Peer)
 }
 
 func (p TruncPayload) appendMsgpack(b []byte) []byte {
-	b = append(b, mpFixMap|2)
+	b = append(b, mpFixMap|byte(2+instanceFields(p.Inc, p.Peer)))
 	b = appendUint(appendKey(b, "item"), p.Item)
-	return p.Y.appendMsgpack(appendKey(b, "y"))
+	b = p.Y.appendMsgpack(appendKey(b, "y"))
+	return appendInstance(b, p.Inc, p.Peer)
 }
 
 func (p *TruncPayload) unmarshalMsgpack(data []byte) error {
@@ -199,9 +266,11 @@ func (p *TruncPayload) unmarshalMsgpack(data []byte) error {
 func (p *TruncPayload) unmarshalView(data []byte) error {
 	d := newDecoder(data)
 	var v TruncPayload
-	d.mapHeader("TruncPayload", 2)
+	n := optionalFields(data, 2, 2)
+	d.mapHeader("TruncPayload", n)
 	v.Item = d.uint("item")
 	v.Y = d.matrix("y")
+	v.Inc, v.Peer = d.instance("TruncPayload", n, 2)
 	if err := d.end(); err != nil {
 		return err
 	}

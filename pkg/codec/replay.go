@@ -143,6 +143,13 @@ func (g *ReplayGuard) AdmitView(h Header, body []byte, v any, validate func() er
 	return g.admit(h, body, v, validate, UnmarshalView)
 }
 
+// AdmitDecoded is Admit for a payload the caller has decoded already (to
+// look at it before its freshness is checked): it checks h is fresh, runs
+// validate, and only then records h's tick.
+func (g *ReplayGuard) AdmitDecoded(h Header, validate func() error) error {
+	return g.admit(h, nil, nil, validate, func([]byte, any) error { return nil })
+}
+
 func (g *ReplayGuard) admit(h Header, body []byte, v any, validate func() error, unmarshal func([]byte, any) error) error {
 	if err := g.Check(h); err != nil {
 		return err
