@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -35,11 +36,14 @@ func TestSecondInstanceFencesFirst(t *testing.T) {
 		variant mpc.Variant
 		twoHop  bool
 	}{{"pertick", mpc.PerTick, false}, {"fixed-2hop", mpc.FixedMask, true}} {
-		t.Run(tc.name, func(t *testing.T) { secondInstanceFencesFirst(t, tc.variant, tc.twoHop) })
+		for i := range 2 {
+			t.Run(fmt.Sprintf("%s-party%d", tc.name, i), func(t *testing.T) { secondInstanceFencesFirst(t, i, tc.variant, tc.twoHop) })
+		}
 	}
 }
 
-func secondInstanceFencesFirst(t *testing.T, variant mpc.Variant, twoHop bool) {
+// secondInstanceFencesFirst starts a second instance of party i.
+func secondInstanceFencesFirst(t *testing.T, i int, variant mpc.Variant, twoHop bool) {
 	cs, ps := pendulum(t)
 	var logs testlog.Buffer
 	c := startWith(t, Options{Controller: cs, Plant: ps, Variant: variant, TwoHop: twoHop, Compress: true, Fast: true,
@@ -52,10 +56,11 @@ func secondInstanceFencesFirst(t *testing.T, variant mpc.Variant, twoHop bool) {
 	if err := c.RunTicks(ctx, 100); err != nil {
 		t.Fatal(err)
 	}
-	first, firstM := c.Parties[1], c.Metrics["party1"]
+	self, other := fmt.Sprintf("party=%d", i), fmt.Sprintf("party=%d", 1-i)
+	first, firstM := c.Parties[i], c.Metrics[fmt.Sprintf("party%d", i)]
 	// The first instance keeps running: StartParty replaces only the
 	// cluster's handle on it.
-	startRestoredParty(t, c, 1, loop)
+	startRestoredParty(t, c, i, loop)
 	if err := c.RunTicks(ctx, 100); err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +72,10 @@ func secondInstanceFencesFirst(t *testing.T, variant mpc.Variant, twoHop bool) {
 		}
 		return false
 	}
-	if !logged(`msg="the other party is a new instance: working with it"`, "party=0") {
-		t.Fatalf("P0 did not switch to the second instance of party1; log:\n%s", logs.String())
+	if !logged(`msg="the other party is a new instance: working with it"`, other) {
+		t.Fatalf("party%d did not switch to the second instance of party%d; log:\n%s", 1-i, i, logs.String())
 	}
-	if !logged(`msg="loop stopped"`, "party=1") || !strings.Contains(logs.String(), "fenced") {
+	if !logged(`msg="loop stopped"`, self) || !strings.Contains(logs.String(), "fenced") {
 		t.Fatalf("the first instance's loop did not stop within 100 ticks of the second's start; log:\n%s", logs.String())
 	}
 	if first.Ready() {
