@@ -15,7 +15,7 @@ func main() {
 	service.Main("actuator", func() codec.Role { return codec.RoleActuator }, &cfg, &cfg.Common, func(ctx context.Context, env *service.Env) error {
 		fs, _ := actuator.ParseFailSafe(cfg.FailSafe)
 		a, err := actuator.New(env.NC, env.Sealer, actuator.Options{Loop: cfg.Loop, Deadline: cfg.Deadline, FailSafe: fs,
-			Log: env.Log, Metrics: env.Metrics})
+			Watchdog: cfg.Watchdog, Log: env.Log, Metrics: env.Metrics})
 		if err != nil {
 			return err
 		}

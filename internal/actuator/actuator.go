@@ -54,6 +54,12 @@ type Options struct {
 	Loop     string
 	Deadline time.Duration // after the sensor's publish
 	FailSafe FailSafe
+	// Watchdog, when positive, applies the fail-safe once when nothing has
+	// been applied for this long since the actuator was ready or since the
+	// last input: nothing at all reached it (the sensor, the broker or the
+	// network down), so no tick is there to miss its deadline. It must be
+	// longer than Deadline.
+	Watchdog time.Duration
 	Log      *slog.Logger
 	Metrics  *metrics.Set
 	OnApply  func(Applied)
@@ -83,6 +89,10 @@ type Actuator struct {
 	last    []float64
 	lastApp uint64
 	uBuf    mpc.Matrix
+	// The watchdog (Options.Watchdog): its timer, re-armed by every input
+	// applied, and when the last one was.
+	watch   *time.Timer
+	applied time.Time
 }
 
 // New returns an actuator for one loop.
@@ -92,6 +102,9 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Actuator, error) {
 	}
 	if opt.Deadline <= 0 {
 		opt.Deadline = 30 * time.Millisecond
+	}
+	if opt.Watchdog > 0 && opt.Watchdog <= opt.Deadline {
+		return nil, fmt.Errorf("actuator: watchdog %v is not longer than the deadline %v", opt.Watchdog, opt.Deadline)
 	}
 	if opt.FailSafe == "" {
 		opt.FailSafe = FailSafeZero
@@ -144,8 +157,53 @@ func (a *Actuator) Run(ctx context.Context) error {
 	}
 	defer subO.Unsubscribe()
 	a.ready.Store(true)
+	a.startWatchdog()
+	defer a.stopWatchdog()
 	<-ctx.Done()
 	return nil
+}
+
+// startWatchdog arms the watchdog (Options.Watchdog), if it is on.
+func (a *Actuator) startWatchdog() {
+	if a.opt.Watchdog <= 0 {
+		return
+	}
+	a.mu.Lock()
+	a.applied = time.Now()
+	a.watch = time.AfterFunc(a.opt.Watchdog, a.bark)
+	a.mu.Unlock()
+}
+
+func (a *Actuator) stopWatchdog() {
+	a.mu.Lock()
+	if a.watch != nil {
+		a.watch.Stop()
+	}
+	a.mu.Unlock()
+}
+
+// bark is the watchdog's timer: nothing has been applied for
+// Options.Watchdog, so the fail-safe is applied, as the next tick, once; a
+// later input re-arms the watchdog. The plant keeps the fail-safe until
+// then. The tick it takes is marked applied, so that a late share of that
+// tick cannot follow it.
+func (a *Actuator) bark() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if quiet := time.Since(a.applied); quiet < a.opt.Watchdog { // an input came as the timer fired
+		a.watch.Reset(a.opt.Watchdog - quiet)
+		return
+	}
+	t := a.lastApp + 1
+	p := a.ticks[t]
+	if p == nil {
+		p = &pending{}
+	}
+	u := a.failSafeLocked()
+	a.opt.Metrics.Misses.WithLabelValues(a.opt.Loop).Inc()
+	a.opt.Log.Warn("watchdog: nothing applied for a while; fail-safe applied", "loop", a.opt.Loop, "quiet", a.opt.Watchdog, "tick", t, "failsafe", a.opt.FailSafe)
+	a.applyLocked(t, p, u, 0, true)
+	a.watch.Stop() // once, until an input re-arms it
 }
 
 func (a *Actuator) applySetup(data []byte) error {
@@ -311,13 +369,19 @@ func (a *Actuator) deadline(t uint64) {
 		a.opt.Log.Debug("deadline of a tick already superseded", "loop", a.opt.Loop, "tick", t, "applied", a.lastApp)
 		return
 	}
+	u := a.failSafeLocked()
+	a.opt.Metrics.Misses.WithLabelValues(a.opt.Loop).Inc()
+	a.opt.Log.Debug("deadline missed: fail-safe applied", "loop", a.opt.Loop, "tick", t, "failsafe", a.opt.FailSafe)
+	a.applyLocked(t, p, u, 0, true)
+}
+
+// failSafeLocked returns the fail-safe input (Options.FailSafe).
+func (a *Actuator) failSafeLocked() []float64 {
 	u := make([]float64, a.prm.M)
 	if a.opt.FailSafe == FailSafeHold {
 		copy(u, a.last)
 	}
-	a.opt.Metrics.Misses.WithLabelValues(a.opt.Loop).Inc()
-	a.opt.Log.Debug("deadline missed: fail-safe applied", "loop", a.opt.Loop, "tick", t, "failsafe", a.opt.FailSafe)
-	a.applyLocked(t, p, u, 0, true)
+	return u
 }
 
 func (a *Actuator) applyLocked(t uint64, p *pending, u []float64, lat time.Duration, miss bool) {
@@ -330,6 +394,10 @@ func (a *Actuator) applyLocked(t uint64, p *pending, u []float64, lat time.Durat
 		a.lastApp = t
 	}
 	copy(a.last, u)
+	if a.watch != nil {
+		a.applied = time.Now()
+		a.watch.Reset(a.opt.Watchdog)
+	}
 	body, err := codec.Marshal(codec.PlantUPayload{U: u, FailSafe: miss})
 	if err == nil {
 		env, err := a.sealer.Seal(codec.Header{Kind: codec.KindPlantU, Loop: a.opt.Loop, Tick: t, From: codec.RoleActuator, To: codec.RolePlant}, body)

@@ -1,6 +1,7 @@
 package actuator
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -205,6 +206,76 @@ func TestSharesPastDeadlineApplyFailSafe(t *testing.T) {
 		}
 		if got := testutil.ToFloat64(m.Rejects.WithLabelValues("late")); got != 2 {
 			t.Errorf("run %d: %v shares counted late, want 2", i, got)
+		}
+	}
+}
+
+// Nothing reaches the actuator (the sensor, the broker or the network
+// down), so no tick is there to miss its deadline: the watchdog applies the
+// fail-safe once, as the next tick, and the next input re-arms it. A late
+// share of the tick the watchdog took is refused.
+func TestWatchdogAppliesFailSafeOnce(t *testing.T) {
+	r := newRig(t, 30*time.Millisecond)
+	const watchdog = 100 * time.Millisecond
+	r.a.opt.Watchdog = watchdog
+	r.a.startWatchdog()
+	defer r.a.stopWatchdog()
+	misses := func() float64 { return testutil.ToFloat64(r.a.opt.Metrics.Misses.WithLabelValues("loop1")) }
+
+	r.share(t, 0, 1, time.Now().UnixNano())
+	r.share(t, 1, 1, time.Now().UnixNano())
+	if ap := r.wait(t, time.Second); ap.Tick != 1 || ap.Miss || ap.U[0] != 1.5 {
+		t.Fatalf("tick 1: %+v, want u = 1.5 applied", ap)
+	}
+	at := time.Now()
+	ap := r.wait(t, 2*time.Second)
+	if quiet := time.Since(at); ap.Tick != 2 || !ap.Miss || ap.U[0] != 0 || quiet < watchdog-10*time.Millisecond {
+		t.Fatalf("after %v of silence: %+v; want the zero fail-safe as tick 2, after %v", quiet, ap, watchdog)
+	}
+	select {
+	case tick := <-r.got:
+		t.Fatalf("tick %d applied after the watchdog's; want the fail-safe once", tick)
+	case <-time.After(3 * watchdog):
+	}
+	if m := misses(); m != 1 {
+		t.Fatalf("%v misses counted, want 1", m)
+	}
+	late := testutil.ToFloat64(r.a.opt.Metrics.Rejects.WithLabelValues("late"))
+	r.share(t, 0, 2, time.Now().UnixNano())
+	if got := testutil.ToFloat64(r.a.opt.Metrics.Rejects.WithLabelValues("late")) - late; got != 1 {
+		t.Errorf("a share of the watchdog's tick: %v late rejects, want 1", got)
+	}
+
+	// An input re-arms it.
+	r.share(t, 0, 3, time.Now().UnixNano())
+	r.share(t, 1, 3, time.Now().UnixNano())
+	if ap := r.wait(t, time.Second); ap.Tick != 3 || ap.Miss {
+		t.Fatalf("tick 3: %+v, want applied", ap)
+	}
+	if ap := r.wait(t, 2*time.Second); ap.Tick != 4 || !ap.Miss {
+		t.Fatalf("after tick 3: %+v, want the fail-safe as tick 4", ap)
+	}
+	if m := misses(); m != 2 {
+		t.Fatalf("%v misses counted, want 2", m)
+	}
+}
+
+// A watchdog no longer than the deadline would fire between a tick and its
+// deadline: refused, by the options and by the service's configuration.
+func TestWatchdogLongerThanDeadline(t *testing.T) {
+	if _, err := New(natstest.Conn(t), testkeys.Sealers(t)[codec.RoleActuator], Options{Loop: "loop1", Deadline: 30 * time.Millisecond, Watchdog: 30 * time.Millisecond}); err == nil {
+		t.Error("New accepted a watchdog equal to the deadline")
+	}
+	for _, wd := range []time.Duration{-time.Second, 20 * time.Millisecond, 2 * time.Hour} {
+		c := Config{Loop: "loop1", Deadline: 30 * time.Millisecond, FailSafe: "zero", Watchdog: wd}
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "DUET_WATCHDOG") {
+			t.Errorf("DUET_WATCHDOG=%v: %v, want an error naming DUET_WATCHDOG", wd, err)
+		}
+	}
+	for _, wd := range []time.Duration{0, time.Second} {
+		c := Config{Loop: "loop1", Deadline: 30 * time.Millisecond, FailSafe: "zero", Watchdog: wd}
+		if err := c.Validate(); err != nil {
+			t.Errorf("DUET_WATCHDOG=%v: %v", wd, err)
 		}
 	}
 }

@@ -14,6 +14,7 @@ type Config struct {
 	Loop     string        `envconfig:"LOOP" default:"pendulum" desc:"loop id"`
 	Deadline time.Duration `envconfig:"DEADLINE" default:"30ms" desc:"time after the sensor's publish by which both output shares must arrive"`
 	FailSafe string        `envconfig:"FAILSAFE" default:"zero" desc:"input applied on a missed deadline: zero or hold (repeat the last input)"`
+	Watchdog time.Duration `envconfig:"WATCHDOG" default:"1s" desc:"with nothing applied for this long (nothing reaches the actuator: the sensor, the broker or the network down), apply the fail-safe once, until the next input; 0 turns it off; longer than DUET_DEADLINE"`
 }
 
 // Validate checks the values.
@@ -23,6 +24,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Deadline <= 0 || c.Deadline > time.Minute {
 		return fmt.Errorf("DUET_DEADLINE=%v: want > 0 and <= 1m", c.Deadline)
+	}
+	if c.Watchdog < 0 || c.Watchdog != 0 && (c.Watchdog <= c.Deadline || c.Watchdog > time.Hour) {
+		return fmt.Errorf("DUET_WATCHDOG=%v: want 0 (off), or longer than DUET_DEADLINE (%v) and <= 1h", c.Watchdog, c.Deadline)
 	}
 	if _, err := ParseFailSafe(c.FailSafe); err != nil {
 		return fmt.Errorf("DUET_FAILSAFE: %w", err)
