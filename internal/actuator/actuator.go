@@ -55,10 +55,10 @@ type Options struct {
 	Deadline time.Duration // after the sensor's publish
 	FailSafe FailSafe
 	// Watchdog, when positive, applies the fail-safe once when nothing has
-	// been applied for this long since the actuator was ready or since the
-	// last input: nothing at all reached it (the sensor, the broker or the
-	// network down), so no tick is there to miss its deadline. It must be
-	// longer than Deadline.
+	// been applied for this long since the last input: nothing at all
+	// reached the actuator (the sensor, the broker or the network down), so
+	// no tick is there to miss its deadline. It must be longer than
+	// Deadline.
 	Watchdog time.Duration
 	Log      *slog.Logger
 	Metrics  *metrics.Set
@@ -89,8 +89,9 @@ type Actuator struct {
 	last    []float64
 	lastApp uint64
 	uBuf    mpc.Matrix
-	// The watchdog (Options.Watchdog): its timer, re-armed by every input
-	// applied, and when the last one was.
+	// The watchdog (Options.Watchdog): on once the actuator is ready; its
+	// timer, armed by every input applied, and when the last one was.
+	watchOn bool
 	watch   *time.Timer
 	applied time.Time
 }
@@ -163,19 +164,19 @@ func (a *Actuator) Run(ctx context.Context) error {
 	return nil
 }
 
-// startWatchdog arms the watchdog (Options.Watchdog), if it is on.
+// startWatchdog turns the watchdog (Options.Watchdog) on, if it is
+// configured: the first input applied arms it. Before any, the plant has
+// never been driven, and a sensor still waiting for it to answer is no
+// failure.
 func (a *Actuator) startWatchdog() {
-	if a.opt.Watchdog <= 0 {
-		return
-	}
 	a.mu.Lock()
-	a.applied = time.Now()
-	a.watch = time.AfterFunc(a.opt.Watchdog, a.bark)
+	a.watchOn = a.opt.Watchdog > 0
 	a.mu.Unlock()
 }
 
 func (a *Actuator) stopWatchdog() {
 	a.mu.Lock()
+	a.watchOn = false
 	if a.watch != nil {
 		a.watch.Stop()
 	}
@@ -190,6 +191,9 @@ func (a *Actuator) stopWatchdog() {
 func (a *Actuator) bark() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if !a.watchOn { // stopped as the timer fired
+		return
+	}
 	if quiet := time.Since(a.applied); quiet < a.opt.Watchdog { // an input came as the timer fired
 		a.watch.Reset(a.opt.Watchdog - quiet)
 		return
@@ -394,9 +398,13 @@ func (a *Actuator) applyLocked(t uint64, p *pending, u []float64, lat time.Durat
 		a.lastApp = t
 	}
 	copy(a.last, u)
-	if a.watch != nil {
+	if a.watchOn {
 		a.applied = time.Now()
-		a.watch.Reset(a.opt.Watchdog)
+		if a.watch == nil {
+			a.watch = time.AfterFunc(a.opt.Watchdog, a.bark)
+		} else {
+			a.watch.Reset(a.opt.Watchdog)
+		}
 	}
 	body, err := codec.Marshal(codec.PlantUPayload{U: u, FailSafe: miss})
 	if err == nil {

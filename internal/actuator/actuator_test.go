@@ -213,7 +213,8 @@ func TestSharesPastDeadlineApplyFailSafe(t *testing.T) {
 // Nothing reaches the actuator (the sensor, the broker or the network
 // down), so no tick is there to miss its deadline: the watchdog applies the
 // fail-safe once, as the next tick, and the next input re-arms it. A late
-// share of the tick the watchdog took is refused.
+// share of the tick the watchdog took is refused. Before the first input it
+// does not fire.
 func TestWatchdogAppliesFailSafeOnce(t *testing.T) {
 	r := newRig(t, 30*time.Millisecond)
 	const watchdog = 100 * time.Millisecond
@@ -221,6 +222,13 @@ func TestWatchdogAppliesFailSafeOnce(t *testing.T) {
 	r.a.startWatchdog()
 	defer r.a.stopWatchdog()
 	misses := func() float64 { return testutil.ToFloat64(r.a.opt.Metrics.Misses.WithLabelValues("loop1")) }
+	// Before the first input (the sensor waiting for the plant, say) it
+	// does not fire.
+	select {
+	case tick := <-r.got:
+		t.Fatalf("tick %d applied before any input", tick)
+	case <-time.After(2 * watchdog):
+	}
 
 	r.share(t, 0, 1, time.Now().UnixNano())
 	r.share(t, 1, 1, time.Now().UnixNano())
