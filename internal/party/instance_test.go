@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -95,4 +96,52 @@ func TestPeerInstances(t *testing.T) {
 	if err := g.acceptPeer(h, body(second.inc), &mp, &mp.Inc, &mp.Peer, nil); err != nil || mp.Version != 2 {
 		t.Fatalf("tick 6 from the second instance: %v (version %d)", err, mp.Version)
 	}
+}
+
+// A second instance restores while the first still writes its record, here
+// every 0.2 ms (a loop writes once a tick, 40 ms at 25 Hz): a write
+// between the second's read and its claim makes it read again, and it takes
+// the loop over rather than stopping.
+func TestRestoreWhileAnotherInstanceWrites(t *testing.T) {
+	ctx := context.Background()
+	first := persistingWorker(t, "instances-restore")
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() { // the first instance's writes
+		n := 0
+		defer func() { done <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			data, err := first.persist.seal(first.record())
+			if err != nil {
+				return
+			}
+			rev, err := first.persist.kv.Update(ctx, first.loop, data, first.persist.rev)
+			if err != nil {
+				return // fenced by the second
+			}
+			first.persist.rev = rev
+			n++
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	second := &worker{s: first.s, id: first.id, loop: first.loop, prm: first.prm, p: first.p, guard: codec.NewReplayGuard()}
+	if err := second.openPersister(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := second.restore(ctx)
+	close(stop)
+	writes := <-done
+	if err != nil {
+		t.Fatalf("the second instance did not take the loop over (%d writes of the first's meanwhile): %v", writes, err)
+	}
+	if !second.restored || second.inc <= first.persist.rev {
+		t.Fatalf("restored %v, instance %d after the first's last revision %d", second.restored, second.inc, first.persist.rev)
+	}
+	t.Logf("%d writes of the first instance during the test", writes)
 }

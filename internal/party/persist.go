@@ -103,19 +103,45 @@ func (w *worker) openPersister(ctx context.Context) error {
 }
 
 // restore loads the persisted record of this loop, if it belongs to the
-// current set-up epoch, and claims the key (the fence).
+// current set-up epoch, and claims the key (the fence). A record written
+// between the read and the claim (another instance still running, as in a
+// rolling restart) is read again: the newer instance takes the loop over
+// rather than stopping (claimAttempts).
 func (w *worker) restore(ctx context.Context) error {
 	if w.persist == nil {
 		return nil
 	}
+	for attempt := 1; ; attempt++ {
+		err := w.restoreOnce(ctx)
+		if attempt == claimAttempts || !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return err
+		}
+		w.s.opt.Log.Info("the state record changed while it was restored: reading it again", "party", w.id, "loop", w.loop, "attempt", attempt)
+	}
+}
+
+// claimAttempts bounds restore's reads: another instance writes at most
+// once a tick, and a read and a claim take a few milliseconds.
+const claimAttempts = 10
+
+// restoreOnce is one read and claim of restore.
+func (w *worker) restoreOnce(ctx context.Context) error {
+	w.hasPrev = false
 	e, err := w.persist.kv.Get(ctx, w.loop)
 	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound) && w.restored:
+		return errors.New("the state record was deleted while it was restored")
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return w.claim(ctx, 0)
 	case err != nil:
 		return fmt.Errorf("reading persisted state: %w", err)
 	}
 	rec, err := w.persist.open(e.Value())
+	if (err != nil || rec.Epoch != w.epoch) && w.restored {
+		// An earlier read restored a record of this epoch: the set-up
+		// state is gone from the worker.
+		return fmt.Errorf("the state record changed while it was restored, to one of another set-up epoch or one that does not open (%v)", err)
+	}
 	if err != nil {
 		w.s.opt.Metrics.Reject(err)
 		w.s.opt.Log.Error("persisted state rejected; starting from the set-up state", "loop", w.loop, "err", err)
@@ -165,7 +191,7 @@ func (w *worker) claim(ctx context.Context, rev uint64) error {
 		nrev, err = w.persist.kv.Update(ctx, w.loop, data, rev)
 	}
 	if err != nil {
-		return fmt.Errorf("%w (%v)", ErrFenced, err)
+		return fmt.Errorf("%w (%w)", ErrFenced, err)
 	}
 	w.persist.rev, w.inc = nrev, nrev
 	w.incPub.Store(nrev)
