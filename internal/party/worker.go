@@ -606,6 +606,9 @@ func (w *worker) reject(err error) {
 // handle runs the state machine on one inbound message (or releaseMsg),
 // then starts a held measurement's tick if the open tick has ended.
 func (w *worker) handle(ctx context.Context, m *nats.Msg) {
+	if w.fenced { // the loop is stopping: nothing more is handled
+		return
+	}
 	if m == releaseMsg {
 		w.releaseQueued = false
 	} else {
@@ -659,8 +662,13 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 			w.reject(err)
 			return
 		}
-		if err := w.peerInstance(mp.Inc, mp.Peer); err != nil {
-			return
+		// A new instance's share, sent as it starts, is the first the
+		// other party hears of it; one of another set-up epoch (a replay)
+		// is not taken for an instance (onFixedS refuses it).
+		if mp.Version == w.epoch {
+			if err := w.peerInstance(mp.Inc, mp.Peer); err != nil {
+				return
+			}
 		}
 		w.onFixedS(mp)
 	case h.Kind == codec.KindMul && h.From == w.peer:
@@ -702,8 +710,9 @@ func (w *worker) accept(h codec.Header, body []byte, v any, validate func() erro
 // acceptPeer is accept for a message of the other party, whose instance
 // fields inc and peer (pointing into v) are checked (peerInstance) once v
 // is decoded and before the message's freshness is: a new instance of the
-// other party is heard even from a message whose tick an earlier instance's
-// message has taken.
+// other party is heard even from a message whose tick an earlier
+// instance's message has taken, or of an earlier tick (a restored instance
+// pre-opens with the tick it restored, which the other party may be past).
 func (w *worker) acceptPeer(h codec.Header, body []byte, v any, inc, peer *uint64, validate func() error) error {
 	if err := codec.UnmarshalView(body, v); err != nil {
 		w.reject(err)
