@@ -165,9 +165,12 @@ func TestLoopBalancesThroughBatches(t *testing.T) {
 		if v, ok := batches.Load(bus.BatchSubject(1 - i)); ok {
 			seen = v.(*atomic.Int64).Load()
 		}
-		// Every tick's Mul (and P0's Trunc) in a batch; the fixed-mask
-		// set-up's may have gone before the observer subscribed.
-		if want := int64(300 * (2 - i)); seen < want || float64(seen) > msgs {
+		// Every tick's Mul (and P0's Trunc) in a batch (no message went
+		// direct, above); the fixed-mask set-up's may have gone before the
+		// observer subscribed, and P0's held Trunc may share the next
+		// tick's batch, as the envelopes above may (599 batches for 600
+		// envelopes once, with two busy loops beside go test).
+		if want := int64(300 * (2 - i)); seen < want-want/50 || float64(seen) > msgs {
 			t.Errorf("party%d's batches seen on %s: %d, want %d to %v", i, bus.BatchSubject(1-i), seen, want, msgs)
 		}
 	}
