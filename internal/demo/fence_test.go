@@ -35,7 +35,7 @@ func TestSecondInstanceFencesFirst(t *testing.T) {
 		name    string
 		variant mpc.Variant
 		twoHop  bool
-	}{{"pertick", mpc.PerTick, false}, {"fixed-2hop", mpc.FixedMask, true}} {
+	}{{"pertick", mpc.PerTick, false}, {"pertick-2hop", mpc.PerTick, true}, {"fixed-2hop", mpc.FixedMask, true}} {
 		for i := range 2 {
 			t.Run(fmt.Sprintf("%s-party%d", tc.name, i), func(t *testing.T) { secondInstanceFencesFirst(t, i, tc.variant, tc.twoHop) })
 		}

@@ -323,6 +323,8 @@ func (w *worker) run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.prm.Variant == mpc.FixedMask {
 		w.sendFixedS(true)
+	} else if w.inc != 0 {
+		w.announce()
 	}
 	w.ready.Store(w.prm.Variant == mpc.PerTick)
 	w.mu.Unlock()
@@ -553,6 +555,19 @@ func (w *worker) sendFixedS(ask bool) {
 	w.send(codec.KindMul, 0, &w.out.mul)
 }
 
+// announce tells the other party, as this instance starts, which instance
+// it is (a tick-0 KindMul with no matrices, in the per-tick variant; the
+// fixed-mask set-up's S share does it in the other): the other party then
+// works with it from then on, before this instance sends anything computed
+// from an item, and the messages of an earlier instance still running are
+// refused from that moment (peerInstance). Without it, in the two-hop
+// tick, the other party could go on completing ticks with the earlier
+// instance's pre-openings until this one's first message.
+func (w *worker) announce() {
+	w.out.mul = codec.MulPayload{Version: w.epoch, Inc: w.inc, Peer: w.peerInc}
+	w.send(codec.KindMul, 0, &w.out.mul)
+}
+
 // send seals and publishes payload, a pointer to one of w.out's payloads
 // (or to any other payload type).
 func (w *worker) send(kind codec.Kind, tick uint64, payload any) {
@@ -656,6 +671,22 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 		if err := w.acceptPeer(h, body, mp, &mp.Inc, &mp.Peer, func() error { return w.decodePreT(*mp) }); err != nil {
 			return
 		}
+	case h.Kind == codec.KindMul && h.From == w.peer && h.Tick == 0 && w.prm.Variant == mpc.PerTick:
+		// The other party's announcement of a new instance (announce).
+		var mp codec.MulPayload
+		if err := codec.Unmarshal(body, &mp); err != nil {
+			w.reject(err)
+			return
+		}
+		if len(mp.S.Data) != 0 || len(mp.T.Data) != 0 || mp.S.Rows|mp.S.Cols|mp.T.Rows|mp.T.Cols != 0 {
+			w.reject(fmt.Errorf("%w: a tick-0 announcement carries matrices", codec.ErrDimension))
+			return
+		}
+		if mp.Version != w.epoch {
+			w.reject(fmt.Errorf("%w: instance announcement of set-up epoch %d, want %d", codec.ErrReplay, mp.Version, w.epoch))
+			return
+		}
+		_ = w.peerInstance(mp.Inc, mp.Peer)
 	case h.Kind == codec.KindMul && h.From == w.peer && h.Tick == 0 && w.prm.Variant == mpc.FixedMask:
 		var mp codec.MulPayload
 		if err := codec.Unmarshal(body, &mp); err != nil {
