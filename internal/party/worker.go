@@ -671,31 +671,20 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 		if err := w.acceptPeer(h, body, mp, &mp.Inc, &mp.Peer, func() error { return w.decodePreT(*mp) }); err != nil {
 			return
 		}
-	case h.Kind == codec.KindMul && h.From == w.peer && h.Tick == 0 && w.prm.Variant == mpc.PerTick:
-		// The other party's announcement of a new instance (announce).
+	case h.Kind == codec.KindMul && h.From == w.peer && h.Tick == 0:
+		// A new instance's first message (announce): the fixed-mask
+		// set-up's S share, or in the per-tick variant an announcement.
 		var mp codec.MulPayload
 		if err := codec.Unmarshal(body, &mp); err != nil {
 			w.reject(err)
 			return
 		}
-		if len(mp.S.Data) != 0 || len(mp.T.Data) != 0 || mp.S.Rows|mp.S.Cols|mp.T.Rows|mp.T.Cols != 0 {
-			w.reject(fmt.Errorf("%w: a tick-0 announcement carries matrices", codec.ErrDimension))
+		if w.prm.Variant == mpc.PerTick {
+			w.onAnnounce(mp)
 			return
 		}
-		if mp.Version != w.epoch {
-			w.reject(fmt.Errorf("%w: instance announcement of set-up epoch %d, want %d", codec.ErrReplay, mp.Version, w.epoch))
-			return
-		}
-		_ = w.peerInstance(mp.Inc, mp.Peer)
-	case h.Kind == codec.KindMul && h.From == w.peer && h.Tick == 0 && w.prm.Variant == mpc.FixedMask:
-		var mp codec.MulPayload
-		if err := codec.Unmarshal(body, &mp); err != nil {
-			w.reject(err)
-			return
-		}
-		// A new instance's share, sent as it starts, is the first the
-		// other party hears of it; one of another set-up epoch (a replay)
-		// is not taken for an instance (onFixedS refuses it).
+		// One of another set-up epoch (a replay) is not taken for an
+		// instance (onFixedS refuses it).
 		if mp.Version == w.epoch {
 			if err := w.peerInstance(mp.Inc, mp.Peer); err != nil {
 				return
@@ -794,6 +783,20 @@ func (w *worker) peerInstance(inc, peer uint64) error {
 		w.peerIncPub.Store(inc)
 	}
 	return nil
+}
+
+// onAnnounce takes the other party's announcement of a new instance
+// (announce) in the per-tick variant.
+func (w *worker) onAnnounce(mp codec.MulPayload) {
+	if len(mp.S.Data) != 0 || len(mp.T.Data) != 0 || mp.S.Rows|mp.S.Cols|mp.T.Rows|mp.T.Cols != 0 {
+		w.reject(fmt.Errorf("%w: a tick-0 announcement carries matrices", codec.ErrDimension))
+		return
+	}
+	if mp.Version != w.epoch {
+		w.reject(fmt.Errorf("%w: instance announcement of set-up epoch %d, want %d", codec.ErrReplay, mp.Version, w.epoch))
+		return
+	}
+	_ = w.peerInstance(mp.Inc, mp.Peer)
 }
 
 // onFixedS completes the fixed-mask set-up with the other party's share of

@@ -523,10 +523,7 @@ func (r *StateRecord) unmarshalMsgpack(data []byte) error {
 	d := newDecoder(data)
 	var v StateRecord
 	// 8 fields, and hwm_idx and serials when present (fields).
-	n := 8
-	if len(data) > 0 && data[0] >= mpFixMap|9 && data[0] <= mpFixMap|10 {
-		n = int(data[0] &^ mpFixMap)
-	}
+	n := optionalFields(data, 8, 2)
 	d.mapHeader("StateRecord", n)
 	v.Instance = d.uint("instance")
 	v.Epoch = d.uint("epoch")
