@@ -33,7 +33,14 @@ type stateAcks struct {
 
 	mu   sync.Mutex
 	next uint64
-	wait map[uint64]chan<- ackResult
+	wait map[uint64]ackWaiter
+}
+
+// ackWaiter is where a write's result goes: sent on ch, then, if set, then
+// is called (outside the router's lock).
+type ackWaiter struct {
+	ch   chan<- ackResult
+	then func()
 }
 
 // ackResult is the outcome of one state write.
@@ -47,7 +54,7 @@ type ackResult struct {
 }
 
 func newStateAcks(nc *nats.Conn, malformed func(error)) (*stateAcks, error) {
-	a := &stateAcks{prefix: nc.NewInbox() + ".", nc: nc, malformed: malformed, wait: map[uint64]chan<- ackResult{}}
+	a := &stateAcks{prefix: nc.NewInbox() + ".", nc: nc, malformed: malformed, wait: map[uint64]ackWaiter{}}
 	sub, err := nc.Subscribe(a.prefix+"*", a.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to state write acknowledgements: %w", err)
@@ -75,19 +82,26 @@ func (a *stateAcks) watch() {
 
 // failAll ends every write in flight with err.
 func (a *stateAcks) failAll(err error) {
+	var then []func()
 	a.mu.Lock()
-	for token, ch := range a.wait {
-		a.endLocked(token, ch, ackResult{token: token, err: err})
+	for token, wt := range a.wait {
+		a.endLocked(token, wt, ackResult{token: token, err: err})
+		if wt.then != nil {
+			then = append(then, wt.then)
+		}
 	}
 	a.mu.Unlock()
+	for _, f := range then {
+		f()
+	}
 }
 
 // endLocked delivers a write's result and stops awaiting it (under mu).
 // The channel has room: a loop has one write in flight.
-func (a *stateAcks) endLocked(token uint64, ch chan<- ackResult, r ackResult) {
+func (a *stateAcks) endLocked(token uint64, wt ackWaiter, r ackResult) {
 	delete(a.wait, token)
 	select {
-	case ch <- r:
+	case wt.ch <- r:
 	default:
 	}
 }
@@ -99,12 +113,13 @@ func (a *stateAcks) close() {
 }
 
 // register numbers a new write and returns its reply subject: its result
-// will be sent on ch, which must have room for it.
-func (a *stateAcks) register(ch chan<- ackResult) (token uint64, reply string) {
+// will be sent on ch, which must have room for it, and then, if not nil,
+// then is called.
+func (a *stateAcks) register(ch chan<- ackResult, then func()) (token uint64, reply string) {
 	a.mu.Lock()
 	a.next++
 	token = a.next
-	a.wait[token] = ch
+	a.wait[token] = ackWaiter{ch: ch, then: then}
 	a.mu.Unlock()
 	return token, a.prefix + strconv.FormatUint(token, 10)
 }
@@ -132,10 +147,14 @@ func (a *stateAcks) deliver(m *nats.Msg) {
 		a.malformed(res.err)
 	}
 	a.mu.Lock()
-	if ch, ok := a.wait[token]; ok {
-		a.endLocked(token, ch, res)
+	wt, ok := a.wait[token]
+	if ok {
+		a.endLocked(token, wt, res)
 	}
 	a.mu.Unlock()
+	if ok && wt.then != nil {
+		wt.then()
+	}
 }
 
 // parsePubAck reads JetStream's acknowledgement of a publish: the stream

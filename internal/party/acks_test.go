@@ -18,7 +18,8 @@ import (
 // the server's acknowledgement has the form the direct reader takes; a
 // refused write carries JetStream's error code; a forgotten write's late
 // acknowledgement is dropped; a malformed one is an ErrMalformed result and
-// counted; no responders is an error; a reply to no token is ignored.
+// counted; no responders is an error; a reply to no token is ignored. Each
+// result delivered, and only those, is followed by its write's then.
 func TestStateAcks(t *testing.T) {
 	nc := natstest.Conn(t)
 	js, err := jetstream.New(nc)
@@ -35,6 +36,8 @@ func TestStateAcks(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := make(chan ackResult, 1)
+	var thens atomic.Int32
+	then := func() { thens.Add(1) }
 	wait := func(what string) ackResult {
 		t.Helper()
 		select {
@@ -66,7 +69,7 @@ func TestStateAcks(t *testing.T) {
 		}
 	}
 
-	tok, reply := a.register(ch)
+	tok, reply := a.register(ch, then)
 	write("0", reply)
 	if r := wait("stored"); r.token != tok || r.err != nil || r.seq != 1 {
 		t.Fatalf("stored write: %+v, want token %d, revision 1", r, tok)
@@ -86,19 +89,19 @@ func TestStateAcks(t *testing.T) {
 		t.Fatalf("parsePubAck(%q) = %+v", raw.Data, r)
 	}
 
-	tok, reply = a.register(ch)
+	tok, reply = a.register(ch, then)
 	write("1", reply) // stale: the key is at revision 2
 	r := wait("refused")
 	if r.token != tok || r.err == nil || r.errCode != int(jetstream.JSErrCodeStreamWrongLastSequence) {
 		t.Fatalf("refused write: %+v, want err_code %d", r, jetstream.JSErrCodeStreamWrongLastSequence)
 	}
 
-	tok, reply = a.register(ch)
+	tok, reply = a.register(ch, then)
 	a.forget(tok)
 	write("2", reply)
 	nothing("a forgotten write's result")
 
-	tok, reply = a.register(ch)
+	tok, reply = a.register(ch, then)
 	if err := nc.Publish(reply, []byte(`{"stream":"KV_acks","seq":`)); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +109,7 @@ func TestStateAcks(t *testing.T) {
 		t.Fatalf("malformed acknowledgement: %+v, %d counted", r, bad.Load())
 	}
 
-	tok, reply = a.register(ch)
+	tok, reply = a.register(ch, then)
 	if err := nc.PublishMsg(&nats.Msg{Subject: "duet.nobody.here", Reply: reply, Data: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +123,9 @@ func TestStateAcks(t *testing.T) {
 		}
 	}
 	nothing("a reply to no write")
+	if n := thens.Load(); n != 4 { // stored, refused, malformed, no responders
+		t.Fatalf("then called %d times, want 4", n)
+	}
 }
 
 // TestPubAckSeq: the direct reader takes exactly {"stream":"<name>","seq":N}
@@ -165,7 +171,8 @@ func TestPubAckSeq(t *testing.T) {
 // TestStateAcksFailOnDisconnect: when the connection to the server is lost,
 // every write in flight ends at once with nats.ErrDisconnected (its
 // acknowledgement went with the connection), instead of leaving the loop to
-// wait out its timeout; close stops the router's status watcher.
+// wait out its timeout, and its then is called; close stops the router's
+// status watcher.
 func TestStateAcksFailOnDisconnect(t *testing.T) {
 	ns, nc := natstest.Start(t)
 	a, err := newStateAcks(nc, nil)
@@ -174,8 +181,9 @@ func TestStateAcksFailOnDisconnect(t *testing.T) {
 	}
 	chs := []chan ackResult{make(chan ackResult, 1), make(chan ackResult, 1)}
 	var tokens []uint64
+	var thens atomic.Int32
 	for _, ch := range chs {
-		tok, _ := a.register(ch)
+		tok, _ := a.register(ch, func() { thens.Add(1) })
 		tokens = append(tokens, tok)
 	}
 	ns.Shutdown()
@@ -194,6 +202,12 @@ func TestStateAcksFailOnDisconnect(t *testing.T) {
 	a.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("%d writes still awaited", n)
+	}
+	for deadline := time.Now().Add(5 * time.Second); thens.Load() != 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := thens.Load(); n != 2 {
+		t.Fatalf("then called %d times after the server went away, want 2", n)
 	}
 	a.close()
 	select {

@@ -55,6 +55,13 @@ type persister struct {
 	token    uint64
 	res      ackResult
 	hasRes   bool
+	// issued: the write of the latest state update has been published
+	// (save): afterTick does not publish it again, whatever its result.
+	issued bool
+	// acked, if set, is called once a write's result has come (on the
+	// acknowledgement router's goroutine): with the two-hop tick it queues
+	// the worker's deferred work again, which then pre-opens (afterTick).
+	acked func()
 
 	// Reused from write to write (nats.Conn.PublishMsg copies what it
 	// sends): the message, its header value, the sealed record, the
@@ -99,6 +106,13 @@ func (w *worker) openPersister(ctx context.Context) error {
 	msg.Header[jetstream.ExpectedLastSubjSeqHeader] = lastSeq
 	w.persist = &persister{kv: kv, key: *w.s.opt.StateKey, instance: binary.LittleEndian.Uint64(inst[:]) | 1,
 		nc: w.s.nc, acks: acks, ackCh: make(chan ackResult, 1), msg: msg, lastSeq: lastSeq}
+	if w.s.opt.TwoHop {
+		w.persist.acked = func() {
+			if q := w.s.after; q != nil {
+				q.add(w)
+			}
+		}
+	}
 	return nil
 }
 
@@ -256,8 +270,9 @@ func (w *worker) save(ctx context.Context) error {
 	}
 	p.buf, p.msg.Data = data, data
 	p.lastSeq[0] = strconv.FormatUint(p.rev, 10)
-	token, reply := p.acks.register(p.ackCh)
+	token, reply := p.acks.register(p.ackCh, p.acked)
 	p.msg.Reply = reply
+	p.issued = true
 	if err := p.nc.PublishMsg(p.msg); err != nil {
 		p.acks.forget(token)
 		w.s.opt.Log.Warn("persisting state", "party", w.id, "loop", w.loop, "err", err)
@@ -283,9 +298,9 @@ func (p *persister) poll() bool {
 // take keeps r as the in-flight write's result if it is that write's.
 func (p *persister) take(r ackResult) { p.res, p.hasRes = r, r.token == p.token }
 
-// acked records the acknowledgement of the write in flight: the stored
+// stored records the acknowledgement of the write in flight: the stored
 // record is now the latest state, at the acknowledged revision.
-func (p *persister) acked(seq uint64) {
+func (p *persister) stored(seq uint64) {
 	p.inflight, p.hasRes = false, false
 	p.rev, p.dirty = seq, false
 }
@@ -311,11 +326,19 @@ func (w *worker) resolve(ctx context.Context) error {
 			return nil // dirty: retried synchronously before the next tick
 		}
 	}
+	return w.settle(ctx)
+}
+
+// settle applies the result of the write in flight, taken by poll: stored,
+// refused (kept dirty), or the record taken over by another instance
+// (ErrFenced).
+func (w *worker) settle(ctx context.Context) error {
+	p := w.persist
 	r := p.res
 	p.inflight, p.hasRes = false, false
 	switch {
 	case r.err == nil:
-		p.acked(r.seq)
+		p.stored(r.seq)
 	case r.errCode == int(jetstream.JSErrCodeStreamWrongLastSequence) || r.errCode == int(jetstream.JSErrCodeStreamWrongLastSequenceConstant):
 		return w.checkFence(ctx)
 	default:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/duet-mpc/duet/internal/bus"
@@ -380,6 +381,150 @@ func TestTwoHopTicks(t *testing.T) {
 				t.Errorf("saw %d of P0's Protocol 2 messages, want 6, each after its output share", r.truncs)
 			}
 		})
+	}
+}
+
+// persistState gives both parties' workers their state buckets (memory
+// storage) and claims their records, as Run does, and an after queue that
+// the test runs by hand (awaitAcked): a state write's acknowledgement queues
+// the worker's deferred work on it.
+func (r *twoHopRig) persistState() {
+	t := r.t
+	t.Helper()
+	for i, w := range r.w {
+		key := [32]byte{byte(i + 1)}
+		w.s.opt.StateKey, w.s.opt.StateStorage = &key, jetstream.MemoryStorage
+		w.s.after = newAfterQueue(time.Hour)
+		if err := w.openPersister(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.claim(t.Context(), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// awaitAcked waits until party i's state write has been answered (its
+// acknowledgement queued the worker) and runs the worker's deferred work
+// as the after queue would, then the network.
+func (r *twoHopRig) awaitAcked(i int) {
+	t := r.t
+	t.Helper()
+	q := r.w[i].s.after
+	for deadline := time.Now().Add(5 * time.Second); !q.pending(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("party%d: no state write answered", i)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for _, w := range q.take() {
+		if !w.deferred(context.Background()) {
+			t.Fatalf("party%d: deferred work found the worker busy", i)
+		}
+	}
+	if err := r.w[i].s.flushAfter(); err != nil {
+		t.Fatal(err)
+	}
+	r.network()
+}
+
+// storedVersion is the state version in party i's stored record.
+func (r *twoHopRig) storedVersion(i int) uint64 {
+	w := r.w[i]
+	e, err := w.persist.kv.Get(r.t.Context(), w.loop)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	rec, err := w.persist.open(e.Value())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return rec.Version
+}
+
+// TestPreOpeningWaitsForStateWrite: with persistence, a party pre-opens the
+// next item only once the state write of the update it pre-opens on has
+// been stored: the write is published as the tick ends, and its
+// acknowledgement brings the worker back to pre-open. A party that sent
+// its pre-opening first and then crashed with the write lost would restore
+// a state two updates behind the other party, which had used it. A refused
+// write leaves the party without a pre-opening (the next tick runs in three
+// hops, after writing the state again), and the ticks give the reference u
+// throughout.
+func TestPreOpeningWaitsForStateWrite(t *testing.T) {
+	r := newTwoHopRig(t, 16)
+	r.persistState()
+	y := r.y()
+	r.between() // the claimed record holds the current state: pre-open at once
+	for i, w := range r.w {
+		if !w.pre.ok || r.maskSent[i] != 1 {
+			t.Fatalf("party%d: no pre-opening on the claimed state (%d mask shares)", i, r.maskSent[i])
+		}
+	}
+	for tick := uint64(1); tick <= 3; tick++ {
+		item := fromWire(r.masks[0].Item)
+		r.measure(tick, y, true, r.masks[0].Item)
+		r.check(tick, y, item)
+		for i, w := range r.w {
+			// The tick ended and its write was published (PersistDelay < 0).
+			if w.pre.ok || r.maskSent[i] != int(tick) {
+				t.Fatalf("tick %d: party%d pre-opened before its state write was acknowledged", tick, i)
+			}
+			r.awaitAcked(i)
+			if !w.pre.ok || r.maskSent[i] != int(tick)+1 {
+				t.Fatalf("tick %d: party%d did not pre-open after its state write was acknowledged", tick, i)
+			}
+			if v := r.storedVersion(i); v != w.pre.version || v != tick {
+				t.Fatalf("tick %d: party%d pre-opened on version %d, stored %d", tick, i, w.pre.version, v)
+			}
+		}
+	}
+	for i := range r.w {
+		if two := r.paths(i, "two_hop"); two != 3 {
+			t.Fatalf("party%d: %v two-hop ticks, want 3", i, two)
+		}
+	}
+
+	// party1's bucket now refuses its records (too large): the write of
+	// tick 4 is answered with an error, and party1 does not pre-open.
+	js, err := jetstream.New(r.w[1].s.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := func(maxValue int32) {
+		if _, err := js.CreateOrUpdateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: StateBucket(1), History: 1,
+			Storage: jetstream.MemoryStorage, MaxValueSize: maxValue}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bucket(16)
+	item := fromWire(r.masks[0].Item)
+	r.measure(4, y, true, r.masks[0].Item)
+	r.check(4, y, item)
+	for i := range r.w {
+		r.awaitAcked(i)
+	}
+	if w := r.w[1]; w.pre.ok || r.maskSent[1] != 4 || !w.persist.dirty {
+		t.Fatalf("party1 pre-opened (%v, %d mask shares) on a state its bucket refused (dirty %v)", w.pre.ok, r.maskSent[1], w.persist.dirty)
+	}
+	if !r.w[0].pre.ok {
+		t.Fatal("party0 did not pre-open")
+	}
+	// Tick 5 comes as shares (the sensor lacks party1's mask share); with the
+	// bucket accepting records again, party1 writes its state first.
+	bucket(0)
+	r.measure(5, y, false, 0)
+	r.check(5, y, itemID(5, 0))
+	if v := r.storedVersion(1); v < 4 {
+		t.Fatalf("party1's stored version %d after tick 5 started, want at least 4", v)
+	}
+	if fb := r.paths(0, "fallback"); fb != 0 {
+		t.Fatalf("party0: %v fallback ticks", fb) // a tick of shares is neither
+	}
+	for i := range r.w {
+		if n := metrics.Sum(r.m[i].Misses); n != 0 {
+			t.Errorf("party%d: %v misses", i, n)
+		}
 	}
 }
 

@@ -443,7 +443,7 @@ func (w *worker) canInline(subject string) bool {
 			if !p.poll() || p.res.err != nil { // an error waits for resolve
 				return false
 			}
-			p.acked(p.res.seq)
+			p.stored(p.res.seq)
 		}
 		if p.dirty {
 			return false
