@@ -96,3 +96,44 @@ func TestAfterQueueBatches(t *testing.T) {
 		t.Errorf("a busy worker was tried again after %v, want at least %v", d, delay)
 	}
 }
+
+// Without a delay (a negative PersistDelay: the queue then runs only the
+// two-hop passes that a write's acknowledgement queues), a busy worker is
+// still tried again no sooner than busyRetry later, not in a spin while its
+// lock is held; a worker that is not busy runs at once.
+func TestAfterQueueRetriesBusyWithoutSpinning(t *testing.T) {
+	q := newAfterQueue(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var at []time.Time
+	busy := 3 // do reports the worker busy this many times
+	done := make(chan struct{}, 8)
+	go q.run(ctx, func(*worker) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		at = append(at, time.Now())
+		if busy > 0 {
+			busy--
+			return false
+		}
+		done <- struct{}{}
+		return true
+	}, nil)
+	q.add(&worker{loop: "a"})
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the worker never ran")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != 4 {
+		t.Fatalf("%d calls, want 4 (3 busy, then done)", len(at))
+	}
+	for i := 1; i < len(at); i++ {
+		if d := at[i].Sub(at[i-1]); d < busyRetry {
+			t.Errorf("retry %d came %v after the busy call, want at least %v", i, d, busyRetry)
+		}
+	}
+}

@@ -60,7 +60,9 @@ type persister struct {
 	issued bool
 	// acked, if set, is called once a write's result has come (on the
 	// acknowledgement router's goroutine): with the two-hop tick it queues
-	// the worker's deferred work again, which then pre-opens (afterTick).
+	// the worker's deferred work again, which then pre-opens (afterTick),
+	// if the write was published by that work and its tick has not been
+	// followed by another since (w.preWait).
 	acked func()
 
 	// Reused from write to write (nats.Conn.PublishMsg copies what it
@@ -108,7 +110,7 @@ func (w *worker) openPersister(ctx context.Context) error {
 		nc: w.s.nc, acks: acks, ackCh: make(chan ackResult, 1), msg: msg, lastSeq: lastSeq}
 	if w.s.opt.TwoHop {
 		w.persist.acked = func() {
-			if q := w.s.after; q != nil {
+			if q := w.s.after; q != nil && w.preWait.Swap(false) {
 				q.add(w)
 			}
 		}
@@ -273,7 +275,9 @@ func (w *worker) save(ctx context.Context) error {
 	token, reply := p.acks.register(p.ackCh, p.acked)
 	p.msg.Reply = reply
 	p.issued = true
+	w.preWait.Store(p.acked != nil)
 	if err := p.nc.PublishMsg(p.msg); err != nil {
+		w.preWait.Store(false)
 		p.acks.forget(token)
 		w.s.opt.Log.Warn("persisting state", "party", w.id, "loop", w.loop, "err", err)
 		return nil
@@ -305,6 +309,18 @@ func (p *persister) stored(seq uint64) {
 	p.rev, p.dirty = seq, false
 }
 
+// storedNow takes the in-flight write's result if it has come and is a
+// success, without waiting, and reports whether it was. Anything else is
+// left for the next tick's start (flushState), which may wait for it, or
+// re-read the record after a conflict.
+func (p *persister) storedNow() bool {
+	if !p.inflight || !p.poll() || p.res.err != nil {
+		return false
+	}
+	p.stored(p.res.seq)
+	return true
+}
+
 // resolve waits (bounded) for the write in flight.
 func (w *worker) resolve(ctx context.Context) error {
 	p := w.persist
@@ -326,14 +342,6 @@ func (w *worker) resolve(ctx context.Context) error {
 			return nil // dirty: retried synchronously before the next tick
 		}
 	}
-	return w.settle(ctx)
-}
-
-// settle applies the result of the write in flight, taken by poll: stored,
-// refused (kept dirty), or the record taken over by another instance
-// (ErrFenced).
-func (w *worker) settle(ctx context.Context) error {
-	p := w.persist
 	r := p.res
 	p.inflight, p.hasRes = false, false
 	switch {
@@ -399,6 +407,7 @@ func (w *worker) flushState(ctx context.Context) bool {
 	if w.persist == nil {
 		return true
 	}
+	w.preWait.Store(false) // a tick starts: nothing to pre-open after the write
 	var err error
 	if w.persist.inflight {
 		err = w.resolve(ctx)

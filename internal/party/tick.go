@@ -327,26 +327,21 @@ func (w *worker) finish(tr *mpc.TruncMsg, prev mpc.Matrix) {
 // afterTick is the work a tick leaves for after its outputs have gone
 // (Options.PersistDelay later): start the state write, and take the next
 // offline item and prepare it; with the two-hop tick, once the write is
-// acknowledged (the acknowledgement queues this work again: persister.acked),
-// pre-open the next item. Nothing computed on a state update leaves the
-// party before the update is stored: a party that crashed after sending its
-// pre-opening of an update never stored would restart two updates behind
-// the other party, which may have used it, too far for a rollback. It does
-// nothing once a new tick has begun (the state is mid-update; the tick's
-// start flushed the write synchronously and took its item itself).
+// acknowledged (the acknowledgement queues this work again:
+// persister.acked), pre-open the next item. Nothing computed on a state
+// update leaves the party before the update is stored: a party that crashed
+// after sending its pre-opening of an update never stored would restart two
+// updates behind the other party, which may have used it, too far for a
+// rollback. A write refused, or not answered, is left for the next tick's
+// start (flushState), which writes the state again. It does nothing once a
+// new tick has begun (the state is mid-update; the tick's start flushed the
+// write synchronously and took its item itself).
 func (w *worker) afterTick(ctx context.Context) {
 	if w.st != idle {
 		return
 	}
-	if p := w.persist; p != nil {
-		var err error
-		switch {
-		case p.inflight && p.poll():
-			err = w.settle(ctx)
-		case p.dirty && !p.inflight && !p.issued:
-			err = w.save(ctx)
-		}
-		if err != nil {
+	if p := w.persist; p != nil && !p.storedNow() && p.dirty && !p.inflight && !p.issued {
+		if err := w.save(ctx); err != nil {
 			w.fenced = true
 			w.s.opt.Log.Error("stopping loop", "party", w.id, "loop", w.loop, "err", err)
 			return

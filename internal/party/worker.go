@@ -104,6 +104,11 @@ type worker struct {
 	inc, peerInc uint64
 	// afterQueued: the worker is in the service's afterQueue (under its mu).
 	afterQueued bool
+	// preWait: the deferred work published the state write of the tick
+	// that ended and waits for its result to pre-open (persister.acked).
+	// Set before the write is published, cleared by the result's callback
+	// or when the next tick starts (flushState).
+	preWait atomic.Bool
 	// inAfter: the after queue's goroutine runs this worker's deferred
 	// work, and what it sends joins that batch's (Service.sendAfter).
 	inAfter bool
@@ -439,11 +444,8 @@ func (w *worker) canInline(subject string) bool {
 		return true
 	}
 	if p := w.persist; p != nil {
-		if p.inflight {
-			if !p.poll() || p.res.err != nil { // an error waits for resolve
-				return false
-			}
-			p.stored(p.res.seq)
+		if p.inflight && !p.storedNow() { // an error waits for resolve
+			return false
 		}
 		if p.dirty {
 			return false
