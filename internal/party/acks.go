@@ -37,10 +37,10 @@ type stateAcks struct {
 }
 
 // ackWaiter is where a write's result goes: sent on ch, then, if set, then
-// is called (outside the router's lock).
+// is called with it (outside the router's lock).
 type ackWaiter struct {
 	ch   chan<- ackResult
-	then func()
+	then func(ackResult)
 }
 
 // ackResult is the outcome of one state write.
@@ -82,17 +82,36 @@ func (a *stateAcks) watch() {
 
 // failAll ends every write in flight with err.
 func (a *stateAcks) failAll(err error) {
-	var then []func()
+	type ended struct {
+		then func(ackResult)
+		r    ackResult
+	}
+	var thens []ended
 	a.mu.Lock()
 	for token, wt := range a.wait {
-		a.endLocked(token, wt, ackResult{token: token, err: err})
+		r := ackResult{token: token, err: err}
+		a.endLocked(token, wt, r)
 		if wt.then != nil {
-			then = append(then, wt.then)
+			thens = append(thens, ended{wt.then, r})
 		}
 	}
 	a.mu.Unlock()
-	for _, f := range then {
-		f()
+	for _, e := range thens {
+		e.then(e.r)
+	}
+}
+
+// fail ends one write with err (its publish failed), as failAll does.
+func (a *stateAcks) fail(token uint64, err error) {
+	r := ackResult{token: token, err: err}
+	a.mu.Lock()
+	wt, ok := a.wait[token]
+	if ok {
+		a.endLocked(token, wt, r)
+	}
+	a.mu.Unlock()
+	if ok && wt.then != nil {
+		wt.then(r)
 	}
 }
 
@@ -114,8 +133,8 @@ func (a *stateAcks) close() {
 
 // register numbers a new write and returns its reply subject: its result
 // will be sent on ch, which must have room for it, and then, if not nil,
-// then is called.
-func (a *stateAcks) register(ch chan<- ackResult, then func()) (token uint64, reply string) {
+// then is called with it.
+func (a *stateAcks) register(ch chan<- ackResult, then func(ackResult)) (token uint64, reply string) {
 	a.mu.Lock()
 	a.next++
 	token = a.next
@@ -153,7 +172,7 @@ func (a *stateAcks) deliver(m *nats.Msg) {
 	}
 	a.mu.Unlock()
 	if ok && wt.then != nil {
-		wt.then()
+		wt.then(res)
 	}
 }
 

@@ -37,7 +37,7 @@ func TestStateAcks(t *testing.T) {
 	}
 	ch := make(chan ackResult, 1)
 	var thens atomic.Int32
-	then := func() { thens.Add(1) }
+	then := func(ackResult) { thens.Add(1) }
 	wait := func(what string) ackResult {
 		t.Helper()
 		select {
@@ -171,8 +171,8 @@ func TestPubAckSeq(t *testing.T) {
 // TestStateAcksFailOnDisconnect: when the connection to the server is lost,
 // every write in flight ends at once with nats.ErrDisconnected (its
 // acknowledgement went with the connection), instead of leaving the loop to
-// wait out its timeout, and its then is called; close stops the router's
-// status watcher.
+// wait out its timeout, and its then is called with that result; close
+// stops the router's status watcher.
 func TestStateAcksFailOnDisconnect(t *testing.T) {
 	ns, nc := natstest.Start(t)
 	a, err := newStateAcks(nc, nil)
@@ -183,7 +183,11 @@ func TestStateAcksFailOnDisconnect(t *testing.T) {
 	var tokens []uint64
 	var thens atomic.Int32
 	for _, ch := range chs {
-		tok, _ := a.register(ch, func() { thens.Add(1) })
+		tok, _ := a.register(ch, func(r ackResult) {
+			if errors.Is(r.err, nats.ErrDisconnected) {
+				thens.Add(1)
+			}
+		})
 		tokens = append(tokens, tok)
 	}
 	ns.Shutdown()

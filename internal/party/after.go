@@ -15,9 +15,6 @@ import (
 // loops the writes of a window go out together, which the NATS connection
 // sends in one system call and the server answers in one, instead of a
 // timer, a goroutine wake-up and a round of system calls per loop and tick.
-// With the two-hop tick a write's acknowledgement queues the loop again, and
-// that pass pre-opens the next item (afterTick); with a negative
-// PersistDelay the queue, without delay, runs only those passes.
 
 // afterQueue holds the workers whose deferred work is due.
 type afterQueue struct {
@@ -71,28 +68,22 @@ func (q *afterQueue) take() []*worker {
 	return batch
 }
 
-// run calls do for each batch's workers the queue's delay after the batch
+// run calls do for each batch's workers PersistDelay after the batch
 // began, until ctx ends; workers that have exited are skipped, and a worker
-// for which do reports false (busy) is queued again for the next batch,
-// which then waits at least busyRetry. done, if not nil, is called after
-// each batch (it sends what the batch gathered: Service.flushAfter).
+// for which do reports false (busy) is queued again for the next batch.
+// done, if not nil, is called after each batch (it sends what the batch
+// gathered: Service.flushAfter).
 func (q *afterQueue) run(ctx context.Context, do func(*worker) bool, done func()) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	busy := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-q.wake:
 		}
-		if busy {
-			timer.Reset(max(q.delay, busyRetry))
-		} else {
-			timer.Reset(q.delay)
-		}
-		busy = false
+		timer.Reset(q.delay)
 		select {
 		case <-ctx.Done():
 			return
@@ -101,7 +92,6 @@ func (q *afterQueue) run(ctx context.Context, do func(*worker) bool, done func()
 		for _, w := range q.take() {
 			if !w.exited.Load() && !do(w) {
 				q.add(w)
-				busy = true
 			}
 		}
 		if done != nil {
@@ -109,12 +99,6 @@ func (q *afterQueue) run(ctx context.Context, do func(*worker) bool, done func()
 		}
 	}
 }
-
-// busyRetry is the least wait before a batch that retries a busy worker:
-// a worker's lock can be held for up to Options.ItemWait (a tick's start
-// waiting for an item) or a state write's timeout, and with no delay
-// (a negative PersistDelay) the queue would otherwise spin until then.
-const busyRetry = time.Millisecond
 
 // deferred runs w's deferred work (afterQueue.run) and reports whether it
 // could: a worker whose lock is held is not waited for, since its own

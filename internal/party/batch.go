@@ -221,6 +221,15 @@ type afterOut struct {
 	masks    []byte // the mask shares' envelopes, back to back
 	maskEnds []int
 	maskSubj []string
+	writes   []gatheredWrite // state writes, after the pre-openings
+}
+
+// gatheredWrite is a state write gathered for flushAfter (persister.save):
+// its message is the persister's, untouched until the write is resolved.
+type gatheredWrite struct {
+	msg   *nats.Msg
+	acks  *stateAcks
+	token uint64
 }
 
 // sendAfter gathers env (from loop's deferred work) for flushAfter: to the
@@ -247,7 +256,8 @@ func (s *Service) sendAfter(loop string, toPeer bool, subj string, env []byte) e
 // flushAfter sends what the batch gathered: what the dispatcher holds for
 // the other party first (the order of a loop's messages is kept), then the
 // pre-openings (alone on the loop's subject if there is one, unless
-// PeerBatchAlways, else as one batch), then the mask shares. Every send is
+// PeerBatchAlways, else as one batch), then the state writes, then the mask
+// shares (those not waiting for a write: parkMask). Every send is
 // tried; errors are logged, and the first is returned.
 func (s *Service) flushAfter() error {
 	a := &s.aout
@@ -281,6 +291,14 @@ func (s *Service) flushAfter() error {
 	case a.n > 0: // more than one, or every message in a batch (PeerBatchAlways)
 		note(s.out.subject, s.publishBatch(a.batch, a.n))
 	}
+	for i, wr := range a.writes {
+		if err := s.nc.PublishMsg(wr.msg); err != nil {
+			note(wr.msg.Subject, err)
+			wr.acks.fail(wr.token, err) // the loop retries it before its next tick
+		}
+		a.writes[i] = gatheredWrite{}
+	}
+	a.writes = a.writes[:0]
 	start := 0
 	for i, end := range a.maskEnds {
 		note(a.maskSubj[i], s.nc.Publish(a.maskSubj[i], a.masks[start:end]))

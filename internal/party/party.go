@@ -78,8 +78,8 @@ type Service struct {
 	// loop, all on this channel); dispatch routes them.
 	inbox chan *nats.Msg
 
-	// after runs the ticks' deferred work (after.go) and the two-hop
-	// pre-openings that wait for a state write; nil before Run.
+	// after runs the ticks' deferred work (after.go); nil: at once, or
+	// before Run.
 	after *afterQueue
 
 	// out is the batch of messages to the other party (batch.go).
@@ -94,10 +94,6 @@ type Service struct {
 	acksMu sync.Mutex
 	acks   *stateAcks
 }
-
-// deferring reports whether a tick's deferred work waits for the after
-// queue (Options.PersistDelay > 0) rather than running as the tick ends.
-func (s *Service) deferring() bool { return s.after != nil && s.opt.PersistDelay > 0 }
 
 // stateAcks returns the service's acknowledgement router, subscribing it on
 // first use.
@@ -168,11 +164,10 @@ func (s *Service) Run(ctx context.Context) error {
 	errc := make(chan error, len(s.opt.Loops))
 	actx, stopAfter := context.WithCancel(ctx)
 	defer stopAfter()
-	// With a negative PersistDelay a tick's deferred work runs as it ends
-	// (finish); the queue, without delay, then only runs the two-hop
-	// pre-openings that wait for a state write's acknowledgement.
-	s.after = newAfterQueue(max(s.opt.PersistDelay, 0))
-	go s.after.run(actx, func(w *worker) bool { return w.deferred(actx) }, func() { _ = s.flushAfter() })
+	if s.opt.PersistDelay > 0 {
+		s.after = newAfterQueue(s.opt.PersistDelay)
+		go s.after.run(actx, func(w *worker) bool { return w.deferred(actx) }, func() { _ = s.flushAfter() })
+	}
 	for _, loop := range s.opt.Loops { // checked by New (checkLoops)
 		w := newWorker(s, loop)
 		s.mu.Lock()

@@ -55,15 +55,10 @@ type persister struct {
 	token    uint64
 	res      ackResult
 	hasRes   bool
-	// issued: the write of the latest state update has been published
-	// (save): afterTick does not publish it again, whatever its result.
-	issued bool
-	// acked, if set, is called once a write's result has come (on the
-	// acknowledgement router's goroutine): with the two-hop tick it queues
-	// the worker's deferred work again, which then pre-opens (afterTick),
-	// if the write was published by that work and its tick has not been
-	// followed by another since (w.preWait).
-	acked func()
+	// onResult, with the two-hop tick, is called with each write's result
+	// on the acknowledgement router's goroutine: it releases the mask share
+	// parked for the write (worker.releaseMask).
+	onResult func(ackResult)
 
 	// Reused from write to write (nats.Conn.PublishMsg copies what it
 	// sends): the message, its header value, the sealed record, the
@@ -109,11 +104,7 @@ func (w *worker) openPersister(ctx context.Context) error {
 	w.persist = &persister{kv: kv, key: *w.s.opt.StateKey, instance: binary.LittleEndian.Uint64(inst[:]) | 1,
 		nc: w.s.nc, acks: acks, ackCh: make(chan ackResult, 1), msg: msg, lastSeq: lastSeq}
 	if w.s.opt.TwoHop {
-		w.persist.acked = func() {
-			if q := w.s.after; q != nil && w.preWait.Swap(false) {
-				q.add(w)
-			}
-		}
+		w.persist.onResult = w.releaseMask
 	}
 	return nil
 }
@@ -272,13 +263,17 @@ func (w *worker) save(ctx context.Context) error {
 	}
 	p.buf, p.msg.Data = data, data
 	p.lastSeq[0] = strconv.FormatUint(p.rev, 10)
-	token, reply := p.acks.register(p.ackCh, p.acked)
+	token, reply := p.acks.register(p.ackCh, p.onResult)
 	p.msg.Reply = reply
-	p.issued = true
-	w.preWait.Store(p.acked != nil)
-	if err := p.nc.PublishMsg(p.msg); err != nil {
-		w.preWait.Store(false)
+	w.parkMask(token)
+	if w.inAfter && w.s.opt.PeerBatch > 1 {
+		// Sent after the batch's pre-openings (flushAfter), so that its
+		// acknowledgement, which releases the mask share, comes after
+		// they have left.
+		w.s.aout.writes = append(w.s.aout.writes, gatheredWrite{msg: p.msg, acks: p.acks, token: token})
+	} else if err := p.nc.PublishMsg(p.msg); err != nil {
 		p.acks.forget(token)
+		w.unparkMask()
 		w.s.opt.Log.Warn("persisting state", "party", w.id, "loop", w.loop, "err", err)
 		return nil
 	}
@@ -302,23 +297,11 @@ func (p *persister) poll() bool {
 // take keeps r as the in-flight write's result if it is that write's.
 func (p *persister) take(r ackResult) { p.res, p.hasRes = r, r.token == p.token }
 
-// stored records the acknowledgement of the write in flight: the stored
+// acked records the acknowledgement of the write in flight: the stored
 // record is now the latest state, at the acknowledged revision.
-func (p *persister) stored(seq uint64) {
+func (p *persister) acked(seq uint64) {
 	p.inflight, p.hasRes = false, false
 	p.rev, p.dirty = seq, false
-}
-
-// storedNow takes the in-flight write's result if it has come and is a
-// success, without waiting, and reports whether it was. Anything else is
-// left for the next tick's start (flushState), which may wait for it, or
-// re-read the record after a conflict.
-func (p *persister) storedNow() bool {
-	if !p.inflight || !p.poll() || p.res.err != nil {
-		return false
-	}
-	p.stored(p.res.seq)
-	return true
 }
 
 // resolve waits (bounded) for the write in flight.
@@ -346,7 +329,7 @@ func (w *worker) resolve(ctx context.Context) error {
 	p.inflight, p.hasRes = false, false
 	switch {
 	case r.err == nil:
-		p.stored(r.seq)
+		p.acked(r.seq)
 	case r.errCode == int(jetstream.JSErrCodeStreamWrongLastSequence) || r.errCode == int(jetstream.JSErrCodeStreamWrongLastSequenceConstant):
 		return w.checkFence(ctx)
 	default:
@@ -407,7 +390,7 @@ func (w *worker) flushState(ctx context.Context) bool {
 	if w.persist == nil {
 		return true
 	}
-	w.preWait.Store(false) // a tick starts: nothing to pre-open after the write
+	w.unparkMask() // a tick starts: the sensor has sent it without the mask
 	var err error
 	if w.persist.inflight {
 		err = w.resolve(ctx)

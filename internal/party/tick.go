@@ -263,7 +263,7 @@ func (w *worker) sendTrunc(t uint64) {
 	now := time.Now()
 	spaced := now.Sub(w.lastTrunc) >= truncSpacing*w.s.opt.PersistDelay
 	w.lastTrunc = now
-	if !spaced || !w.s.deferring() || w.s.opt.PeerBatch <= 1 || !w.s.after.pending() {
+	if !spaced || w.s.after == nil || w.s.opt.PeerBatch <= 1 || !w.s.after.pending() {
 		w.send(codec.KindTrunc, t, &w.out.trunc)
 		return
 	}
@@ -315,9 +315,9 @@ func (w *worker) finish(tr *mpc.TruncMsg, prev mpc.Matrix) {
 	w.st = idle
 	w.count(&w.ctrTicks, w.s.opt.Metrics.Ticks)
 	if w.persist != nil {
-		w.persist.dirty, w.persist.issued = true, false
+		w.persist.dirty = true
 	}
-	if w.s.deferring() { // Options.PersistDelay later, with other loops' (after.go)
+	if w.s.after != nil { // Options.PersistDelay later, with other loops' (after.go)
 		w.s.after.add(w)
 		return
 	}
@@ -325,32 +325,24 @@ func (w *worker) finish(tr *mpc.TruncMsg, prev mpc.Matrix) {
 }
 
 // afterTick is the work a tick leaves for after its outputs have gone
-// (Options.PersistDelay later): start the state write, and take the next
-// offline item and prepare it; with the two-hop tick, once the write is
-// acknowledged (the acknowledgement queues this work again:
-// persister.acked), pre-open the next item. Nothing computed on a state
-// update leaves the party before the update is stored: a party that crashed
-// after sending its pre-opening of an update never stored would restart two
-// updates behind the other party, which may have used it, too far for a
-// rollback. A write refused, or not answered, is left for the next tick's
-// start (flushState), which writes the state again. It does nothing once a
-// new tick has begun (the state is mid-update; the tick's start flushed the
-// write synchronously and took its item itself).
+// (Options.PersistDelay later): take the next offline item and prepare it,
+// pre-open it with the two-hop tick, and start the state write. The
+// pre-opening's mask share waits for the write (parkMask). It does nothing
+// once a new tick has begun (the state is mid-update; the tick's start
+// flushed the write synchronously and took its item itself).
 func (w *worker) afterTick(ctx context.Context) {
 	if w.st != idle {
 		return
 	}
-	if p := w.persist; p != nil && !p.storedNow() && p.dirty && !p.inflight && !p.issued {
+	w.stageItem()
+	w.preOpenNext(ctx) // before the write: its mask share waits for it
+	if p := w.persist; p != nil && p.dirty && !p.inflight {
 		if err := w.save(ctx); err != nil {
 			w.fenced = true
 			w.s.opt.Log.Error("stopping loop", "party", w.id, "loop", w.loop, "err", err)
-			return
 		}
 	}
-	w.stageItem()
-	if w.persist == nil || !w.persist.dirty {
-		w.preOpenNext(ctx)
-	}
+	w.dropReadyMask() // not parked: no write went out
 }
 
 // holdBacklog: with this many messages waiting for the service's

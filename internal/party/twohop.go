@@ -122,8 +122,101 @@ func (w *worker) preOpenNext(ctx context.Context) {
 	var v codec.MatrixWire
 	v, buf = codec.AppendMatrix(f, buf[:0], vy)
 	w.out.maskY = codec.MaskYPayload{Item: wireItem(seq), V: v}
-	w.send(codec.KindMaskY, w.cur, &w.out.maskY)
+	w.sendMask()
 	w.wireBuf = buf
+}
+
+// Nothing computed on a state update may be used by the other party before
+// the update is stored: a party that crashed with its update unstored would
+// restore the state before it, and if the other party had gone on with the
+// update, the two would be two updates apart, one more than a rollback
+// (onMul) mends, and the loop would need a new set-up. The pre-opening of
+// the next item is computed on the update just made, and the other party
+// can use it only in a tick started by a masked measurement, which the
+// sensor can make only with this party's mask share of the same item. So
+// with persistence the mask share waits for the update's state write:
+// sealed as the party pre-opens (sendMask), parked as the write is
+// registered (parkMask), published when the write is acknowledged
+// (releaseMask, on the acknowledgement router's goroutine), dropped if the
+// write fails or the next tick starts first (unparkMask). The pre-opening
+// itself leaves at once. Until the fiftieth session the mask share left
+// with it, before the write was acknowledged.
+
+// parkedMask is a mask share's envelope, sealed for the sensor, waiting for
+// the state write registered as token. Ownership passes through the
+// worker's maskPark and maskFree (atomic), so the acknowledgement's
+// goroutine and the worker's never touch one at the same time.
+type parkedMask struct {
+	token uint64
+	subj  string
+	env   []byte
+}
+
+// sendMask sends the mask share in w.out.maskY: at once without
+// persistence or if the state is stored, else sealed into w.maskReady for
+// the write that follows (afterTick) to park.
+func (w *worker) sendMask() {
+	if w.persist == nil || !w.persist.dirty {
+		w.send(codec.KindMaskY, w.cur, &w.out.maskY)
+		return
+	}
+	m := w.maskFree.Swap(nil)
+	if m == nil {
+		m = &parkedMask{}
+	}
+	_, subj, env, ok := w.seal(codec.KindMaskY, w.cur, &w.out.maskY, m.env[:0])
+	m.subj, m.env = subj, env
+	if !ok {
+		w.maskFree.Store(m)
+		return
+	}
+	w.dropReadyMask()
+	w.maskReady = m
+}
+
+// parkMask parks the mask share sealed for the write being registered as
+// token, before the write is published.
+func (w *worker) parkMask(token uint64) {
+	m := w.maskReady
+	if m == nil {
+		return
+	}
+	w.maskReady = nil
+	m.token = token
+	if old := w.maskPark.Swap(m); old != nil {
+		w.maskFree.Store(old)
+	}
+}
+
+// releaseMask is the state write's result (persister.acked, on the
+// acknowledgement router's goroutine): the mask share parked for that
+// write is published if the write was stored, else dropped.
+func (w *worker) releaseMask(r ackResult) {
+	m := w.maskPark.Load()
+	if m == nil || m.token != r.token || !w.maskPark.CompareAndSwap(m, nil) {
+		return
+	}
+	if r.err == nil {
+		if err := w.s.publish(m.subj, m.env); err != nil {
+			w.s.opt.Log.Warn("publish", "subject", m.subj, "err", err)
+		}
+	}
+	w.maskFree.Store(m)
+}
+
+// unparkMask drops the parked mask share, if any.
+func (w *worker) unparkMask() {
+	if m := w.maskPark.Swap(nil); m != nil {
+		w.maskFree.Store(m)
+	}
+}
+
+// dropReadyMask drops a mask share sealed but not parked.
+func (w *worker) dropReadyMask() {
+	if w.maskReady != nil {
+		w.maskFree.Store(w.maskReady)
+		w.maskReady = nil
+	}
 }
 
 // takePre hands the pre-opened item to the tick that starts (nextItem),

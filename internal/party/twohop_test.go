@@ -385,16 +385,13 @@ func TestTwoHopTicks(t *testing.T) {
 }
 
 // persistState gives both parties' workers their state buckets (memory
-// storage) and claims their records, as Run does, and an after queue that
-// the test runs by hand (awaitAcked): a state write's acknowledgement queues
-// the worker's deferred work on it.
+// storage) and claims their records, as Run does.
 func (r *twoHopRig) persistState() {
 	t := r.t
 	t.Helper()
 	for i, w := range r.w {
 		key := [32]byte{byte(i + 1)}
 		w.s.opt.StateKey, w.s.opt.StateStorage = &key, jetstream.MemoryStorage
-		w.s.after = newAfterQueue(time.Hour)
 		if err := w.openPersister(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -404,28 +401,14 @@ func (r *twoHopRig) persistState() {
 	}
 }
 
-// awaitAcked waits until party i's state write has been answered (its
-// acknowledgement queued the worker) and runs the worker's deferred work
-// as the after queue would, then the network.
-func (r *twoHopRig) awaitAcked(i int) {
-	t := r.t
-	t.Helper()
-	q := r.w[i].s.after
-	for deadline := time.Now().Add(5 * time.Second); !q.pending(); {
+// awaitMasks runs the network until party i has sent n mask shares in all.
+func (r *twoHopRig) awaitMasks(i, n int) {
+	r.t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); r.maskSent[i] < n; r.network() {
 		if time.Now().After(deadline) {
-			t.Fatalf("party%d: no state write answered", i)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	for _, w := range q.take() {
-		if !w.deferred(context.Background()) {
-			t.Fatalf("party%d: deferred work found the worker busy", i)
+			r.t.Fatalf("party%d sent %d mask shares, want %d", i, r.maskSent[i], n)
 		}
 	}
-	if err := r.w[i].s.flushAfter(); err != nil {
-		t.Fatal(err)
-	}
-	r.network()
 }
 
 // storedVersion is the state version in party i's stored record.
@@ -442,40 +425,32 @@ func (r *twoHopRig) storedVersion(i int) uint64 {
 	return rec.Version
 }
 
-// TestPreOpeningWaitsForStateWrite: with persistence, a party pre-opens the
-// next item only once the state write of the update it pre-opens on has
-// been stored: the write is published as the tick ends, and its
-// acknowledgement brings the worker back to pre-open. A party that sent
-// its pre-opening first and then crashed with the write lost would restore
-// a state two updates behind the other party, which had used it. A refused
-// write leaves the party without a pre-opening (the next tick runs in three
-// hops, after writing the state again), and the ticks give the reference u
-// throughout.
-func TestPreOpeningWaitsForStateWrite(t *testing.T) {
+// TestMaskShareWaitsForStateWrite: with persistence, a party's mask share
+// for the next item, without which the other party cannot use its
+// pre-opening, leaves only once the state write of the update the
+// pre-opening was computed on is stored. A party whose write is refused
+// (its bucket refuses records as too large) pre-opens but sends no mask
+// share: the sensor sends the next tick as shares, and that tick, in three
+// hops, writes the state first. The ticks give the reference u throughout.
+// Until the fiftieth session the mask share left with the pre-opening: a
+// party that then crashed with the write lost restored a state two updates
+// behind the other party, which had used the pre-opening.
+func TestMaskShareWaitsForStateWrite(t *testing.T) {
 	r := newTwoHopRig(t, 16)
 	r.persistState()
 	y := r.y()
-	r.between() // the claimed record holds the current state: pre-open at once
-	for i, w := range r.w {
-		if !w.pre.ok || r.maskSent[i] != 1 {
-			t.Fatalf("party%d: no pre-opening on the claimed state (%d mask shares)", i, r.maskSent[i])
-		}
+	r.between() // the claimed record holds the current state: sent at once
+	if r.maskSent != [2]int{1, 1} {
+		t.Fatalf("mask shares sent on the claimed state: %v, want one each", r.maskSent)
 	}
 	for tick := uint64(1); tick <= 3; tick++ {
 		item := fromWire(r.masks[0].Item)
 		r.measure(tick, y, true, r.masks[0].Item)
 		r.check(tick, y, item)
-		for i, w := range r.w {
-			// The tick ended and its write was published (PersistDelay < 0).
-			if w.pre.ok || r.maskSent[i] != int(tick) {
-				t.Fatalf("tick %d: party%d pre-opened before its state write was acknowledged", tick, i)
-			}
-			r.awaitAcked(i)
-			if !w.pre.ok || r.maskSent[i] != int(tick)+1 {
-				t.Fatalf("tick %d: party%d did not pre-open after its state write was acknowledged", tick, i)
-			}
-			if v := r.storedVersion(i); v != w.pre.version || v != tick {
-				t.Fatalf("tick %d: party%d pre-opened on version %d, stored %d", tick, i, w.pre.version, v)
+		for i := range r.w {
+			r.awaitMasks(i, int(tick)+1)
+			if v := r.storedVersion(i); v != tick {
+				t.Fatalf("tick %d: party%d's mask share left with version %d stored", tick, i, v)
 			}
 		}
 	}
@@ -485,8 +460,6 @@ func TestPreOpeningWaitsForStateWrite(t *testing.T) {
 		}
 	}
 
-	// party1's bucket now refuses its records (too large): the write of
-	// tick 4 is answered with an error, and party1 does not pre-open.
 	js, err := jetstream.New(r.w[1].s.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -501,25 +474,22 @@ func TestPreOpeningWaitsForStateWrite(t *testing.T) {
 	item := fromWire(r.masks[0].Item)
 	r.measure(4, y, true, r.masks[0].Item)
 	r.check(4, y, item)
-	for i := range r.w {
-		r.awaitAcked(i)
+	r.awaitMasks(0, 5)
+	w := r.w[1]
+	for deadline := time.Now().Add(5 * time.Second); !w.persist.poll(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("party1's refused write was not answered")
+		}
 	}
-	if w := r.w[1]; w.pre.ok || r.maskSent[1] != 4 || !w.persist.dirty {
-		t.Fatalf("party1 pre-opened (%v, %d mask shares) on a state its bucket refused (dirty %v)", w.pre.ok, r.maskSent[1], w.persist.dirty)
+	r.network()
+	if w.persist.res.err == nil || !w.pre.ok || r.maskSent[1] != 4 {
+		t.Fatalf("party1, its write refused (%v): pre-opened %v, %d mask shares sent; want a pre-opening and 4", w.persist.res.err, w.pre.ok, r.maskSent[1])
 	}
-	if !r.w[0].pre.ok {
-		t.Fatal("party0 did not pre-open")
-	}
-	// Tick 5 comes as shares (the sensor lacks party1's mask share); with the
-	// bucket accepting records again, party1 writes its state first.
 	bucket(0)
 	r.measure(5, y, false, 0)
 	r.check(5, y, itemID(5, 0))
 	if v := r.storedVersion(1); v < 4 {
 		t.Fatalf("party1's stored version %d after tick 5 started, want at least 4", v)
-	}
-	if fb := r.paths(0, "fallback"); fb != 0 {
-		t.Fatalf("party0: %v fallback ticks", fb) // a tick of shares is neither
 	}
 	for i := range r.w {
 		if n := metrics.Sum(r.m[i].Misses); n != 0 {

@@ -104,11 +104,10 @@ type worker struct {
 	inc, peerInc uint64
 	// afterQueued: the worker is in the service's afterQueue (under its mu).
 	afterQueued bool
-	// preWait: the deferred work published the state write of the tick
-	// that ended and waits for its result to pre-open (persister.acked).
-	// Set before the write is published, cleared by the result's callback
-	// or when the next tick starts (flushState).
-	preWait atomic.Bool
+	// The mask share waiting for a state write (twohop.go, parkMask):
+	// maskReady sealed, maskPark parked for a write, maskFree a spare.
+	maskReady          *parkedMask
+	maskPark, maskFree atomic.Pointer[parkedMask]
 	// inAfter: the after queue's goroutine runs this worker's deferred
 	// work, and what it sends joins that batch's (Service.sendAfter).
 	inAfter bool
@@ -444,8 +443,11 @@ func (w *worker) canInline(subject string) bool {
 		return true
 	}
 	if p := w.persist; p != nil {
-		if p.inflight && !p.storedNow() { // an error waits for resolve
-			return false
+		if p.inflight {
+			if !p.poll() || p.res.err != nil { // an error waits for resolve
+				return false
+			}
+			p.acked(p.res.seq)
 		}
 		if p.dirty {
 			return false
