@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// The work a tick leaves for after its outputs have gone (afterTick: start
-// the state write, stage the next offline item) runs for all loops together:
+// The work a tick leaves for after its outputs have gone (afterTick: stage
+// the next offline item, pre-open it with the two-hop tick, start the state
+// write) runs for all loops together:
 // the first tick to finish arms one timer for the service, and when it fires
 // (Options.PersistDelay later) one goroutine does the queued work of every
 // loop whose tick finished meanwhile. A write thus starts at most

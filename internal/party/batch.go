@@ -224,8 +224,10 @@ type afterOut struct {
 	writes   []gatheredWrite // state writes, after the pre-openings
 }
 
-// gatheredWrite is a state write gathered for flushAfter (persister.save):
-// its message is the persister's, untouched until the write is resolved.
+// gatheredWrite is a state write gathered for flushAfter (persister.save)
+// because a mask share waits for it: its message is the persister's, which
+// the loop's next write, in a later batch, reuses only after this one has
+// been sent.
 type gatheredWrite struct {
 	msg   *nats.Msg
 	acks  *stateAcks

@@ -56,8 +56,8 @@ type persister struct {
 	res      ackResult
 	hasRes   bool
 	// onResult, with the two-hop tick, is called with each write's result
-	// on the acknowledgement router's goroutine: it releases the mask share
-	// parked for the write (worker.releaseMask).
+	// (stateAcks.register): it releases the mask share parked for the write
+	// (worker.releaseMask).
 	onResult func(ackResult)
 
 	// Reused from write to write (nats.Conn.PublishMsg copies what it
@@ -265,8 +265,7 @@ func (w *worker) save(ctx context.Context) error {
 	p.lastSeq[0] = strconv.FormatUint(p.rev, 10)
 	token, reply := p.acks.register(p.ackCh, p.onResult)
 	p.msg.Reply = reply
-	w.parkMask(token)
-	if w.inAfter && w.s.opt.PeerBatch > 1 {
+	if w.parkMask(token) && w.inAfter && w.s.opt.PeerBatch > 1 {
 		// Sent after the batch's pre-openings (flushAfter), so that its
 		// acknowledgement, which releases the mask share, comes after
 		// they have left.
@@ -390,7 +389,7 @@ func (w *worker) flushState(ctx context.Context) bool {
 	if w.persist == nil {
 		return true
 	}
-	w.unparkMask() // a tick starts: the sensor has sent it without the mask
+	w.unparkMask() // a tick starts: a mask share not yet released is too late
 	var err error
 	if w.persist.inflight {
 		err = w.resolve(ctx)

@@ -3,6 +3,7 @@ package party
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
@@ -137,17 +138,20 @@ func (w *worker) preOpenNext(ctx context.Context) {
 // with persistence the mask share waits for the update's state write:
 // sealed as the party pre-opens (sendMask), parked as the write is
 // registered (parkMask), published when the write is acknowledged
-// (releaseMask, on the acknowledgement router's goroutine), dropped if the
-// write fails or the next tick starts first (unparkMask). The pre-opening
+// (releaseMask), dropped if the write fails or the next tick starts first
+// (unparkMask). The pre-opening
 // itself leaves at once. Until the fiftieth session the mask share left
 // with it, before the write was acknowledged.
 
 // parkedMask is a mask share's envelope, sealed for the sensor, waiting for
-// the state write registered as token. Ownership passes through the
-// worker's maskPark and maskFree (atomic), so the acknowledgement's
-// goroutine and the worker's never touch one at the same time.
+// the state write registered as token. A releaseMask that finds it parked
+// for its write takes it (CompareAndSwap) and only then reads the envelope;
+// only that releaseMask, once it has published the envelope, and the worker
+// for one never parked, recycle it (maskFree): one dropped from maskPark by
+// the worker is left to the collector, since a late releaseMask of its
+// write may still hold it.
 type parkedMask struct {
-	token uint64
+	token atomic.Uint64
 	subj  string
 	env   []byte
 }
@@ -175,41 +179,40 @@ func (w *worker) sendMask() {
 }
 
 // parkMask parks the mask share sealed for the write being registered as
-// token, before the write is published.
-func (w *worker) parkMask(token uint64) {
+// token, before the write is published, and reports whether there was one.
+func (w *worker) parkMask(token uint64) bool {
 	m := w.maskReady
 	if m == nil {
-		return
+		return false
 	}
 	w.maskReady = nil
-	m.token = token
-	if old := w.maskPark.Swap(m); old != nil {
-		w.maskFree.Store(old)
-	}
+	m.token.Store(token)
+	w.maskPark.Store(m)
+	return true
 }
 
-// releaseMask is the state write's result (persister.acked, on the
-// acknowledgement router's goroutine): the mask share parked for that
-// write is published if the write was stored, else dropped.
+// releaseMask is a state write's result (persister.onResult, called by the
+// acknowledgement router, on its goroutine or, for a write that could not
+// be sent, the sender's): the mask share parked for that write is published
+// if the write was stored, else dropped. The share goes straight to the
+// sensor: its pre-opening has left before the write (flushAfter sends a
+// batch's writes after its pre-openings).
 func (w *worker) releaseMask(r ackResult) {
 	m := w.maskPark.Load()
-	if m == nil || m.token != r.token || !w.maskPark.CompareAndSwap(m, nil) {
+	if m == nil || m.token.Load() != r.token || !w.maskPark.CompareAndSwap(m, nil) {
 		return
 	}
 	if r.err == nil {
-		if err := w.s.publish(m.subj, m.env); err != nil {
+		if err := w.s.nc.Publish(m.subj, m.env); err != nil {
 			w.s.opt.Log.Warn("publish", "subject", m.subj, "err", err)
 		}
 	}
 	w.maskFree.Store(m)
 }
 
-// unparkMask drops the parked mask share, if any.
-func (w *worker) unparkMask() {
-	if m := w.maskPark.Swap(nil); m != nil {
-		w.maskFree.Store(m)
-	}
-}
+// unparkMask drops the parked mask share, if any (to the collector: see
+// parkedMask).
+func (w *worker) unparkMask() { w.maskPark.Store(nil) }
 
 // dropReadyMask drops a mask share sealed but not parked.
 func (w *worker) dropReadyMask() {
