@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -82,28 +84,20 @@ func (a *stateAcks) watch() {
 
 // failAll ends every write in flight with err.
 func (a *stateAcks) failAll(err error) {
-	type ended struct {
-		then func(ackResult)
-		r    ackResult
-	}
-	var thens []ended
 	a.mu.Lock()
-	for token, wt := range a.wait {
-		r := ackResult{token: token, err: err}
-		a.endLocked(token, wt, r)
-		if wt.then != nil {
-			thens = append(thens, ended{wt.then, r})
-		}
-	}
+	tokens := slices.Collect(maps.Keys(a.wait))
 	a.mu.Unlock()
-	for _, e := range thens {
-		e.then(e.r)
+	for _, token := range tokens {
+		a.end(token, ackResult{token: token, err: err})
 	}
 }
 
 // fail ends one write with err (its publish failed), as failAll does.
-func (a *stateAcks) fail(token uint64, err error) {
-	r := ackResult{token: token, err: err}
+func (a *stateAcks) fail(token uint64, err error) { a.end(token, ackResult{token: token, err: err}) }
+
+// end delivers the result r of write token, if it is still awaited, and
+// then calls its then.
+func (a *stateAcks) end(token uint64, r ackResult) {
 	a.mu.Lock()
 	wt, ok := a.wait[token]
 	if ok {
@@ -165,15 +159,7 @@ func (a *stateAcks) deliver(m *nats.Msg) {
 	if errors.Is(res.err, codec.ErrMalformed) && a.malformed != nil {
 		a.malformed(res.err)
 	}
-	a.mu.Lock()
-	wt, ok := a.wait[token]
-	if ok {
-		a.endLocked(token, wt, res)
-	}
-	a.mu.Unlock()
-	if ok && wt.then != nil {
-		wt.then(res)
-	}
+	a.end(token, res)
 }
 
 // parsePubAck reads JetStream's acknowledgement of a publish: the stream

@@ -265,7 +265,8 @@ func (w *worker) save(ctx context.Context) error {
 	p.lastSeq[0] = strconv.FormatUint(p.rev, 10)
 	token, reply := p.acks.register(p.ackCh, p.onResult)
 	p.msg.Reply = reply
-	if w.parkMask(token) && w.inAfter && w.s.opt.PeerBatch > 1 {
+	parked := w.parkMask(token)
+	if parked && w.inAfter && w.s.opt.PeerBatch > 1 {
 		// Sent after the batch's pre-openings (flushAfter), so that its
 		// acknowledgement, which releases the mask share, comes after
 		// they have left.

@@ -139,9 +139,8 @@ func (w *worker) preOpenNext(ctx context.Context) {
 // sealed as the party pre-opens (sendMask), parked as the write is
 // registered (parkMask), published when the write is acknowledged
 // (releaseMask), dropped if the write fails or the next tick starts first
-// (unparkMask). The pre-opening
-// itself leaves at once. Until the fiftieth session the mask share left
-// with it, before the write was acknowledged.
+// (unparkMask). The pre-opening itself leaves at once. Until the fiftieth
+// session the mask share left with it, before the write was acknowledged.
 
 // parkedMask is a mask share's envelope, sealed for the sensor, waiting for
 // the state write registered as token. A releaseMask that finds it parked
