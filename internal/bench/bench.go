@@ -360,7 +360,8 @@ func startCPUProfile(path string) (func(), error) {
 }
 
 // startProfileExtras starts what startCPUProfile adds to the CPU profile
-// (base.allocs-start now; base.block, base.mutex, base.allocs, the window's
+// (base.allocs-start now; base.block, base.mutex, base.allocs,
+// base.goroutine (the goroutines alive at the window's end), the window's
 // allocated bytes by component in base.alloc-split.csv (allocsplit.go) and,
 // with DUET_BENCH_TRACE=1, base.trace when the returned function is called).
 func startProfileExtras(base string) func() {
@@ -392,7 +393,7 @@ func startProfileExtras(base string) func() {
 		}
 		runtime.GC()
 		profs := map[string][]byte{}
-		for _, name := range []string{"block", "mutex", "allocs"} {
+		for _, name := range []string{"block", "mutex", "allocs", "goroutine"} {
 			if p := profileBytes(name); p != nil {
 				_ = os.WriteFile(base+"."+name, p, 0o644)
 				profs[name] = p

@@ -411,8 +411,8 @@ func (r *twoHopRig) awaitMasks(i, n int) {
 	}
 }
 
-// storedVersion is the state version in party i's stored record.
-func (r *twoHopRig) storedVersion(i int) uint64 {
+// stored is party i's stored record.
+func (r *twoHopRig) stored(i int) stateRecord {
 	w := r.w[i]
 	e, err := w.persist.kv.Get(r.t.Context(), w.loop)
 	if err != nil {
@@ -422,8 +422,11 @@ func (r *twoHopRig) storedVersion(i int) uint64 {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return rec.Version
+	return rec
 }
+
+// storedVersion is the state version in party i's stored record.
+func (r *twoHopRig) storedVersion(i int) uint64 { return r.stored(i).Version }
 
 // TestMaskShareWaitsForStateWrite: with persistence, a party's mask share
 // for the next item, without which the other party cannot use its
@@ -449,8 +452,16 @@ func TestMaskShareWaitsForStateWrite(t *testing.T) {
 		r.check(tick, y, item)
 		for i := range r.w {
 			r.awaitMasks(i, int(tick)+1)
-			if v := r.storedVersion(i); v != tick {
-				t.Fatalf("tick %d: party%d's mask share left with version %d stored", tick, i, v)
+			rec := r.stored(i)
+			if rec.Version != tick {
+				t.Fatalf("tick %d: party%d's mask share left with version %d stored", tick, i, rec.Version)
+			}
+			// The record marks the pre-opened item taken: a party that
+			// restarts from it never takes that item again, so its mask,
+			// revealed as T_x = x - R_x on this state, is never used on
+			// another state (a restored one older than the pre-opening's).
+			if pre, hwm := fromWire(r.masks[i].Item), restoredHWM(rec); hwm < pre || r.w[i].pre.seq != pre {
+				t.Fatalf("tick %d: party%d pre-opened item %#x (worker: %#x) with %#x stored as the last taken", tick, i, pre, r.w[i].pre.seq, hwm)
 			}
 		}
 	}
