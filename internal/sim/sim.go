@@ -24,6 +24,11 @@ type Config struct {
 	Compress   bool      // seed-compressed dealer material
 	Seed       *uint64   // nil: fresh randomness from crypto/rand
 	Trace      io.Writer // optional CSV trace
+	// Observe, if set, is called after every tick with its measurement y,
+	// the secure input u and the plaintext controller's uplain, which it
+	// must not keep past the call. The run keeps no per-tick data itself,
+	// so its memory does not grow with Steps.
+	Observe func(tick int, y, u, uplain []float64)
 }
 
 // Result summarises a run.
@@ -33,8 +38,6 @@ type Result struct {
 	MaxDiff float64
 	// Bound is the a-priori bound on |u - uplain| (see OutputBound).
 	Bound float64
-	// Y and U are the measurements and secure inputs per tick.
-	Y, U [][]float64
 }
 
 // RandSource returns the randomness for a run: a seeded AES-CTR stream for
@@ -105,8 +108,9 @@ func Run(cfg Config) (Result, error) {
 				return res, err
 			}
 		}
-		res.Y = append(res.Y, append([]float64(nil), y...))
-		res.U = append(res.U, append([]float64(nil), u...))
+		if cfg.Observe != nil {
+			cfg.Observe(t, y, u, up)
+		}
 		pl.Step(u)
 	}
 	if tw != nil {

@@ -30,15 +30,22 @@ func TestPendulumBalances(t *testing.T) {
 	for _, v := range []mpc.Variant{mpc.PerTick, mpc.FixedMask} {
 		seed := uint64(3)
 		var trace bytes.Buffer
-		res, err := Run(Config{Controller: cs, Plant: ps, Steps: 500, Variant: v, Compress: true, Seed: &seed, Trace: &trace})
+		maxAlpha, observed := 0.0, 0
+		observe := func(tick int, y, _, _ []float64) {
+			if tick != observed {
+				t.Fatalf("%v: observed tick %d, want %d", v, tick, observed)
+			}
+			observed++
+			if tick >= 75 {
+				maxAlpha = math.Max(maxAlpha, math.Abs(y[1]))
+			}
+		}
+		res, err := Run(Config{Controller: cs, Plant: ps, Steps: 500, Variant: v, Compress: true, Seed: &seed, Trace: &trace, Observe: observe})
 		if err != nil {
 			t.Fatal(err)
 		}
-		maxAlpha := 0.0
-		for i, y := range res.Y {
-			if i >= 75 {
-				maxAlpha = math.Max(maxAlpha, math.Abs(y[1]))
-			}
+		if observed != 500 {
+			t.Fatalf("%v: observed %d ticks, want 500", v, observed)
 		}
 		if maxAlpha >= 1.5 {
 			t.Errorf("%v: max |α| from 3 s on = %.3f°, want < 1.5°", v, maxAlpha)
