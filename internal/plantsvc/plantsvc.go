@@ -39,11 +39,12 @@ type Service struct {
 	opt    Options
 	guard  *codec.ReplayGuard
 
-	mu     sync.Mutex
-	cond   *sync.Cond
-	inputs map[uint64][]float64
-	lastU  []float64
-	lastT  uint64 // last tick read
+	mu      sync.Mutex
+	cond    *sync.Cond
+	inputs  map[uint64][]float64
+	lastU   []float64
+	lastT   uint64 // last tick read
+	reading uint64 // the latest read started: an earlier one still waiting gives way
 }
 
 // New returns the plant service.
@@ -128,11 +129,18 @@ func (s *Service) onRead(m *nats.Msg) {
 
 func (s *Service) read(m *nats.Msg, t uint64) {
 	s.mu.Lock()
-	if t <= s.lastT {
+	if t <= s.lastT || t <= s.reading {
 		s.mu.Unlock()
 		s.opt.Metrics.Rejects.WithLabelValues("replay").Inc()
 		return
 	}
+	// One read at a time advances the plant: a read that comes while an
+	// earlier one waits for its input (the sensor gave the earlier one up:
+	// its read timeout is shorter than Wait) takes over, and the earlier
+	// one returns unanswered. Two reads waiting together would each
+	// advance the plant once the input came, two periods for one input.
+	s.reading = t
+	s.cond.Broadcast()
 	var applied []float64
 	if s.lastT > 0 {
 		// Advance one period with the input the actuator applied for the
@@ -141,9 +149,14 @@ func (s *Service) read(m *nats.Msg, t uint64) {
 		k := s.lastT
 		deadline := time.Now().Add(s.opt.Wait)
 		u, ok := s.inputs[k]
-		for !ok && time.Now().Before(deadline) {
+		for !ok && s.reading == t && time.Now().Before(deadline) {
 			waitCond(s.cond, time.Until(deadline))
 			u, ok = s.inputs[k]
+		}
+		if later := s.reading; later != t {
+			s.mu.Unlock()
+			s.opt.Log.Debug("plant read given up for a later one", "loop", s.opt.Loop, "tick", t, "later", later)
+			return
 		}
 		if !ok {
 			u = s.lastU
