@@ -459,9 +459,9 @@ func TestMaskShareWaitsForStateWrite(t *testing.T) {
 			// The record marks the pre-opened item taken: a party that
 			// restarts from it never takes that item again, so its mask,
 			// revealed as T_x = x - R_x on this state, is never used on
-			// another (the restarted party rolls back to the state before
+			// another state (a restarted party restores the previous state
 			// when the other party is an update behind).
-			if pre, hwm := fromWire(r.masks[i].Item), restoredHWM(rec); hwm < pre || r.w[i].pre.seq != pre {
+			if pre, hwm := fromWire(r.masks[i].Item), restoredHWM(rec); hwm < pre || rec.HWM<<8|rec.HWMIdx != pre || r.w[i].pre.seq != pre {
 				t.Fatalf("tick %d: party%d pre-opened item %#x (worker: %#x) with %#x stored as the last taken", tick, i, pre, r.w[i].pre.seq, hwm)
 			}
 		}

@@ -13,7 +13,7 @@ type Config struct {
 	config.Common
 	Loop  string        `envconfig:"LOOP" default:"pendulum" desc:"loop id"`
 	Plant string        `envconfig:"PLANT" default:"examples/qube-servo2/plant.json" desc:"plant spec file (JSON)"`
-	Wait  time.Duration `envconfig:"WAIT" default:"60ms" desc:"how long a read waits for the previous tick's input before holding the last one (a read that comes meanwhile takes over: the plant advances once)"`
+	Wait  time.Duration `envconfig:"WAIT" default:"60ms" desc:"how long a read waits for the previous tick's input before holding the last one (a read that comes meanwhile takes over and keeps that deadline; the earlier one goes unanswered)"`
 }
 
 // Validate checks the values.

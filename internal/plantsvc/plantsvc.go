@@ -1,8 +1,11 @@
 // Package plantsvc serves a simulated plant (pkg/plant) over NATS, the way a
 // device driver would: the sensor reads y_t by request, the actuator applies
-// u_t by message. Reading tick t+1 first advances the plant one period with
-// the input applied for tick t; if that input has not arrived the read waits
-// for it up to Wait, then advances with the last input held (counted).
+// u_t by message. A read first advances the plant one period with the input
+// applied for the last tick read; if that input has not arrived the read
+// waits for it, up to Wait from when the first read began waiting for it,
+// then advances with the last input held (counted). A read that comes
+// meanwhile takes over from the waiting one, which goes unanswered: the
+// plant advances once per tick answered.
 package plantsvc
 
 import (
@@ -27,8 +30,8 @@ type Options struct {
 	Wait    time.Duration // how long a read waits for the previous tick's input
 	Log     *slog.Logger
 	Metrics *metrics.Set
-	// OnStep, if set, is called after each read with the tick, the input
-	// that advanced the plant to it and the measurement returned.
+	// OnStep, if set, is called after each read answered with the tick, the
+	// input that advanced the plant to it and the measurement returned.
 	OnStep func(tick uint64, u, y []float64)
 }
 
@@ -45,6 +48,11 @@ type Service struct {
 	lastU   []float64
 	lastT   uint64 // last tick read
 	reading uint64 // the latest read started: an earlier one still waiting gives way
+	// waitUntil is when the input for lastT is given up and the last one
+	// held: set by the first read that waits for it and kept by the reads
+	// that take over, so that a lost input holds the plant up once, for Wait.
+	waitUntil time.Time
+	closed    bool // Run has ended: waiting reads return
 }
 
 // New returns the plant service.
@@ -53,7 +61,7 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Service, error) {
 		return nil, err
 	}
 	if opt.Wait <= 0 {
-		opt.Wait = time.Second
+		opt.Wait = 60 * time.Millisecond // as DUET_WAIT's default
 	}
 	if opt.Log == nil {
 		opt.Log = slog.Default()
@@ -81,6 +89,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer subY.Unsubscribe()
 	<-ctx.Done()
 	s.mu.Lock()
+	s.closed = true
 	s.cond.Broadcast()
 	s.mu.Unlock()
 	return nil
@@ -129,33 +138,38 @@ func (s *Service) onRead(m *nats.Msg) {
 
 func (s *Service) read(m *nats.Msg, t uint64) {
 	s.mu.Lock()
-	if t <= s.lastT || t <= s.reading {
+	if t <= s.reading { // reading >= lastT: a tick read or being read
 		s.mu.Unlock()
 		s.opt.Metrics.Rejects.WithLabelValues("replay").Inc()
 		return
 	}
 	// One read at a time advances the plant: a read that comes while an
 	// earlier one waits for its input (the sensor gave the earlier one up:
-	// its read timeout is shorter than Wait) takes over, and the earlier
-	// one returns unanswered. Two reads waiting together would each
-	// advance the plant once the input came, two periods for one input.
+	// its read timeout is shorter than Wait) takes over, with the earlier
+	// one's deadline, and the earlier one returns unanswered. Two reads
+	// waiting together would each advance the plant, two periods for one
+	// input; a deadline of its own for each read would, with every read
+	// given up, never hold the last input.
 	s.reading = t
 	s.cond.Broadcast()
 	var applied []float64
 	if s.lastT > 0 {
 		// Advance one period with the input the actuator applied for the
-		// previous read's tick. Each read is one sampling instant: a gap in
+		// last tick read. Each read is one sampling instant: a gap in
 		// tick numbers (a resumed sensor skips ahead) is not time passing.
 		k := s.lastT
-		deadline := time.Now().Add(s.opt.Wait)
+		if s.waitUntil.IsZero() {
+			s.waitUntil = time.Now().Add(s.opt.Wait)
+		}
+		deadline := s.waitUntil
 		u, ok := s.inputs[k]
-		for !ok && s.reading == t && time.Now().Before(deadline) {
+		for !ok && s.reading == t && !s.closed && time.Now().Before(deadline) {
 			waitCond(s.cond, time.Until(deadline))
 			u, ok = s.inputs[k]
 		}
-		if later := s.reading; later != t {
+		if later := s.reading; later != t || s.closed {
 			s.mu.Unlock()
-			s.opt.Log.Debug("plant read given up for a later one", "loop", s.opt.Loop, "tick", t, "later", later)
+			s.opt.Log.Debug("plant read not answered: a later one took over, or the service stopped", "loop", s.opt.Loop, "tick", t, "later", later)
 			return
 		}
 		if !ok {
@@ -171,7 +185,7 @@ func (s *Service) read(m *nats.Msg, t uint64) {
 			delete(s.inputs, k)
 		}
 	}
-	s.lastT = t
+	s.lastT, s.waitUntil = t, time.Time{}
 	y := append([]float64(nil), s.opt.Plant.Measure()...)
 	s.mu.Unlock()
 	if s.opt.OnStep != nil {

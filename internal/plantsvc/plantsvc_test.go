@@ -2,6 +2,8 @@ package plantsvc
 
 import (
 	"context"
+	"errors"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/natstest"
 	"github.com/duet-mpc/duet/internal/testkeys"
 	"github.com/duet-mpc/duet/pkg/codec"
@@ -33,6 +36,114 @@ func (p *countingPlant) Step([]float64) {
 	p.mu.Unlock()
 }
 
+// rig is the plant service on an embedded NATS server, with the sensor's
+// and the actuator's sealers.
+type rig struct {
+	t       *testing.T
+	nc      *nats.Conn
+	svc     *Service
+	pl      *countingPlant
+	m       *metrics.Set
+	sensor  *codec.Sealer
+	act     *codec.Sealer
+	mu      sync.Mutex
+	stepped []uint64 // the ticks answered after an advance
+}
+
+func newRig(t *testing.T, wait time.Duration) *rig {
+	nc := natstest.Conn(t)
+	sealers := testkeys.Sealers(t)
+	r := &rig{t: t, nc: nc, pl: &countingPlant{}, m: metrics.New("plant"), sensor: sealers[codec.RoleSensor], act: sealers[codec.RoleActuator]}
+	var err error
+	r.svc, err = New(nc, sealers[codec.RolePlant], Options{Loop: "loop1", Plant: r.pl, Wait: wait, Metrics: r.m,
+		OnStep: func(tick uint64, u, _ []float64) {
+			if u != nil {
+				r.mu.Lock()
+				r.stepped = append(r.stepped, tick)
+				r.mu.Unlock()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.svc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return r
+}
+
+// read asks for tick's measurement as the sensor does, waiting up to
+// timeout; the first read retries until the service has subscribed.
+func (r *rig) read(tick uint64, timeout time.Duration) (float64, error) {
+	env, err := r.sensor.Seal(codec.Header{Kind: codec.KindPlantY, Loop: "loop1", Tick: tick, From: codec.RoleSensor, To: codec.RolePlant}, nil)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	msg, err := r.nc.Request(bus.PlantYSubject("loop1"), env, timeout)
+	for end := time.Now().Add(5 * time.Second); errors.Is(err, nats.ErrNoResponders) && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+		msg, err = r.nc.Request(bus.PlantYSubject("loop1"), env, timeout)
+	}
+	if err != nil {
+		return math.NaN(), err
+	}
+	_, body, err := r.sensor.Open(msg.Data)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var yp codec.PlantYPayload
+	if err := codec.Unmarshal(body, &yp); err != nil {
+		r.t.Fatal(err)
+	}
+	return yp.Y[0], nil
+}
+
+// reading waits until the service has started reading tick.
+func (r *rig) reading(tick uint64) {
+	r.t.Helper()
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		r.svc.mu.Lock()
+		at := r.svc.reading
+		r.svc.mu.Unlock()
+		if at == tick {
+			return
+		}
+		if time.Now().After(end) {
+			r.t.Fatalf("the plant is reading tick %d, want %d", at, tick)
+		}
+	}
+}
+
+// input sends the actuator's input for tick.
+func (r *rig) input(tick uint64, u float64) {
+	body, err := codec.Marshal(codec.PlantUPayload{U: []float64{u}})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	env, err := r.act.Seal(codec.Header{Kind: codec.KindPlantU, Loop: "loop1", Tick: tick, From: codec.RoleActuator, To: codec.RolePlant}, body)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.nc.Publish(bus.PlantUSubject("loop1"), env); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// check fails unless the plant advanced once, answering tick, with misses
+// inputs held.
+func (r *rig) check(tick uint64, misses float64) {
+	r.t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if steps := r.pl.Measure()[0]; steps != 1 || len(r.stepped) != 1 || r.stepped[0] != tick {
+		r.t.Fatalf("the plant advanced %v periods, reads answered after an advance: %v; want 1, [%d]", steps, r.stepped, tick)
+	}
+	if n := metrics.Sum(r.m.Misses); n != misses {
+		r.t.Fatalf("%v inputs held, want %v", n, misses)
+	}
+}
+
 // TestLaterReadTakesOverAWaitingOne: a read waits for the previous tick's
 // input up to Wait. When the sensor gives a read up first (its read timeout
 // shorter than Wait) and reads the next tick, the later read takes over:
@@ -42,87 +153,65 @@ func (p *countingPlant) Step([]float64) {
 // when its Wait ended, setting the last tick read back: two periods for one
 // input (the test fails so: [3 2]).
 func TestLaterReadTakesOverAWaitingOne(t *testing.T) {
-	nc := natstest.Conn(t)
-	sealers := testkeys.Sealers(t)
-	pl := &countingPlant{}
-	var mu sync.Mutex
-	var stepped []uint64
-	svc, err := New(nc, sealers[codec.RolePlant], Options{Loop: "loop1", Plant: pl, Wait: time.Second,
-		OnStep: func(tick uint64, u, _ []float64) {
-			if u != nil {
-				mu.Lock()
-				stepped = append(stepped, tick)
-				mu.Unlock()
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	sensor, actuator := sealers[codec.RoleSensor], sealers[codec.RoleActuator]
-	read := func(tick uint64, timeout time.Duration) (float64, error) {
-		env, err := sensor.Seal(codec.Header{Kind: codec.KindPlantY, Loop: "loop1", Tick: tick, From: codec.RoleSensor, To: codec.RolePlant}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg, err := nc.Request(bus.PlantYSubject("loop1"), env, timeout)
-		if err != nil {
-			return 0, err
-		}
-		_, body, err := sensor.Open(msg.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var yp codec.PlantYPayload
-		if err := codec.Unmarshal(body, &yp); err != nil {
-			t.Fatal(err)
-		}
-		return yp.Y[0], nil
-	}
-	if y, err := read(1, time.Second); err != nil || y != 0 {
+	r := newRig(t, time.Second)
+	if y, err := r.read(1, time.Second); err != nil || y != 0 {
 		t.Fatalf("the first read: y = %v, %v", y, err)
 	}
 	// Tick 1's input does not come: the sensor gives tick 2's read up after
 	// 100 ms, and reads tick 3 while tick 2's read still waits.
 	waitEnds := time.Now().Add(time.Second) // tick 2's read's Wait
-	if _, err := read(2, 100*time.Millisecond); err != nats.ErrTimeout {
+	if _, err := r.read(2, 100*time.Millisecond); err != nats.ErrTimeout {
 		t.Fatalf("tick 2's read: %v, want a timeout", err)
 	}
-	third := make(chan float64, 1)
+	type result struct {
+		y   float64
+		err error
+	}
+	third := make(chan result, 1)
 	go func() {
-		y, err := read(3, 800*time.Millisecond)
-		if err != nil {
-			t.Error(err)
-		}
-		third <- y
+		y, err := r.read(3, 800*time.Millisecond)
+		third <- result{y, err}
 	}()
-	time.Sleep(100 * time.Millisecond) // tick 3's read is waiting too
-	body, err := codec.Marshal(codec.PlantUPayload{U: []float64{0.5}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := actuator.Seal(codec.Header{Kind: codec.KindPlantU, Loop: "loop1", Tick: 1, From: codec.RoleActuator, To: codec.RolePlant}, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Publish(bus.PlantUSubject("loop1"), env); err != nil {
-		t.Fatal(err)
-	}
-	if y := <-third; y != 1 {
-		t.Errorf("tick 3's read: y = %v, want 1 (one period advanced)", y)
+	r.reading(3)
+	r.input(1, 0.5)
+	if res := <-third; res.err != nil || res.y != 1 {
+		t.Errorf("tick 3's read: y = %v, %v; want 1 (one period advanced)", res.y, res.err)
 	}
 	// Tick 2's read, had it gone on waiting, would advance the plant again
 	// with the last input held when its Wait ends.
 	time.Sleep(time.Until(waitEnds) + 300*time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
-	if steps := pl.Measure()[0]; steps != 1 || len(stepped) != 1 || stepped[0] != 3 {
-		t.Fatalf("the plant advanced %v periods for one input, reads answered after an advance: %v; want 1, [3]", steps, stepped)
+	r.check(3, 0)
+}
+
+// TestLostInputHeldAfterWait: with an input lost and the sensor giving
+// every read up before Wait ends, the reads that take over keep the first
+// one's deadline, so the plant still advances with the last input held
+// once Wait has passed, and answers the read of that moment. With a
+// deadline of its own for each read, no read ever reached it and the plant
+// stopped answering for good. (A read answered just as the sensor gave it
+// up leaves one more advance, also with the input held.)
+func TestLostInputHeldAfterWait(t *testing.T) {
+	r := newRig(t, 250*time.Millisecond)
+	if y, err := r.read(1, time.Second); err != nil || y != 0 {
+		t.Fatalf("the first read: y = %v, %v", y, err)
 	}
+	var y float64
+	tick, end := uint64(2), time.Now().Add(2*time.Second)
+	for ; ; tick++ {
+		var err error
+		if y, err = r.read(tick, 100*time.Millisecond); err == nil {
+			break
+		}
+		if err != nats.ErrTimeout || time.Now().After(end) {
+			t.Fatalf("tick %d's read: %v; no read answered in 2 s with Wait 250 ms", tick, err)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	held := metrics.Sum(r.m.Misses)
+	if tick < 4 || y < 1 || held != y || len(r.stepped) != int(y) || r.stepped[len(r.stepped)-1] != tick {
+		t.Fatalf("tick %d's read answered with y = %v after %v inputs held, reads answered after an advance %v; want tick >= 4 and y advances, each with the input held, the last answering tick %d",
+			tick, y, held, r.stepped, tick)
+	}
+	t.Logf("tick %d's read answered, y = %v", tick, y)
 }

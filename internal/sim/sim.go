@@ -24,10 +24,10 @@ type Config struct {
 	Compress   bool      // seed-compressed dealer material
 	Seed       *uint64   // nil: fresh randomness from crypto/rand
 	Trace      io.Writer // optional CSV trace
-	// Observe, if set, is called after every tick with its measurement y,
-	// the secure input u and the plaintext controller's uplain, which it
-	// must not keep past the call. The run keeps no per-tick data itself,
-	// so its memory does not grow with Steps.
+	// Observe, if set, is called for every tick with its measurement y, the
+	// secure input u and the plaintext controller's uplain, before the plant
+	// advances with u: it must neither keep nor modify them. The run keeps
+	// no per-tick data itself, so its memory does not grow with Steps.
 	Observe func(tick int, y, u, uplain []float64)
 }
 
