@@ -74,7 +74,8 @@ func newRig(t *testing.T, wait time.Duration) *rig {
 }
 
 // read asks for tick's measurement as the sensor does, waiting up to
-// timeout; the first read retries until the service has subscribed.
+// timeout; while the service has not yet subscribed (no responders), it
+// asks again.
 func (r *rig) read(tick uint64, timeout time.Duration) (float64, error) {
 	env, err := r.sensor.Seal(codec.Header{Kind: codec.KindPlantY, Loop: "loop1", Tick: tick, From: codec.RoleSensor, To: codec.RolePlant}, nil)
 	if err != nil {
