@@ -59,3 +59,36 @@ func TestPrefaultHeapSparesFaults(t *testing.T) {
 		t.Fatalf("growth after prefaultHeap took %d faults, the cold one %d: want under a quarter", warm, cold)
 	}
 }
+
+// TestPrefaultHeapCollectorOff runs prefaultHeap with the collector off,
+// whose heap goal is the memory limit (about 2^63 bytes by default): the
+// touch must stay within maxPrefault instead of trying to allocate that.
+func TestPrefaultHeapCollectorOff(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	defer func(m uint64) { maxPrefault = m }(maxPrefault)
+	maxPrefault = 64 << 20
+	if n := prefaultHeap(); n == 0 || n > maxPrefault {
+		t.Fatalf("prefaultHeap with the collector off touched %d bytes, want 1 to %d", n, maxPrefault)
+	}
+}
+
+func TestPrefaultSize(t *testing.T) {
+	defer func(m uint64) { maxPrefault = m }(maxPrefault)
+	maxPrefault = 1 << 30
+	for _, c := range []struct{ goal, live, avail, want uint64 }{
+		{goal: 100, live: 100, want: 0},
+		{goal: 100, live: 200, avail: 1 << 40, want: 0},
+		{goal: 300 << 20, live: 100 << 20, want: 200 << 20},
+		{goal: 300 << 20, live: 100 << 20, avail: 1 << 40, want: 200 << 20},
+		{goal: 300 << 20, live: 100 << 20, avail: 100 << 20, want: 50 << 20},
+		{goal: 1 << 62, live: 100 << 20, want: 1 << 30},
+		{goal: 1 << 62, live: 100 << 20, avail: 1 << 30, want: 512 << 20},
+	} {
+		if got := prefaultSize(c.goal, c.live, c.avail); got != c.want {
+			t.Errorf("prefaultSize(%d, %d, %d) = %d, want %d", c.goal, c.live, c.avail, got, c.want)
+		}
+	}
+	if a := memAvailable(); a == 0 && runtime.GOOS == "linux" {
+		t.Error("memAvailable read nothing from /proc/meminfo")
+	}
+}

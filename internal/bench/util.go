@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -196,6 +197,12 @@ var quiesce = func() { debug.FreeOSMemory() } // a variable: the tests count the
 // variant with the collector off during the touch and no forced collection
 // did not clearly reduce them and was not kept; GODEBUG=madvdontneed=0
 // (MADV_FREE) does, for no CPU saving seen (README, Measured results).
+//
+// The touch is at most maxPrefault, and at most half the memory the system
+// has available (prefaultSize): with the collector off (GOGC=off) the heap
+// goal is the memory limit, by default about 2^63 bytes, which the touch
+// would try to allocate and crash on, and with GOMEMLIMIT set it would fill
+// the machine's memory up to that limit.
 func prefaultHeap() uint64 {
 	runtime.GC()
 	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
@@ -203,8 +210,8 @@ func prefaultHeap() uint64 {
 	if s[0].Value.Kind() != metrics.KindUint64 || s[1].Value.Kind() != metrics.KindUint64 {
 		return 0
 	}
-	goal, live := s[0].Value.Uint64(), s[1].Value.Uint64()
-	if goal <= live {
+	n := prefaultSize(s[0].Value.Uint64(), s[1].Value.Uint64(), memAvailable())
+	if n == 0 {
 		return 0
 	}
 	// In chunks, not one object: the runtime places new spans at the lowest
@@ -212,8 +219,8 @@ func prefaultHeap() uint64 {
 	// take (some released to the OS by quiesce), where one large object could
 	// land above them and be left unused.
 	const chunk = 1 << 20
-	held := make([][]byte, 0, (goal-live)/chunk+1)
-	for n := uint64(0); n < goal-live; n += chunk {
+	held := make([][]byte, 0, n/chunk+1)
+	for k := uint64(0); k < n; k += chunk {
 		b := make([]byte, chunk)
 		for i := 0; i < len(b); i += 4096 {
 			b[i] = 1
@@ -223,5 +230,44 @@ func prefaultHeap() uint64 {
 	runtime.KeepAlive(held)
 	held = nil
 	runtime.GC()
-	return goal - live
+	return n
+}
+
+// maxPrefault bounds prefaultHeap's touch: 16 GiB, ten times the headroom
+// of the largest scale step measured with the collector on (1.5 GB at 600
+// loops; a variable: the tests lower it).
+var maxPrefault uint64 = 16 << 30
+
+// prefaultSize is what prefaultHeap touches: the heap's goal less its live
+// objects, at most maxPrefault and, when avail (the system's available
+// memory; 0 if unknown) is known, at most half of it.
+func prefaultSize(goal, live, avail uint64) uint64 {
+	if goal <= live {
+		return 0
+	}
+	n := min(goal-live, maxPrefault)
+	if avail > 0 {
+		n = min(n, avail/2)
+	}
+	return n
+}
+
+// memAvailable is the system's available memory (MemAvailable in
+// /proc/meminfo), or 0 where it cannot be read.
+func memAvailable() uint64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "MemAvailable:" && f[2] == "kB" {
+			kb, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
 }
