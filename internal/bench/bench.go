@@ -95,6 +95,10 @@ type Report struct {
 	Tick             []TickRow
 	Dealer           []DealerRow
 	Scale            []ScaleRow
+	// ScaleBudgetStop is the loop count before which the time budget
+	// (Plan.ScaleBudget) stopped each scale search, 0 if it did not
+	// (index 1: the search with persistence, 0: without).
+	ScaleBudgetStop [2]int
 	// ScaleFloor is the floor alone at Plan.ScaleFloorLoops.
 	ScaleFloor []ScaleFloorRow
 	// ScaleLimit is the p99 limit of the scale search.
@@ -562,6 +566,13 @@ func runScaleSearches(ctx context.Context, url string, ns *server.Server, plan P
 		}
 		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, Prefetch: plan.Prefetch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg, StateFileStore: plan.StateFileStore,
 			Repeat: plan.ScaleRepeat, PartyBin: plan.PartyBin, Controller: cs, Variant: plan.ScaleVariant, TwoHop: plan.ScaleTwoHop, LiveDealers: plan.ScaleLiveDealers, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded, Server: ns, InProcess: inProc, ColdHeap: plan.ScaleColdHeap,
+			OnBudget: func(next int) {
+				if persist {
+					rep.ScaleBudgetStop[1] = next
+				} else {
+					rep.ScaleBudgetStop[0] = next
+				}
+			},
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
 				if plan.ScaleRepeat > 1 {
@@ -709,11 +720,16 @@ func (rep *Report) Targets() []Target {
 			}
 			why[i] += whyFailed(c.last)
 		}
-		// A search stops at the first count that fails, or at its time
-		// budget (the full plan's ScaleBudget): a largest count that held
-		// means the budget, and the count it would have reached is unknown.
+		// A search stops at the first count that fails, at its time budget
+		// (the full plan's ScaleBudget) or after its last count: where the
+		// largest count held, the count the pair would have reached is
+		// unknown, and the summary says why the search went no further.
 		if tried[i] > 0 && best[i] == tried[i] && tried[i] < 500 {
-			why[i] += "; the search's time budget ran out there, duet bench --loops goes on"
+			if next := rep.ScaleBudgetStop[i]; next > 0 {
+				why[i] += fmt.Sprintf("; the search's time budget ran out before %d, duet bench --loops goes on", next)
+			} else {
+				why[i] += "; the last count searched, duet bench --loops sets them"
+			}
 		}
 	}
 	got = fmt.Sprintf("%d loops (largest tried %d%s); without persistence %d (largest tried %d%s)", best[1], tried[1], why[1],

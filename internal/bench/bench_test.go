@@ -267,7 +267,7 @@ func TestScaleTargetRepeats(t *testing.T) {
 		}
 	}
 	want := "50 loops (largest tried 100, held in 2 of 3 steps: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 0 µs, 0 stalls over 5ms (the worst 0.0 ms), no collection in the window); " +
-		"without persistence 50 (largest tried 50, held in 2 of 2 steps; the search's time budget ran out there, duet bench --loops goes on)"
+		"without persistence 50 (largest tried 50, held in 2 of 2 steps; the last count searched, duet bench --loops sets them)"
 	if !scale.Measured || scale.Met || scale.Got != want {
 		t.Errorf("scale target: %+v\nwant Got %q", scale, want)
 	}
@@ -464,20 +464,43 @@ func TestTickTargetsNeedEveryTick(t *testing.T) {
 	}
 }
 
-// A scale search whose largest count held stopped at its time budget: the
-// target says so rather than calling that count the limit.
+// A scale search whose largest count held stopped at its time budget or
+// after its last count: the target says which rather than calling that
+// count the limit.
 func TestScaleTargetSaysBudget(t *testing.T) {
 	rep := &Report{ScaleLimit: 10 * time.Millisecond, Scale: []ScaleRow{
 		{Loops: 50, Persist: true, OK: true}, {Loops: 100, Persist: true, OK: true},
-		{Loops: 50, OK: true}, {Loops: 100, P99: 11 * time.Millisecond}}}
-	var got string
-	for _, tg := range rep.Targets() {
-		if strings.HasPrefix(tg.Name, ">= 500 loops") {
-			got = tg.Got
+		{Loops: 50, OK: true}, {Loops: 100, P99: 11 * time.Millisecond}},
+		ScaleBudgetStop: [2]int{1: 200}}
+	target := func() string {
+		for _, tg := range rep.Targets() {
+			if strings.HasPrefix(tg.Name, ">= 500 loops") {
+				return tg.Got
+			}
 		}
+		return ""
 	}
+	got := target()
 	persisted, without, _ := strings.Cut(got, "without persistence")
-	if !strings.Contains(persisted, "largest tried 100; the search's time budget ran out there") || strings.Contains(without, "budget") {
+	if !strings.Contains(persisted, "largest tried 100; the search's time budget ran out before 200") || strings.Contains(without, "budget") || strings.Contains(got, "last count") {
 		t.Errorf("scale target %q: want the budget named for the persisted search only", got)
+	}
+	// The same rows from a search whose counts ended at 100 (duet bench
+	// --loops 50,100 has no budget).
+	rep.ScaleBudgetStop = [2]int{}
+	got = target()
+	if !strings.Contains(got, "largest tried 100; the last count searched, duet bench --loops sets them") || strings.Contains(got, "budget") {
+		t.Errorf("scale target %q: want the last count named, not a budget", got)
+	}
+}
+
+// RunScale reports the count before which its budget stopped it, and
+// nothing when it did not stop early.
+func TestRunScaleBudgetNamesNextCount(t *testing.T) {
+	var next []int
+	rows, err := RunScale(context.Background(), ScaleOptions{URL: "nats://127.0.0.1:1", Loops: []int{50, 100}, Budget: time.Nanosecond,
+		OnBudget: func(n int) { next = append(next, n) }})
+	if len(next) != 1 || next[0] != 50 || len(rows) != 0 || err != nil {
+		t.Fatalf("budget already spent: OnBudget got %v, %d rows, err %v; want [50], no step run", next, len(rows), err)
 	}
 }

@@ -90,8 +90,10 @@ type ScaleOptions struct {
 	// each step's measured ticks.
 	Server *server.Server
 	// Budget stops the search before a loop count that would start after
-	// it has elapsed (0: no limit).
-	Budget time.Duration
+	// it has elapsed (0: no limit), and OnBudget, if set, is then called
+	// with that count.
+	Budget   time.Duration
+	OnBudget func(next int)
 	// Repeat is how many steps run at each loop count (0: one). A count
 	// holds only if every one of them held; the search stops after the
 	// first count that did not.
@@ -288,6 +290,9 @@ func RunScale(ctx context.Context, opt ScaleOptions) ([]ScaleRow, error) {
 	began := time.Now()
 	for _, n := range opt.Loops {
 		if opt.Budget > 0 && time.Since(began) > opt.Budget {
+			if opt.OnBudget != nil {
+				opt.OnBudget(n)
+			}
 			break
 		}
 		held := true
