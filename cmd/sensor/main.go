@@ -27,8 +27,8 @@ func main() {
 		}
 		s, err := sensor.New(env.NC, env.Sealer, sensor.Options{Loop: cfg.Loop, Controller: cs, Variant: v, Compress: cfg.Compress,
 			Period: cfg.Period, QueueMax: cfg.QueueMax, ItemsPerMsg: cfg.ItemsPerMsg, FileStore: cfg.FileStore, Replicas: cfg.Replicas, Log: env.Log, Metrics: env.Metrics, TwoHop: cfg.TwoHop,
-			NoticeDelay: cfg.NoticeDelayOption(),
-			StateKey:    &key})
+			NoticeDelay: cfg.NoticeDelayOption(), PlantWait: cfg.PlantWait,
+			StateKey: &key})
 		if err != nil {
 			return err
 		}

@@ -83,6 +83,8 @@ func TestInvalidValuesStop(t *testing.T) {
 		{&sensor.Config{}, map[string]string{"DUET_NOTICE_DELAY": "-1ms"}, "DUET_NOTICE_DELAY=-1ms"},
 		{&sensor.Config{}, map[string]string{"DUET_NOTICE_DELAY": "40ms"}, "DUET_NOTICE_DELAY=40ms"},
 		{&sensor.Config{}, map[string]string{"DUET_NOTICE_DELAY": "3ms", "DUET_PERIOD": "2ms"}, "DUET_NOTICE_DELAY=3ms"},
+		{&sensor.Config{}, map[string]string{"DUET_PLANT_WAIT": "0s"}, "DUET_PLANT_WAIT=0s: want 1ms..1m"},
+		{&sensor.Config{}, map[string]string{"DUET_PLANT_WAIT": "2m"}, "DUET_PLANT_WAIT=2m0s: want 1ms..1m"},
 		{&dealer.Config{}, map[string]string{"DUET_POLL": "0s"}, "DUET_POLL=0s"},
 		{&dealer.Config{}, map[string]string{"DUET_POLL_MAX": "10ms"}, "DUET_POLL_MAX=10ms: want >= DUET_POLL (50ms)"},
 		{&dealer.Config{}, map[string]string{"DUET_POLL": "2s"}, "DUET_POLL_MAX=1s: want >= DUET_POLL (2s)"},
@@ -157,5 +159,26 @@ func TestBareVariablesIgnored(t *testing.T) {
 	t.Setenv("DUET_DEADLINE", "40ms")
 	if err := config.Load(&cfg, nil, &bytes.Buffer{}); err != nil || cfg.Deadline != 40*time.Millisecond {
 		t.Fatalf("DUET_DEADLINE=40ms: %v, %v", cfg.Deadline, err)
+	}
+}
+
+// DUET_PLANT_WAIT, the sensor's plant read timeout (cmd/sensor passes it
+// as Options.PlantWait), defaults to the 1 s the sensor used before it
+// could be set.
+func TestSensorPlantWait(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want time.Duration
+	}{{"", time.Second}, {"40ms", 40 * time.Millisecond}} {
+		if c.env != "" {
+			t.Setenv("DUET_PLANT_WAIT", c.env)
+		}
+		var cfg sensor.Config
+		if err := config.Load(&cfg, nil, &bytes.Buffer{}); err != nil {
+			t.Fatalf("DUET_PLANT_WAIT=%q: %v", c.env, err)
+		}
+		if cfg.PlantWait != c.want {
+			t.Errorf("DUET_PLANT_WAIT=%q: %v, want %v", c.env, cfg.PlantWait, c.want)
+		}
 	}
 }

@@ -145,11 +145,11 @@ func (s *Service) read(m *nats.Msg, t uint64) {
 	}
 	// One read at a time advances the plant: a read that comes while an
 	// earlier one waits for its input (the sensor gave the earlier one up:
-	// its read timeout is shorter than Wait) takes over, with the earlier
-	// one's deadline, and the earlier one returns unanswered. Two reads
-	// waiting together would each advance the plant, two periods for one
-	// input; a deadline of its own for each read would, with every read
-	// given up, never hold the last input.
+	// its read timeout, DUET_PLANT_WAIT, is shorter than Wait) takes over,
+	// with the earlier one's deadline, and the earlier one returns
+	// unanswered. Two reads waiting together would each advance the plant,
+	// two periods for one input; a deadline of its own for each read would,
+	// with every read given up, never hold the last input.
 	s.reading = t
 	s.cond.Broadcast()
 	var applied []float64
