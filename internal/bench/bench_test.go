@@ -494,8 +494,8 @@ func TestScaleTargetSaysBudget(t *testing.T) {
 	}
 }
 
-// RunScale reports the count before which its budget stopped it, and
-// nothing when it did not stop early.
+// RunScale reports the count before which its budget stopped it (here
+// spent before the first count, so that no step runs).
 func TestRunScaleBudgetNamesNextCount(t *testing.T) {
 	var next []int
 	rows, err := RunScale(context.Background(), ScaleOptions{URL: "nats://127.0.0.1:1", Loops: []int{50, 100}, Budget: time.Nanosecond,
