@@ -96,9 +96,12 @@ type Report struct {
 	Dealer           []DealerRow
 	Scale            []ScaleRow
 	// ScaleBudgetStop is the loop count before which the time budget
-	// (Plan.ScaleBudget) stopped each scale search, 0 if it did not
-	// (index 1: the search with persistence, 0: without).
+	// (Plan.ScaleBudget) stopped each scale search, 0 if it did not, and
+	// ScaleCut says whether the search ended on an error (Ctrl-C, a step
+	// that could not be set up) after the steps recorded (index 1: the
+	// search with persistence, 0: without).
 	ScaleBudgetStop [2]int
+	ScaleCut        [2]bool
 	// ScaleFloor is the floor alone at Plan.ScaleFloorLoops.
 	ScaleFloor []ScaleFloorRow
 	// ScaleLimit is the p99 limit of the scale search.
@@ -549,6 +552,15 @@ func idleCheck(ctx context.Context, d time.Duration, when string, rep *Report, p
 	return nil
 }
 
+// searchIndex is the index of a scale search in the Report's per-search
+// arrays: 1 with persistence, 0 without.
+func searchIndex(persist bool) int {
+	if persist {
+		return 1
+	}
+	return 0
+}
+
 // runScaleSearches runs the scale search with persistence and without, then
 // the floor alone.
 func runScaleSearches(ctx context.Context, url string, ns *server.Server, plan Plan, cs mpc.ControllerSpec, profileDir string, log *slog.Logger, rep *Report, pr func(string, ...any)) error {
@@ -566,13 +578,7 @@ func runScaleSearches(ctx context.Context, url string, ns *server.Server, plan P
 		}
 		_, err := RunScale(ctx, ScaleOptions{URL: url, Loops: loops, Duration: plan.ScaleDur, P99Limit: rep.ScaleLimit, Budget: plan.ScaleBudget, PeerBatch: plan.PeerBatch, Prefetch: plan.Prefetch, WriteCoalesce: plan.WriteCoalesce, ItemsPerMsg: plan.ItemsPerMsg, StateFileStore: plan.StateFileStore,
 			Repeat: plan.ScaleRepeat, PartyBin: plan.PartyBin, Controller: cs, Variant: plan.ScaleVariant, TwoHop: plan.ScaleTwoHop, LiveDealers: plan.ScaleLiveDealers, Compress: true, NoPersist: !persist, ProfileDir: profileDir, Log: log, ServerOutside: rep.Server != Embedded, Server: ns, InProcess: inProc, ColdHeap: plan.ScaleColdHeap,
-			OnBudget: func(next int) {
-				if persist {
-					rep.ScaleBudgetStop[1] = next
-				} else {
-					rep.ScaleBudgetStop[0] = next
-				}
-			},
+			OnBudget: func(next int) { rep.ScaleBudgetStop[searchIndex(persist)] = next },
 			OnStep: func(r ScaleRow) {
 				rep.Scale = append(rep.Scale, r)
 				if plan.ScaleRepeat > 1 {
@@ -594,6 +600,7 @@ func runScaleSearches(ctx context.Context, url string, ns *server.Server, plan P
 				}
 			}})
 		if err != nil {
+			rep.ScaleCut[searchIndex(persist)] = true
 			return err
 		}
 	}
@@ -721,13 +728,17 @@ func (rep *Report) Targets() []Target {
 			why[i] += whyFailed(c.last)
 		}
 		// A search stops at the first count that fails, at its time budget
-		// (the full plan's ScaleBudget) or after its last count: where the
-		// largest count held, the count the pair would have reached is
-		// unknown, and the summary says why the search went no further.
+		// (the full plan's ScaleBudget), on an error (Ctrl-C) or after its
+		// last count: where the largest count held, the count the pair
+		// would have reached is unknown, and the summary says why the
+		// search went no further.
 		if tried[i] > 0 && best[i] == tried[i] && tried[i] < 500 {
-			if next := rep.ScaleBudgetStop[i]; next > 0 {
+			switch next := rep.ScaleBudgetStop[i]; {
+			case rep.ScaleCut[i]:
+				why[i] += "; the search was cut short there (stopped, or a step failed to run)"
+			case next > 0:
 				why[i] += fmt.Sprintf("; the search's time budget ran out before %d, duet bench --loops goes on", next)
-			} else {
+			default:
 				why[i] += "; the last count searched, duet bench --loops sets them"
 			}
 		}

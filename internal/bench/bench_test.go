@@ -492,13 +492,24 @@ func TestScaleTargetSaysBudget(t *testing.T) {
 	if !strings.Contains(got, "largest tried 100; the last count searched, duet bench --loops sets them") || strings.Contains(got, "budget") {
 		t.Errorf("scale target %q: want the last count named, not a budget", got)
 	}
+	// The same rows from a search stopped by Ctrl-C after 100 held.
+	rep.ScaleCut = [2]bool{1: true}
+	got = target()
+	persisted, _, _ = strings.Cut(got, "without persistence")
+	if !strings.Contains(persisted, "largest tried 100; the search was cut short there") || strings.Contains(persisted, "last count") {
+		t.Errorf("scale target %q: want the persisted search said to be cut short", got)
+	}
 }
 
 // RunScale reports the count before which its budget stopped it (here
 // spent before the first count, so that no step runs).
 func TestRunScaleBudgetNamesNextCount(t *testing.T) {
 	var next []int
-	rows, err := RunScale(context.Background(), ScaleOptions{URL: "nats://127.0.0.1:1", Loops: []int{50, 100}, Budget: time.Nanosecond,
+	// A cancelled context: were the budget not checked, the first step
+	// would end at once with an error instead of waiting for a server.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rows, err := RunScale(ctx, ScaleOptions{URL: "nats://127.0.0.1:1", Loops: []int{50, 100}, Budget: time.Nanosecond,
 		OnBudget: func(n int) { next = append(next, n) }})
 	if len(next) != 1 || next[0] != 50 || len(rows) != 0 || err != nil {
 		t.Fatalf("budget already spent: OnBudget got %v, %d rows, err %v; want [50], no step run", next, len(rows), err)

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"testing"
@@ -90,5 +92,32 @@ func TestPrefaultSize(t *testing.T) {
 	}
 	if a := memAvailable(); a == 0 && runtime.GOOS == "linux" {
 		t.Error("memAvailable read nothing from /proc/meminfo")
+	}
+}
+
+// A container's memory limit bounds what the touch may take: its cgroup's
+// memory.max less memory.current, nothing without a limit.
+func TestCgroupAvailable(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, v string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := cgroupAvailable(dir); ok {
+		t.Fatal("no memory.max: want no limit")
+	}
+	write("memory.max", "max")
+	write("memory.current", "1000")
+	if _, ok := cgroupAvailable(dir); ok {
+		t.Fatal(`memory.max "max": want no limit`)
+	}
+	write("memory.max", "4096")
+	if n, ok := cgroupAvailable(dir); !ok || n != 3096 {
+		t.Fatalf("memory.max 4096, memory.current 1000: got %d, %v; want 3096", n, ok)
+	}
+	write("memory.current", "5000")
+	if n, ok := cgroupAvailable(dir); !ok || n != 0 {
+		t.Fatalf("over the limit: got %d, %v; want 0 and a limit", n, ok)
 	}
 }

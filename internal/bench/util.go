@@ -198,8 +198,9 @@ var quiesce = func() { debug.FreeOSMemory() } // a variable: the tests count the
 // did not clearly reduce them and was not kept; GODEBUG=madvdontneed=0
 // (MADV_FREE) does, for no CPU saving seen (README, Measured results).
 //
-// The touch is at most maxPrefault, and at most half the memory the system
-// has available (prefaultSize): with the collector off (GOGC=off) the heap
+// The touch is at most maxPrefault, and at most half the memory available
+// to the process (prefaultSize, memAvailable), rounded up to whole MiB:
+// with the collector off (GOGC=off) the heap
 // goal is the memory limit, by default about 2^63 bytes, which the touch
 // would try to allocate and crash on, and with GOMEMLIMIT set it would fill
 // the machine's memory up to that limit.
@@ -252,22 +253,46 @@ func prefaultSize(goal, live, avail uint64) uint64 {
 	return n
 }
 
-// memAvailable is the system's available memory (MemAvailable in
-// /proc/meminfo), or 0 where it cannot be read.
+// memAvailable is the memory available to the process, or 0 where it
+// cannot be read: the system's (MemAvailable in /proc/meminfo), or a
+// container's if less (its cgroup v2 memory.max less memory.current, where
+// /sys/fs/cgroup is the container's own, as in Docker and Kubernetes).
 func memAvailable() uint64 {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 3 && f[0] == "MemAvailable:" && f[2] == "kB" {
-			kb, err := strconv.ParseUint(f[1], 10, 64)
-			if err != nil {
-				return 0
+	avail := uint64(0)
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 3 && f[0] == "MemAvailable:" && f[2] == "kB" {
+				if kb, err := strconv.ParseUint(f[1], 10, 64); err == nil {
+					avail = kb << 10
+				}
 			}
-			return kb << 10
 		}
 	}
-	return 0
+	if c, ok := cgroupAvailable("/sys/fs/cgroup"); ok && (avail == 0 || c < avail) {
+		avail = max(c, 1)
+	}
+	return avail
+}
+
+// cgroupAvailable is a cgroup v2 directory's memory.max less its
+// memory.current; false without a limit ("max", or no such files).
+func cgroupAvailable(dir string) (uint64, bool) {
+	read := func(name string) (uint64, bool) {
+		b, err := os.ReadFile(dir + "/" + name)
+		if err != nil {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		return n, err == nil
+	}
+	limit, ok := read("memory.max")
+	if !ok {
+		return 0, false
+	}
+	used, _ := read("memory.current")
+	if used >= limit {
+		return 0, true
+	}
+	return limit - used, true
 }
