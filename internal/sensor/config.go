@@ -23,7 +23,7 @@ type Config struct {
 	TwoHop      bool          `envconfig:"TWO_HOP" default:"false" desc:"the two-hop tick: when both parties have sent their shares of the next item's measurement mask, send them ȳ minus the mask instead of shares of ȳ, so the tick needs no exchange after the measurement (docs/two-hop-design.md); set on the sensor and both parties"`
 	Replicas    int           `envconfig:"REPLICAS" default:"1" desc:"JetStream replicas for the queue and set-up records"`
 	NoticeDelay string        `envconfig:"NOTICE_DELAY" default:"auto" desc:"how long after a tick's measurements the actuator is sent its notice of the tick, which dates a tick whose output shares never come (auto: 5ms, or a quarter of DUET_PERIOD if shorter; 0: with the measurements, inside the tick's latency); under DUET_PERIOD, and keep it under the actuator's DUET_DEADLINE"`
-	PlantWait   time.Duration `envconfig:"PLANT_WAIT" default:"1s" desc:"how long a read of the plant (the plant service's reply to the sensor's request) may take before its tick is counted a miss and the sensor goes on to the next; 1ms..1m"`
+	PlantWait   time.Duration `envconfig:"PLANT_WAIT" default:"1s" desc:"how long a read of the plant (the plant service's reply to the sensor's request) may take before its tick is counted a miss; no tick is sent while a read waits, so above DUET_PERIOD a plant that hangs costs every period the wait spans, one of them counted; keep it above the plant service's DUET_WAIT (60ms), which a read may wait for the last input; 1ms..1m"`
 }
 
 // noticeAuto is DUET_NOTICE_DELAY's default: Options.NoticeDelay 0.
