@@ -689,13 +689,11 @@ func (rep *Report) Targets() []Target {
 		steps, held int
 		last        ScaleRow // its last failed step, else its last step
 	}
-	var counts [2]map[int]*count // without, with persistence
+	var counts [2]map[int]*count // by searchIndex: without, with persistence
 	measured := false
 	for _, s := range rep.Scale {
-		i := 0
-		if s.Persist {
-			i, measured = 1, true
-		}
+		i := searchIndex(s.Persist)
+		measured = measured || s.Persist
 		if counts[i] == nil {
 			counts[i] = map[int]*count{}
 		}

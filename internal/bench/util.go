@@ -200,10 +200,10 @@ var quiesce = func() { debug.FreeOSMemory() } // a variable: the tests count the
 //
 // The touch is at most maxPrefault, and at most half the memory available
 // to the process (prefaultSize, memAvailable), rounded up to whole MiB:
-// with the collector off (GOGC=off) the heap
-// goal is the memory limit, by default about 2^63 bytes, which the touch
-// would try to allocate and crash on, and with GOMEMLIMIT set it would fill
-// the machine's memory up to that limit.
+// with the collector off (GOGC=off) the heap goal is the memory limit, by
+// default about 2^63 bytes, which the touch would try to allocate and crash
+// on, and with GOMEMLIMIT set it would fill the machine's memory up to that
+// limit.
 func prefaultHeap() uint64 {
 	runtime.GC()
 	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
@@ -240,8 +240,8 @@ func prefaultHeap() uint64 {
 var maxPrefault uint64 = 16 << 30
 
 // prefaultSize is what prefaultHeap touches: the heap's goal less its live
-// objects, at most maxPrefault and, when avail (the system's available
-// memory; 0 if unknown) is known, at most half of it.
+// objects, at most maxPrefault and, when avail (memAvailable; 0 if unknown)
+// is known, at most half of it.
 func prefaultSize(goal, live, avail uint64) uint64 {
 	if goal <= live {
 		return 0
@@ -266,6 +266,7 @@ func memAvailable() uint64 {
 				if kb, err := strconv.ParseUint(f[1], 10, 64); err == nil {
 					avail = kb << 10
 				}
+				break
 			}
 		}
 	}
