@@ -13,9 +13,11 @@ import (
 func main() {
 	var cfg actuator.Config
 	service.Main("actuator", func() codec.Role { return codec.RoleActuator }, &cfg, &cfg.Common, func(ctx context.Context, env *service.Env) error {
-		fs, _ := actuator.ParseFailSafe(cfg.FailSafe)
-		a, err := actuator.New(env.NC, env.Sealer, actuator.Options{Loop: cfg.Loop, Deadline: cfg.Deadline, FailSafe: fs,
-			Watchdog: cfg.Watchdog, Log: env.Log, Metrics: env.Metrics})
+		opt, err := cfg.Options(env.Log, env.Metrics)
+		if err != nil {
+			return err
+		}
+		a, err := actuator.New(env.NC, env.Sealer, opt)
 		if err != nil {
 			return err
 		}

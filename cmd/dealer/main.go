@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"os"
 
 	"github.com/duet-mpc/duet/internal/dealer"
 	"github.com/duet-mpc/duet/internal/service"
@@ -15,12 +14,7 @@ import (
 func main() {
 	var cfg dealer.Config
 	service.Main("dealer", func() codec.Role { return codec.RoleDealer }, &cfg, &cfg.Common, func(ctx context.Context, env *service.Env) error {
-		name := cfg.Name
-		if name == "" {
-			name, _ = os.Hostname()
-		}
-		d, err := dealer.New(env.NC, env.Sealer, dealer.Options{Name: name, LowWater: cfg.LowWater, Batch: cfg.Batch, Poll: cfg.Poll, PollMax: cfg.PollMax,
-			Log: env.Log, Metrics: env.Metrics})
+		d, err := dealer.New(env.NC, env.Sealer, cfg.Options(env.Log, env.Metrics))
 		if err != nil {
 			return err
 		}

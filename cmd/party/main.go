@@ -5,8 +5,6 @@ package main
 import (
 	"context"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/duet-mpc/duet/internal/party"
 	"github.com/duet-mpc/duet/internal/service"
 	"github.com/duet-mpc/duet/pkg/codec"
@@ -16,22 +14,9 @@ func main() {
 	var cfg party.Config
 	role := func() codec.Role { return codec.PartyRole(cfg.Party) }
 	service.Main("party", role, &cfg, &cfg.Common, func(ctx context.Context, env *service.Env) error {
-		opt := party.Options{ID: cfg.Party, Loops: cfg.Loops, Prefetch: cfg.Prefetch,
-			ItemWait: cfg.ItemWait, Log: env.Log, Metrics: env.Metrics, StateReplicas: cfg.StateReplicas,
-			PersistDelay: cfg.PersistDelay, PeerBatch: cfg.PeerBatch, TwoHop: cfg.TwoHop}
-		if opt.PersistDelay == 0 {
-			opt.PersistDelay = -1 // at once
-		}
-		if cfg.Persist {
-			key, err := party.StateKey(env.Identity)
-			if err != nil {
-				return err
-			}
-			opt.StateKey = &key
-			opt.StateStorage = jetstream.MemoryStorage
-			if cfg.StateFileStore {
-				opt.StateStorage = jetstream.FileStorage
-			}
+		opt, err := cfg.Options(env.Identity, env.Log, env.Metrics)
+		if err != nil {
+			return err
 		}
 		p, err := party.New(env.NC, env.Sealer, opt)
 		if err != nil {

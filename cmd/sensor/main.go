@@ -10,25 +10,16 @@ import (
 	"github.com/duet-mpc/duet/internal/sensor"
 	"github.com/duet-mpc/duet/internal/service"
 	"github.com/duet-mpc/duet/pkg/codec"
-	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
 func main() {
 	var cfg sensor.Config
 	service.Main("sensor", func() codec.Role { return codec.RoleSensor }, &cfg, &cfg.Common, func(ctx context.Context, env *service.Env) error {
-		cs, err := mpc.LoadControllerSpec(cfg.Controller)
+		opt, err := cfg.Options(env.Identity, env.Log, env.Metrics)
 		if err != nil {
 			return err
 		}
-		v, _ := mpc.ParseVariant(cfg.Mask)
-		key, err := sensor.StateKey(env.Identity)
-		if err != nil {
-			return err
-		}
-		s, err := sensor.New(env.NC, env.Sealer, sensor.Options{Loop: cfg.Loop, Controller: cs, Variant: v, Compress: cfg.Compress,
-			Period: cfg.Period, QueueMax: cfg.QueueMax, ItemsPerMsg: cfg.ItemsPerMsg, FileStore: cfg.FileStore, Replicas: cfg.Replicas, Log: env.Log, Metrics: env.Metrics, TwoHop: cfg.TwoHop,
-			NoticeDelay: cfg.NoticeDelayOption(), PlantWait: cfg.PlantWait,
-			StateKey: &key})
+		s, err := sensor.New(env.NC, env.Sealer, opt)
 		if err != nil {
 			return err
 		}

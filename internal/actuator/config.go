@@ -2,9 +2,11 @@ package actuator
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/duet-mpc/duet/internal/config"
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/pkg/codec"
 )
 
@@ -32,4 +34,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("DUET_FAILSAFE: %w", err)
 	}
 	return nil
+}
+
+// Options are the actuator's options for this configuration, which Validate
+// has checked.
+func (c *Config) Options(log *slog.Logger, m *metrics.Set) (Options, error) {
+	fs, err := ParseFailSafe(c.FailSafe)
+	if err != nil {
+		return Options{}, fmt.Errorf("DUET_FAILSAFE: %w", err)
+	}
+	return Options{Loop: c.Loop, Deadline: c.Deadline, FailSafe: fs, Watchdog: c.Watchdog, Log: log, Metrics: m}, nil
 }

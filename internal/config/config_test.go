@@ -4,15 +4,21 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/duet-mpc/duet/internal/actuator"
 	"github.com/duet-mpc/duet/internal/config"
 	"github.com/duet-mpc/duet/internal/dealer"
 	"github.com/duet-mpc/duet/internal/party"
+	"github.com/duet-mpc/duet/internal/plantsvc"
 	"github.com/duet-mpc/duet/internal/sensor"
+	"github.com/duet-mpc/duet/pkg/codec"
 )
 
 func TestHelpListsEveryVariable(t *testing.T) {
@@ -180,5 +186,131 @@ func TestSensorPlantWait(t *testing.T) {
 		if cfg.PlantWait != c.want {
 			t.Errorf("DUET_PLANT_WAIT=%q: %v, want %v", c.env, cfg.PlantWait, c.want)
 		}
+	}
+}
+
+// Every service's variables reach the service: for each field of its Config
+// (but config.Common's, which the service runner reads), a value other than
+// the default changes the options the service is built with, or for the
+// party's DUET_WRITE_COALESCE its NATS connection's dialer. A variable that
+// is read and checked but never passed on fails here.
+func TestEveryVariableReachesOptions(t *testing.T) {
+	id, err := codec.GenerateIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctlPath, ctlOther := specPair(t, dir, "controller.json", `"lambda": 40`, `"lambda": 41`)
+	plantPath, plantOther := specPair(t, dir, "plant.json", `"alpha0_deg":3`, `"alpha0_deg":4`)
+
+	var sc sensor.Config
+	load(t, &sc)
+	sc.Controller = ctlPath
+	everyField(t, &sc, map[string]string{"Loop": "other", "Controller": ctlOther, "Mask": "fixed", "NoticeDelay": "3ms"},
+		func() (any, error) { return sc.Options(id, nil, nil) })
+
+	var pc party.Config
+	t.Setenv("DUET_PARTY", "0")
+	load(t, &pc)
+	os.Unsetenv("DUET_PARTY") // the other services refuse it; t.Setenv restores it
+	everyField(t, &pc, nil, func() (any, error) {
+		opt, err := pc.Options(id, nil, nil)
+		var o nats.Options
+		for _, f := range pc.NATSOptions() {
+			if err := f(&o); err != nil {
+				return nil, err
+			}
+		}
+		return struct {
+			party.Options
+			Dialer nats.CustomDialer
+		}{opt, o.CustomDialer}, err
+	})
+
+	var ac actuator.Config
+	load(t, &ac)
+	everyField(t, &ac, map[string]string{"Loop": "other", "FailSafe": "hold"}, func() (any, error) { return ac.Options(nil, nil) })
+
+	var dc dealer.Config
+	load(t, &dc)
+	everyField(t, &dc, map[string]string{"Name": "other"}, func() (any, error) { return dc.Options(nil, nil), nil })
+
+	var lc plantsvc.Config
+	load(t, &lc)
+	lc.Plant = plantPath
+	everyField(t, &lc, map[string]string{"Loop": "other", "Plant": plantOther}, func() (any, error) { return lc.Options(nil, nil) })
+}
+
+func load(t *testing.T, cfg any) {
+	t.Helper()
+	if err := config.Load(cfg, nil, &bytes.Buffer{}); err != nil {
+		t.Fatalf("%T: %v", cfg, err)
+	}
+}
+
+// specPair returns the path of the example spec name and of a copy of it in
+// dir with old replaced by new.
+func specPair(t *testing.T, dir, name, old, new string) (string, string) {
+	t.Helper()
+	path := "../../examples/qube-servo2/" + name
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(old)) {
+		t.Fatalf("%s lacks %s", path, old)
+	}
+	other := filepath.Join(dir, name)
+	if err := os.WriteFile(other, bytes.Replace(b, []byte(old), []byte(new), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, other
+}
+
+// everyField changes each field of *cfg but the embedded config.Common in
+// turn, from its value to another (strings to alt[field], which must name
+// one; booleans negated; numbers and durations one more; lists one longer),
+// and checks that build's result changes with it.
+func everyField(t *testing.T, cfg any, alt map[string]string, build func() (any, error)) {
+	t.Helper()
+	base, err := build()
+	if err != nil {
+		t.Fatalf("%T: %v", cfg, err)
+	}
+	if again, _ := build(); !reflect.DeepEqual(base, again) {
+		t.Fatalf("%T: two builds of the same configuration differ; the check cannot tell a field's effect", cfg)
+	}
+	v := reflect.ValueOf(cfg).Elem()
+	for i := range v.NumField() {
+		sf := v.Type().Field(i)
+		if sf.Anonymous {
+			continue
+		}
+		f := v.Field(i)
+		was := reflect.New(f.Type()).Elem()
+		was.Set(f)
+		switch f.Kind() {
+		case reflect.String:
+			a, ok := alt[sf.Name]
+			if !ok {
+				t.Fatalf("%T.%s: no other value to try", cfg, sf.Name)
+			}
+			f.SetString(a)
+		case reflect.Bool:
+			f.SetBool(!f.Bool())
+		case reflect.Int, reflect.Int64:
+			f.SetInt(f.Int() + 1)
+		case reflect.Slice:
+			f.Set(reflect.Append(f, reflect.ValueOf("other")))
+		default:
+			t.Fatalf("%T.%s: kind %v not handled", cfg, sf.Name, f.Kind())
+		}
+		got, err := build()
+		if err != nil {
+			t.Errorf("%T.%s = %v: %v", cfg, sf.Name, f.Interface(), err)
+		} else if reflect.DeepEqual(got, base) {
+			t.Errorf("%T.%s (DUET_%s) = %v changes nothing the service is given", cfg, sf.Name, sf.Tag.Get("envconfig"), f.Interface())
+		}
+		f.Set(was)
 	}
 }

@@ -2,9 +2,12 @@ package dealer
 
 import (
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/duet-mpc/duet/internal/config"
+	"github.com/duet-mpc/duet/internal/metrics"
 )
 
 // Config is the dealer service's environment. Dealers learn the loops to
@@ -34,4 +37,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("DUET_POLL_MAX=%v: want >= DUET_POLL (%v)", c.PollMax, c.Poll)
 	}
 	return nil
+}
+
+// Options are the dealer's options for this configuration, which Validate
+// has checked: without DUET_NAME, the replica is named after its host.
+func (c *Config) Options(log *slog.Logger, m *metrics.Set) Options {
+	name := c.Name
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	return Options{Name: name, LowWater: c.LowWater, Batch: c.Batch, Poll: c.Poll, PollMax: c.PollMax, Log: log, Metrics: m}
 }

@@ -2,12 +2,15 @@ package party
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/config"
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/pkg/codec"
 )
 
@@ -66,6 +69,30 @@ func WriteCoalesceFor(setting time.Duration) time.Duration {
 // runner asks for them).
 func (c *Config) NATSOptions() []nats.Option {
 	return []nats.Option{bus.CoalesceWrites(c.WriteCoalesce)}
+}
+
+// Options are the party's options for this configuration, which Validate
+// has checked: with DUET_PERSIST, the state key derived from the party's
+// identity id. DUET_WRITE_COALESCE goes to the connection (NATSOptions).
+func (c *Config) Options(id *codec.Identity, log *slog.Logger, m *metrics.Set) (Options, error) {
+	opt := Options{ID: c.Party, Loops: c.Loops, Prefetch: c.Prefetch, ItemWait: c.ItemWait,
+		StateReplicas: c.StateReplicas, PersistDelay: c.PersistDelay, PeerBatch: c.PeerBatch,
+		TwoHop: c.TwoHop, Log: log, Metrics: m}
+	if opt.PersistDelay == 0 {
+		opt.PersistDelay = -1 // at once
+	}
+	if c.Persist {
+		key, err := StateKey(id)
+		if err != nil {
+			return Options{}, err
+		}
+		opt.StateKey = &key
+		opt.StateStorage = jetstream.MemoryStorage
+		if c.StateFileStore {
+			opt.StateStorage = jetstream.FileStorage
+		}
+	}
+	return opt, nil
 }
 
 // Validate checks the values.

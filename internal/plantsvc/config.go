@@ -2,10 +2,13 @@ package plantsvc
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/duet-mpc/duet/internal/config"
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/plant"
 )
 
 // Config is the plant service's environment.
@@ -25,4 +28,18 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("DUET_WAIT=%v: want > 0", c.Wait)
 	}
 	return nil
+}
+
+// Options are the plant service's options for this configuration, which
+// Validate has checked: the plant simulated from DUET_PLANT's spec.
+func (c *Config) Options(log *slog.Logger, m *metrics.Set) (Options, error) {
+	spec, err := plant.LoadSpec(c.Plant)
+	if err != nil {
+		return Options{}, err
+	}
+	pl, err := plant.New(spec)
+	if err != nil {
+		return Options{}, err
+	}
+	return Options{Loop: c.Loop, Plant: pl, Wait: c.Wait, Log: log, Metrics: m}, nil
 }

@@ -2,9 +2,11 @@ package sensor
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/duet-mpc/duet/internal/config"
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -80,4 +82,26 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("DUET_PLANT_WAIT=%v: want 1ms..1m", c.PlantWait)
 	}
 	return nil
+}
+
+// Options are the sensor's options for this configuration, which Validate
+// has checked: the controller read from DUET_CONTROLLER and the state key
+// derived from the sensor's identity id.
+func (c *Config) Options(id *codec.Identity, log *slog.Logger, m *metrics.Set) (Options, error) {
+	cs, err := mpc.LoadControllerSpec(c.Controller)
+	if err != nil {
+		return Options{}, err
+	}
+	v, err := mpc.ParseVariant(c.Mask)
+	if err != nil {
+		return Options{}, fmt.Errorf("DUET_MASK: %w", err)
+	}
+	key, err := StateKey(id)
+	if err != nil {
+		return Options{}, err
+	}
+	return Options{Loop: c.Loop, Controller: cs, Variant: v, Compress: c.Compress, Period: c.Period,
+		QueueMax: c.QueueMax, ItemsPerMsg: c.ItemsPerMsg, FileStore: c.FileStore, Replicas: c.Replicas,
+		TwoHop: c.TwoHop, NoticeDelay: c.NoticeDelayOption(), PlantWait: c.PlantWait, StateKey: &key,
+		Log: log, Metrics: m}, nil
 }
