@@ -14,7 +14,11 @@ import (
 func main() {
 	var cfg dealer.Config
 	service.Main("dealer", func() codec.Role { return codec.RoleDealer }, &cfg, &cfg.Common, func(ctx context.Context, env *service.Env) error {
-		d, err := dealer.New(env.NC, env.Sealer, cfg.Options(env.Log, env.Metrics))
+		opt, err := cfg.Options(env.Log, env.Metrics)
+		if err != nil {
+			return err
+		}
+		d, err := dealer.New(env.NC, env.Sealer, opt)
 		if err != nil {
 			return err
 		}

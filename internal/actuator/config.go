@@ -36,12 +36,12 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Options are the actuator's options for this configuration, which Validate
-// has checked.
+// Options checks the configuration (Validate) and returns the actuator's
+// options for it.
 func (c *Config) Options(log *slog.Logger, m *metrics.Set) (Options, error) {
-	fs, err := ParseFailSafe(c.FailSafe)
-	if err != nil {
-		return Options{}, fmt.Errorf("DUET_FAILSAFE: %w", err)
+	if err := c.Validate(); err != nil {
+		return Options{}, err
 	}
+	fs, _ := ParseFailSafe(c.FailSafe) // checked by Validate
 	return Options{Loop: c.Loop, Deadline: c.Deadline, FailSafe: fs, Watchdog: c.Watchdog, Log: log, Metrics: m}, nil
 }

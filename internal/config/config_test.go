@@ -3,6 +3,7 @@ package config_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/duet-mpc/duet/internal/actuator"
 	"github.com/duet-mpc/duet/internal/config"
@@ -168,8 +170,8 @@ func TestBareVariablesIgnored(t *testing.T) {
 	}
 }
 
-// DUET_PLANT_WAIT, the sensor's plant read timeout (cmd/sensor passes it
-// as Options.PlantWait), defaults to the 1 s the sensor used before it
+// DUET_PLANT_WAIT, the sensor's plant read timeout (Options.PlantWait,
+// TestEveryVariableReachesOptions), defaults to the 1 s the sensor used before it
 // could be set.
 func TestSensorPlantWait(t *testing.T) {
 	for _, c := range []struct {
@@ -192,9 +194,11 @@ func TestSensorPlantWait(t *testing.T) {
 // Every service's variables reach the service: for each field of its Config
 // (but config.Common's, which the service runner reads), a value other than
 // the default changes the options the service is built with, or for the
-// party's DUET_WRITE_COALESCE its NATS connection's dialer. A variable that
-// is read and checked but never passed on fails here.
+// party's DUET_WRITE_COALESCE its NATS connection's dialer, and reaches the
+// option of the same name where there is one. A variable that is read and
+// checked but never passed on, or passed on as another, fails here.
 func TestEveryVariableReachesOptions(t *testing.T) {
+	clearEnv(t)
 	id, err := codec.GenerateIdentity()
 	if err != nil {
 		t.Fatal(err)
@@ -233,12 +237,67 @@ func TestEveryVariableReachesOptions(t *testing.T) {
 
 	var dc dealer.Config
 	load(t, &dc)
-	everyField(t, &dc, map[string]string{"Name": "other"}, func() (any, error) { return dc.Options(nil, nil), nil })
+	everyField(t, &dc, map[string]string{"Name": "other"}, func() (any, error) { return dc.Options(nil, nil) })
 
 	var lc plantsvc.Config
 	load(t, &lc)
 	lc.Plant = plantPath
 	everyField(t, &lc, map[string]string{"Loop": "other", "Plant": plantOther}, func() (any, error) { return lc.Options(nil, nil) })
+}
+
+// The party's variables that do not map one to one onto its options.
+func TestPartyOptions(t *testing.T) {
+	clearEnv(t)
+	id, err := codec.GenerateIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		env     map[string]string
+		delay   time.Duration
+		key     bool
+		storage jetstream.StorageType
+	}{
+		{nil, 2 * time.Millisecond, true, jetstream.FileStorage},
+		{map[string]string{"DUET_PERSIST_DELAY": "0"}, -1, true, jetstream.FileStorage}, // at once
+		{map[string]string{"DUET_PERSIST_DELAY": "5ms", "DUET_STATE_FILE_STORE": "false"}, 5 * time.Millisecond, true, jetstream.MemoryStorage},
+		{map[string]string{"DUET_PERSIST": "false"}, 2 * time.Millisecond, false, 0},
+	} {
+		t.Run(fmt.Sprint(c.env), func(t *testing.T) {
+			t.Setenv("DUET_PARTY", "1")
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			var cfg party.Config
+			load(t, &cfg)
+			opt, err := cfg.Options(id, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if opt.ID != 1 || opt.PersistDelay != c.delay || (opt.StateKey != nil) != c.key || opt.StateStorage != c.storage {
+				t.Errorf("ID %d, PersistDelay %v, state key %v, storage %v; want 1, %v, %v, %v",
+					opt.ID, opt.PersistDelay, opt.StateKey != nil, opt.StateStorage, c.delay, c.key, c.storage)
+			}
+		})
+	}
+	// Options checks what it is given, as the service runner does first.
+	cfg := party.Config{Party: 2, Loops: []string{"pendulum"}}
+	if _, err := cfg.Options(id, nil, nil); err == nil || !strings.Contains(err.Error(), "DUET_PARTY") {
+		t.Errorf("Options with DUET_PARTY=2 = %v, want an error naming DUET_PARTY", err)
+	}
+}
+
+// clearEnv unsets the DUET_ variables of the environment the test runs in
+// for the rest of the test, so that only the defaults and what the test sets
+// are loaded.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		if k, v, _ := strings.Cut(kv, "="); strings.HasPrefix(k, config.Prefix+"_") {
+			t.Setenv(k, v) // restored after the test
+			os.Unsetenv(k)
+		}
+	}
 }
 
 func load(t *testing.T, cfg any) {
@@ -310,6 +369,8 @@ func everyField(t *testing.T, cfg any, alt map[string]string, build func() (any,
 			t.Errorf("%T.%s = %v: %v", cfg, sf.Name, f.Interface(), err)
 		} else if reflect.DeepEqual(got, base) {
 			t.Errorf("%T.%s (DUET_%s) = %v changes nothing the service is given", cfg, sf.Name, sf.Tag.Get("envconfig"), f.Interface())
+		} else if o := reflect.ValueOf(got).FieldByName(sf.Name); o.IsValid() && o.Type() == f.Type() && !reflect.DeepEqual(o.Interface(), f.Interface()) {
+			t.Errorf("%T.%s (DUET_%s) = %v reaches the service's %s as %v", cfg, sf.Name, sf.Tag.Get("envconfig"), f.Interface(), sf.Name, o.Interface())
 		}
 		f.Set(was)
 	}

@@ -39,12 +39,15 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Options are the dealer's options for this configuration, which Validate
-// has checked: without DUET_NAME, the replica is named after its host.
-func (c *Config) Options(log *slog.Logger, m *metrics.Set) Options {
+// Options checks the configuration (Validate) and returns the dealer's
+// options for it: without DUET_NAME, the replica is named after its host.
+func (c *Config) Options(log *slog.Logger, m *metrics.Set) (Options, error) {
+	if err := c.Validate(); err != nil {
+		return Options{}, err
+	}
 	name := c.Name
 	if name == "" {
 		name, _ = os.Hostname()
 	}
-	return Options{Name: name, LowWater: c.LowWater, Batch: c.Batch, Poll: c.Poll, PollMax: c.PollMax, Log: log, Metrics: m}
+	return Options{Name: name, LowWater: c.LowWater, Batch: c.Batch, Poll: c.Poll, PollMax: c.PollMax, Log: log, Metrics: m}, nil
 }

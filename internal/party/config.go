@@ -71,10 +71,15 @@ func (c *Config) NATSOptions() []nats.Option {
 	return []nats.Option{bus.CoalesceWrites(c.WriteCoalesce)}
 }
 
-// Options are the party's options for this configuration, which Validate
-// has checked: with DUET_PERSIST, the state key derived from the party's
-// identity id. DUET_WRITE_COALESCE goes to the connection (NATSOptions).
+// Options checks the configuration (Validate) and returns the party's
+// options for it: DUET_PERSIST_DELAY=0 as Options.PersistDelay -1 (each
+// write at once), and with DUET_PERSIST the state key derived from the
+// party's identity id and the storage DUET_STATE_FILE_STORE names.
+// DUET_WRITE_COALESCE goes to the connection instead (NATSOptions).
 func (c *Config) Options(id *codec.Identity, log *slog.Logger, m *metrics.Set) (Options, error) {
+	if err := c.Validate(); err != nil {
+		return Options{}, err
+	}
 	opt := Options{ID: c.Party, Loops: c.Loops, Prefetch: c.Prefetch, ItemWait: c.ItemWait,
 		StateReplicas: c.StateReplicas, PersistDelay: c.PersistDelay, PeerBatch: c.PeerBatch,
 		TwoHop: c.TwoHop, Log: log, Metrics: m}

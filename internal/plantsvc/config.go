@@ -30,9 +30,12 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Options are the plant service's options for this configuration, which
-// Validate has checked: the plant simulated from DUET_PLANT's spec.
+// Options checks the configuration (Validate) and returns the plant
+// service's options for it: the plant simulated from DUET_PLANT's spec.
 func (c *Config) Options(log *slog.Logger, m *metrics.Set) (Options, error) {
+	if err := c.Validate(); err != nil {
+		return Options{}, err
+	}
 	spec, err := plant.LoadSpec(c.Plant)
 	if err != nil {
 		return Options{}, err

@@ -84,18 +84,18 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Options are the sensor's options for this configuration, which Validate
-// has checked: the controller read from DUET_CONTROLLER and the state key
+// Options checks the configuration (Validate) and returns the sensor's
+// options for it: the controller read from DUET_CONTROLLER and the state key
 // derived from the sensor's identity id.
 func (c *Config) Options(id *codec.Identity, log *slog.Logger, m *metrics.Set) (Options, error) {
+	if err := c.Validate(); err != nil {
+		return Options{}, err
+	}
 	cs, err := mpc.LoadControllerSpec(c.Controller)
 	if err != nil {
 		return Options{}, err
 	}
-	v, err := mpc.ParseVariant(c.Mask)
-	if err != nil {
-		return Options{}, fmt.Errorf("DUET_MASK: %w", err)
-	}
+	v, _ := mpc.ParseVariant(c.Mask) // checked by Validate
 	key, err := StateKey(id)
 	if err != nil {
 		return Options{}, err
