@@ -190,13 +190,8 @@ func (r *rig) startParty(i int, loops []string, persist bool, audit func(id int,
 		opt.Audit = func(loop string, tick, item uint64) { audit(id, loop, tick, item) }
 	}
 	if persist {
-		key, err := party.StateKey(r.ids.ids[codec.PartyRole(i)])
-		if err != nil {
+		if err := opt.Persist(r.ids.ids[codec.PartyRole(i)], r.stateFile); err != nil {
 			return err
-		}
-		opt.StateKey, opt.StateStorage = &key, jetstream.MemoryStorage
-		if r.stateFile {
-			opt.StateStorage = jetstream.FileStorage
 		}
 	}
 	p, err := party.New(nc, s, opt)

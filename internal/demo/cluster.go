@@ -20,7 +20,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/duet-mpc/duet/internal/acl"
 	"github.com/duet-mpc/duet/internal/actuator"
@@ -420,15 +419,8 @@ func (c *Cluster) StartParty(i int) error {
 			}
 		}}
 	if !c.opt.NoPersist {
-		key, err := party.StateKey(c.ids[codec.PartyRole(i)])
-		if err != nil {
+		if err := opt.Persist(c.ids[codec.PartyRole(i)], c.opt.FileStore); err != nil {
 			return err
-		}
-		opt.StateKey = &key
-		if c.opt.FileStore {
-			opt.StateStorage = jetstream.FileStorage
-		} else {
-			opt.StateStorage = jetstream.MemoryStorage
 		}
 	}
 	p, err := party.New(nc, s, opt)

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/config"
@@ -87,14 +86,8 @@ func (c *Config) Options(id *codec.Identity, log *slog.Logger, m *metrics.Set) (
 		opt.PersistDelay = -1 // at once
 	}
 	if c.Persist {
-		key, err := StateKey(id)
-		if err != nil {
+		if err := opt.Persist(id, c.StateFileStore); err != nil {
 			return Options{}, err
-		}
-		opt.StateKey = &key
-		opt.StateStorage = jetstream.MemoryStorage
-		if c.StateFileStore {
-			opt.StateStorage = jetstream.FileStorage
 		}
 	}
 	return opt, nil

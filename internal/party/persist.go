@@ -31,6 +31,21 @@ func StateBucket(party int) string { return fmt.Sprintf("duet-state-party%d", pa
 // identity seed.
 func StateKey(id *codec.Identity) ([32]byte, error) { return id.RecordKey("duet/v1/party-state") }
 
+// Persist turns crash recovery on in o: the state key derived from the
+// party's identity id, and JetStream file storage for the state if
+// fileStore, else memory storage.
+func (o *Options) Persist(id *codec.Identity, fileStore bool) error {
+	key, err := StateKey(id)
+	if err != nil {
+		return err
+	}
+	o.StateKey, o.StateStorage = &key, jetstream.MemoryStorage
+	if fileStore {
+		o.StateStorage = jetstream.FileStorage
+	}
+	return nil
+}
+
 // ErrFenced means another instance of the same party took over the loop.
 var ErrFenced = errors.New("party: fenced: another instance of this party took over the loop")
 
