@@ -24,6 +24,7 @@ import (
 )
 
 func TestHelpListsEveryVariable(t *testing.T) {
+	clearEnv(t)
 	var cfg party.Config
 	var out bytes.Buffer
 	if err := config.Load(&cfg, []string{"-h"}, &out); !errors.Is(err, config.ErrHelp) {
@@ -42,6 +43,7 @@ func TestHelpListsEveryVariable(t *testing.T) {
 // The party's write coalescing defaults to the value the bench and the demo
 // give their parties, and reaches its NATS connection.
 func TestPartyWriteCoalesceDefault(t *testing.T) {
+	clearEnv(t)
 	t.Setenv("DUET_PARTY", "0")
 	var cfg party.Config
 	if err := config.Load(&cfg, nil, &bytes.Buffer{}); err != nil {
@@ -56,6 +58,7 @@ func TestPartyWriteCoalesceDefault(t *testing.T) {
 }
 
 func TestUnknownVariableStops(t *testing.T) {
+	clearEnv(t)
 	t.Setenv("DUET_PARTY", "0")
 	t.Setenv("DUET_PARTTY", "1")
 	var cfg party.Config
@@ -66,6 +69,7 @@ func TestUnknownVariableStops(t *testing.T) {
 }
 
 func TestInvalidValuesStop(t *testing.T) {
+	clearEnv(t)
 	cases := []struct {
 		cfg  any
 		env  map[string]string
@@ -111,6 +115,7 @@ func TestInvalidValuesStop(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
+	clearEnv(t)
 	var cfg actuator.Config
 	if err := config.Load(&cfg, nil, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
@@ -124,6 +129,7 @@ func TestDefaults(t *testing.T) {
 // default) as 0, which the sensor resolves; 0 as at once; a duration as
 // itself.
 func TestSensorNoticeDelay(t *testing.T) {
+	clearEnv(t)
 	for _, c := range []struct {
 		env  string
 		want time.Duration
@@ -151,6 +157,7 @@ func TestSensorNoticeDelay(t *testing.T) {
 // name without the prefix (DEADLINE for DUET_DEADLINE) is not taken, and the
 // environment is left as it was.
 func TestBareVariablesIgnored(t *testing.T) {
+	clearEnv(t)
 	t.Setenv("DEADLINE", "5s")
 	t.Setenv("FAILSAFE", "bogus")
 	t.Setenv("NATS_URL", "nats://elsewhere:4222")
@@ -174,6 +181,7 @@ func TestBareVariablesIgnored(t *testing.T) {
 // TestEveryVariableReachesOptions), defaults to the 1 s the sensor used before it
 // could be set.
 func TestSensorPlantWait(t *testing.T) {
+	clearEnv(t)
 	for _, c := range []struct {
 		env  string
 		want time.Duration
@@ -340,6 +348,11 @@ func everyField(t *testing.T, cfg any, alt map[string]string, build func() (any,
 		t.Fatalf("%T: two builds of the same configuration differ; the check cannot tell a field's effect", cfg)
 	}
 	v := reflect.ValueOf(cfg).Elem()
+	for name := range alt {
+		if _, ok := v.Type().FieldByName(name); !ok {
+			t.Fatalf("%T has no field %s to try another value of", cfg, name)
+		}
+	}
 	for i := range v.NumField() {
 		sf := v.Type().Field(i)
 		if sf.Anonymous {
