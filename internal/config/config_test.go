@@ -130,6 +130,11 @@ func TestDefaults(t *testing.T) {
 // itself.
 func TestSensorNoticeDelay(t *testing.T) {
 	clearEnv(t)
+	id, err := codec.GenerateIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DUET_CONTROLLER", "../../examples/qube-servo2/controller.json")
 	for _, c := range []struct {
 		env  string
 		want time.Duration
@@ -147,7 +152,11 @@ func TestSensorNoticeDelay(t *testing.T) {
 		if err := config.Load(&cfg, nil, &bytes.Buffer{}); err != nil {
 			t.Fatalf("DUET_NOTICE_DELAY=%q: %v", c.env, err)
 		}
-		if got := cfg.NoticeDelayOption(); got != c.want {
+		opt, err := cfg.Options(id, nil, nil)
+		if err != nil {
+			t.Fatalf("DUET_NOTICE_DELAY=%q: %v", c.env, err)
+		}
+		if got := opt.NoticeDelay; got != c.want {
 			t.Errorf("DUET_NOTICE_DELAY=%q: Options.NoticeDelay %v, want %v", c.env, got, c.want)
 		}
 	}

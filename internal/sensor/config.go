@@ -31,13 +31,8 @@ type Config struct {
 // noticeAuto is DUET_NOTICE_DELAY's default: Options.NoticeDelay 0.
 const noticeAuto = "auto"
 
-// NoticeDelayOption is DUET_NOTICE_DELAY as Options.NoticeDelay (0: the
-// default; negative: at once). Call it after Validate.
-func (c *Config) NoticeDelayOption() time.Duration {
-	d, _ := c.noticeDelay()
-	return d
-}
-
+// noticeDelay is DUET_NOTICE_DELAY as Options.NoticeDelay (0: the default;
+// negative: at once).
 func (c *Config) noticeDelay() (time.Duration, error) {
 	if c.NoticeDelay == noticeAuto {
 		return 0, nil
@@ -96,12 +91,13 @@ func (c *Config) Options(id *codec.Identity, log *slog.Logger, m *metrics.Set) (
 		return Options{}, err
 	}
 	v, _ := mpc.ParseVariant(c.Mask) // checked by Validate
+	notice, _ := c.noticeDelay()     // checked by Validate
 	key, err := StateKey(id)
 	if err != nil {
 		return Options{}, err
 	}
 	return Options{Loop: c.Loop, Controller: cs, Variant: v, Compress: c.Compress, Period: c.Period,
 		QueueMax: c.QueueMax, ItemsPerMsg: c.ItemsPerMsg, FileStore: c.FileStore, Replicas: c.Replicas,
-		TwoHop: c.TwoHop, NoticeDelay: c.NoticeDelayOption(), PlantWait: c.PlantWait, StateKey: &key,
+		TwoHop: c.TwoHop, NoticeDelay: notice, PlantWait: c.PlantWait, StateKey: &key,
 		Log: log, Metrics: m}, nil
 }
