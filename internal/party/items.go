@@ -1,0 +1,289 @@
+package party
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// takeRaw takes the next buffered raw item, without waiting.
+func (w *worker) takeRaw() (rawItem, bool) {
+	for len(w.batch) == 0 {
+		select {
+		case b := <-w.items:
+			w.batch = b
+		default:
+			return rawItem{}, false
+		}
+	}
+	r := w.batch[0]
+	w.batch[0] = rawItem{} // the message's bytes are not kept for it
+	w.batch = w.batch[1:]
+	return r, true
+}
+
+// rawItem is an offline item as the consumer queued it: only this party's
+// part of the stream message (its sealed envelope, or with seed compression
+// P0's nonce alone), since a loop buffers up to about three pulls of these
+// and they are most of what a party holds per loop. The envelope is opened
+// and decoded later, one item per tick (decode).
+type rawItem struct {
+	seq   uint64
+	env   []byte   // this party's sealed material (nil: P0 expands its seed)
+	nonce [16]byte // the item's nonce, as the dealer published it
+	err   error
+}
+
+// item is an item being used: staged (decoded ahead) or taken by a tick.
+// decode replaces the envelope by the material (or sets err).
+type item struct {
+	rawItem
+	decoded bool
+	mat     mpc.TickMaterial
+}
+
+// trimItems checks a stream message's items (loop, epoch, shape, at most
+// the set-up's items per message) and keeps this party's part of each: its
+// envelopes are copied out of the message unless they are most of it, so
+// that the other party's shares are not kept alive with them. Each item's id
+// is seq<<8 | its index in the message (itemID); an error is one rawItem
+// that carries it.
+func (w *worker) trimItems(data []byte, seq uint64) []rawItem {
+	its, err := codec.PeekItemsAppend(w.peeked[:0], data, w.perMsg, w.loop)
+	w.peeked = its
+	defer clear(its) // keeps nothing of data alive
+	if err != nil {
+		return []rawItem{{seq: itemID(seq, 0), err: err}}
+	}
+	// PeekItems holds every item of a message to the first one's loop and epoch.
+	if it := its[0]; it.Loop != w.loop || it.Epoch != w.epoch {
+		return []rawItem{{seq: itemID(seq, 0), err: fmt.Errorf("%w: item for loop %q epoch %d, want %q epoch %d", codec.ErrHeader, it.Loop, it.Epoch, w.loop, w.epoch)}}
+	}
+	out := make([]rawItem, len(its))
+	own := 0
+	for i, it := range its {
+		out[i] = rawItem{seq: itemID(seq, i), nonce: it.Nonce, env: it.P1}
+		if w.id == 0 {
+			out[i].env = it.P0 // empty with seed compression: expanded from the seed
+		}
+		own += len(out[i].env)
+	}
+	if own > 0 && 2*own < len(data) {
+		for i := range out {
+			out[i].env = bytes.Clone(out[i].env)
+		}
+	}
+	return out
+}
+
+// itemID numbers the idx-th item of the stream message at sequence seq:
+// increasing in the order the stream delivers them, as the high-water mark
+// and the resynchronization need.
+func itemID(seq uint64, idx int) uint64 { return seq<<8 | uint64(idx) }
+
+// wireItem is an item id as the exchange, truncation and output payloads
+// carry it: the stream sequence alone for a message's first item, as releases
+// before multi-item messages sent it (so that such a party still pairs with
+// this one while every message holds one item), and the id with the top bit
+// set for the others. fromWire inverts it.
+func wireItem(id uint64) uint64 {
+	if id&0xff == 0 {
+		return id >> 8
+	}
+	return id | 1<<63
+}
+
+func fromWire(v uint64) uint64 {
+	if v&(1<<63) != 0 {
+		return v &^ (1 << 63)
+	}
+	return v << 8
+}
+
+// decode opens and decodes the item once (material only reads what the
+// set-up fixed before Consume started).
+func (w *worker) decode(it *item) {
+	if it.decoded {
+		return
+	}
+	it.decoded = true
+	if it.err == nil {
+		it.mat = w.spareMaterial()
+		if it.err = w.material(it.rawItem, &it.mat); it.err != nil {
+			w.recycle(it.mat)
+			it.mat = mpc.TickMaterial{}
+		}
+	}
+	it.env = nil
+}
+
+// spareMaterial returns a material to decode an item into.
+func (w *worker) spareMaterial() mpc.TickMaterial {
+	if n := len(w.spare); n > 0 {
+		m := w.spare[n-1]
+		w.spare = w.spare[:n-1]
+		return m
+	}
+	return mpc.TickMaterial{}
+}
+
+// recycle returns a material no one uses any more to the spares.
+func (w *worker) recycle(m mpc.TickMaterial) {
+	if m.Triple.V.Data != nil && len(w.spare) < maxSpare {
+		w.spare = append(w.spare, m)
+	}
+}
+
+// begin runs the party's Begin with the tick's material, which becomes the
+// party's, and recycles the one it held before. A material Begin refuses is
+// recycled at once (the party does not keep it).
+func (w *worker) begin(y mpc.Matrix, mat mpc.TickMaterial) (mpc.MulMsg, error) {
+	msg, err := w.p.Begin(y, mat)
+	if err != nil {
+		w.recycle(mat)
+		return msg, err
+	}
+	w.recycle(w.begun)
+	w.begun = mat
+	return msg, nil
+}
+
+// pullThreshold is the pending count below which a loop's consumer asks
+// for more items: spread over [prefetch/4, 3·prefetch/4] by a random draw,
+// so that loops started together drift apart in when they pull.
+func pullThreshold(prefetch int) int {
+	lo, span := max(1, prefetch/4), max(1, prefetch/2)
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return min(prefetch, lo+int(binary.LittleEndian.Uint16(b[:]))%span)
+}
+
+// stageItem takes the next item off the queue's buffer, if one is there,
+// decodes it and, with the fixed mask, precomputes its tick-independent
+// product (mpc.Party.Prepare), so the next tick's critical path neither
+// decodes nor computes half the product. The item is checked when nextItem
+// uses it, as any other.
+func (w *worker) stageItem() {
+	if w.hasStaged {
+		return
+	}
+	if r, ok := w.takeRaw(); ok {
+		it := item{rawItem: r}
+		w.decode(&it)
+		if it.err == nil && w.prm.Variant == mpc.FixedMask && w.fixedOK {
+			it.err = w.p.Prepare(&it.mat)
+		}
+		w.staged, w.hasStaged = it, true
+	}
+}
+
+// nextItem takes the next usable item: the one pre-opened for the two-hop
+// tick, else the next from the queue (takeItem), waiting for it.
+func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error) {
+	if seq, mat, ok := w.takePre(); ok {
+		return seq, mat, nil
+	}
+	return w.takeItem(ctx, true)
+}
+
+// takeItem takes the next usable item from the queue: consumed on delivery,
+// never one at or below the high-water mark, never one below minSeq. Without
+// wait it does not wait for one (errNoItem).
+func (w *worker) takeItem(ctx context.Context, wait bool) (uint64, mpc.TickMaterial, error) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		var it item
+		if w.hasStaged {
+			it, w.staged, w.hasStaged = w.staged, item{}, false
+		} else if r, ok := w.takeRaw(); ok {
+			it = item{rawItem: r}
+		} else {
+			if !wait {
+				return 0, mpc.TickMaterial{}, errNoItem
+			}
+			if timer == nil {
+				timer = time.NewTimer(w.s.opt.ItemWait)
+			}
+			select {
+			case w.batch = <-w.items:
+				continue
+			case <-timer.C:
+				return 0, mpc.TickMaterial{}, errNoItem
+			case <-ctx.Done():
+				return 0, mpc.TickMaterial{}, ctx.Err()
+			}
+		}
+		if w.burn > 0 && it.seq > w.hwm && it.seq >= w.minSeq {
+			// An item for a held measurement's tick given up (dropHeld):
+			// marked taken, so the ordinary discard below drops it.
+			w.burn--
+			w.hwm = it.seq
+		}
+		if it.seq <= w.hwm || it.seq < w.minSeq {
+			w.recycle(it.mat) // a staged item's: no one else has it
+			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
+			continue
+		}
+		w.hwm = it.seq
+		w.decode(&it)
+		if it.err == nil {
+			// Only for an item that is then used, and with its nonce
+			// checked against its sealed material (P0's seed-compressed
+			// items have only the nonce: see itemSerials).
+			if it.err = w.serials.take(it.nonce); it.err != nil && time.Since(w.serialLogged) >= 10*time.Second {
+				// Each is counted (reject); a broker replaying a queue's
+				// worth is logged once per 10 s.
+				w.s.opt.Log.Warn("offline item refused", "party", w.id, "loop", w.loop, "item", it.seq, "err", it.err)
+				w.serialLogged = time.Now()
+			}
+		}
+		if it.err != nil {
+			w.recycle(it.mat) // one Prepare refused
+			w.reject(it.err)
+			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
+			continue
+		}
+		w.count(&w.ctrConsumed, w.s.opt.Metrics.ItemsConsumed)
+		return it.seq, it.mat, nil
+	}
+}
+
+// material opens and decodes this party's material of an item into m.
+func (w *worker) material(r rawItem, m *mpc.TickMaterial) error {
+	if len(r.env) == 0 {
+		if w.id != 0 {
+			return fmt.Errorf("%w: item without party1 material", codec.ErrMalformed)
+		}
+		return w.expander.ExpandInto(r.nonce, m)
+	}
+	h, body, err := w.s.sealer.OpenScratch(&w.itemBuf, r.env)
+	if err != nil {
+		return err
+	}
+	if h.Kind != codec.KindMaterial || h.From != codec.RoleDealer || h.Loop != w.loop {
+		return fmt.Errorf("%w: material envelope is %s from %s", codec.ErrHeader, h.Kind, h.From)
+	}
+	if h.Tick != w.epoch { // the dealer seals the set-up epoch as the tick
+		return fmt.Errorf("%w: material of set-up epoch %d, want %d", codec.ErrHeader, h.Tick, w.epoch)
+	}
+	// mp's matrices alias w.itemBuf, until MaterialInto has decoded them.
+	mp := &w.in.mat
+	if err := codec.UnmarshalView(body, mp); err != nil {
+		return err
+	}
+	if mp.Nonce != r.nonce {
+		return fmt.Errorf("%w: sealed nonce differs from the item's", codec.ErrHeader)
+	}
+	return mp.MaterialInto(w.prm, m)
+}
