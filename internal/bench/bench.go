@@ -512,3 +512,11 @@ func runScaleSearches(ctx context.Context, url string, ns *server.Server, plan P
 	}
 	return err
 }
+
+// parenthesized is " (s)", or "" for an empty s.
+func parenthesized(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
+}

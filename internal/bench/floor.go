@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
 // FloorSizes are the payload sizes of one tick's messages.
@@ -36,6 +39,55 @@ type FloorSizes struct {
 	// faster than one sent from idle; a floor without it is not a lower
 	// bound for such a tick.
 	PlantRequest, PlantReply int
+}
+
+// loopSizes are the sealed message sizes of one tick of cs's loops in
+// variant v.
+func loopSizes(cs mpc.ControllerSpec, v mpc.Variant) (FloorSizes, error) {
+	rz, err := cs.Resolve(v)
+	if err != nil {
+		return FloorSizes{}, err
+	}
+	ids, err := newIdentities()
+	if err != nil {
+		return FloorSizes{}, err
+	}
+	return envelopeSizes(ids, "s"+uniqueTag()+"-0", rz.Params)
+}
+
+// envelopeSizes seals one tick's measurement, Protocol 1 message and output
+// share of a loop, for a floor with the same message sizes.
+func envelopeSizes(ids *identities, loop string, prm mpc.Params) (FloorSizes, error) {
+	f := prm.Field
+	r, c := prm.PhiShape()
+	const tick, item = 1000, 100000 // typical magnitudes: msgpack integers are compact
+	sz := FloorSizes{}
+	seal := func(from, to codec.Role, kind codec.Kind, payload any) (int, error) {
+		s, err := ids.sealer(from)
+		if err != nil {
+			return 0, err
+		}
+		body, err := codec.Marshal(payload)
+		if err != nil {
+			return 0, err
+		}
+		env, err := s.Seal(codec.Header{Kind: kind, Loop: loop, Tick: tick, From: from, To: to}, body)
+		return len(env), err
+	}
+	var err error
+	if sz.Measure, err = seal(codec.RoleSensor, codec.RoleParty0, codec.KindMeasure,
+		codec.MeasurePayload{Y: codec.PutMatrix(f, mpc.NewMatrix(prm.P, 1)), SentUnixNano: time.Now().UnixNano()}); err != nil {
+		return sz, err
+	}
+	mul := codec.MulPayload{Item: item, Version: tick, T: codec.PutMatrix(f, mpc.NewMatrix(c, 1))}
+	if prm.Variant == mpc.PerTick {
+		mul.S = codec.PutMatrix(f, mpc.NewMatrix(r, c))
+	}
+	if sz.Exchange, err = seal(codec.RoleParty0, codec.RoleParty1, codec.KindMul, mul); err != nil {
+		return sz, err
+	}
+	sz.Output, err = seal(codec.RoleParty0, codec.RoleActuator, codec.KindOutput, codec.OutputPayload{Item: item, U: codec.PutMatrix(f, mpc.NewMatrix(prm.M, 1))})
+	return sz, err
 }
 
 // FloorRig is the zero-computation floor of one tick over NATS: the same

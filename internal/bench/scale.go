@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -16,16 +15,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/dealer"
 	"github.com/duet-mpc/duet/internal/party"
-	"github.com/duet-mpc/duet/internal/sim"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
@@ -503,229 +499,6 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	}
 	row.OK = row.Misses == 0 && row.Wrong == 0 && row.P99 < opt.P99Limit && row.Ticks > 0
 	return row, nil
-}
-
-// startLightLoops makes the step's light sensor + actuator of each loop, on
-// opt.Clients connections, and subscribes them to their outputs (and mask
-// shares); unsubscribe ends the subscriptions.
-func startLightLoops(r *rig, opt ScaleOptions, loops []string, rz mpc.Resolved) (ls []*lightLoop, unsubscribe func(), err error) {
-	var subs []*nats.Subscription
-	unsubscribe = func() {
-		for _, sub := range subs {
-			_ = sub.Unsubscribe()
-		}
-	}
-	defer func() {
-		if err != nil {
-			unsubscribe()
-		}
-	}()
-	bound := sim.OutputBound(opt.Controller, rz)
-	clients := make([]*nats.Conn, opt.Clients)
-	for i := range clients {
-		if clients[i], err = r.connect(fmt.Sprintf("client%d", i)); err != nil {
-			return nil, nil, err
-		}
-	}
-	ls = make([]*lightLoop, len(loops))
-	byLoop := make(map[string]*lightLoop, len(loops))
-	for i := range ls {
-		if ls[i], err = newLightLoop(r.ids, clients[i%len(clients)], loops[i], opt.Controller, rz.Params, bound, opt.TwoHop); err != nil {
-			return nil, nil, err
-		}
-		byLoop[loops[i]] = ls[i]
-	}
-	// One subscription for every loop's output shares, as an actuator
-	// service for many loops would have: a goroutine per loop would add a
-	// wake-up per message that the parties' cores pay for.
-	subscribe := func(nc *nats.Conn, subject string, on func(*lightLoop, *nats.Msg)) error {
-		sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
-			if l := byLoop[bus.SubjectLoop(m.Subject)]; l != nil {
-				on(l, m)
-			}
-		})
-		if err != nil {
-			return err
-		}
-		subs = append(subs, sub)
-		return sub.SetPendingLimits(-1, -1)
-	}
-	if err := subscribe(clients[0], bus.OutputSubject("*"), (*lightLoop).onOutput); err != nil {
-		return nil, nil, err
-	}
-	if opt.TwoHop {
-		// The parties' mask shares, one subscription for every loop too,
-		// on another connection than the outputs'.
-		if err := subscribe(clients[len(clients)-1], bus.MaskYSubject("*"), (*lightLoop).onMask); err != nil {
-			return nil, nil, err
-		}
-	}
-	for _, nc := range clients {
-		if err := nc.Flush(); err != nil {
-			return nil, nil, err
-		}
-	}
-	return ls, unsubscribe, nil
-}
-
-// setupLoops sets up the step's loops as the real sensor does, in parallel
-// on a few connections, and returns the first loop's resolved controller
-// (every loop's is the same).
-func setupLoops(r *rig, opt ScaleOptions, loops []string, lowWater int) (mpc.Resolved, error) {
-	var rz mpc.Resolved
-	var mu sync.Mutex
-	var firstErr error
-	var wg sync.WaitGroup
-	next := atomic.Int64{}
-	for w := 0; w < 8; w++ {
-		nc, err := r.connect(fmt.Sprintf("setup%d", w))
-		if err != nil {
-			mu.Lock()
-			firstErr = cmp.Or(firstErr, err)
-			mu.Unlock()
-			break // the workers already started set up every loop; then it is returned
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(loops) {
-					return
-				}
-				sn, err := r.setupLoop(nc, loopSpec{Loop: loops[i], Controller: opt.Controller, Variant: opt.Variant, Compress: opt.Compress,
-					QueueMax: int64(2*lowWater + 256), ItemsPerMsg: opt.ItemsPerMsg})
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				if err == nil && i == 0 {
-					rz = sn.Resolved()
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return rz, firstErr
-}
-
-// stepFloor measures the step's own floor: its loops' messages relayed
-// without computation, on the same server, before the loops run.
-func stepFloor(ctx context.Context, opt ScaleOptions, r *rig, row *ScaleRow, loop string, prm mpc.Params) error {
-	sizes, err := envelopeSizes(r.ids, loop, prm)
-	if err != nil {
-		return err
-	}
-	mon := startStallMonitor()
-	fm, fw, fprof := startCPUMeter(), startWaitMeter(), startRoleProfile()
-	fr, err := floorLoops(ctx, opt.URL, opt.InProcess, sizes, row.Loops, opt.Period, opt.Warmup, opt.Duration, opt.Deadline)
-	row.FloorCPU, row.FloorSteal = fm.cores(0)
-	var perr error
-	if row.FloorRoles, _, perr = fprof.stop(); perr != nil {
-		r.log.Warn("bench: the floor's CPU by role not measured", "loops", row.Loops, "err", perr)
-	}
-	fwaits := fw.end()
-	st := mon.End()
-	row.FloorStalls, row.FloorStallMax = st.Count, st.Worst
-	if err != nil {
-		return err
-	}
-	fs := Summarize(fr.Lat)
-	row.FloorTicks, row.FloorMisses, row.FloorP50, row.FloorP99 = fr.Sent, fr.Misses, fs.P50, fs.P99
-	row.FloorSchedP99, row.FloorSyscallsPerTick = fwaits.SchedP99, perTick(fwaits.Syscalls, fr.All)
-	return nil
-}
-
-// stepCounts are the parties' counters and the collector's that a scale
-// step reads when its measured ticks begin and once they are all answered.
-type stepCounts struct {
-	party           partyCounts // both parties', in the bench's process or their own (alloc and gcs: the party processes' own heaps)
-	gcs             uint32
-	alloc           uint64
-	gcCPU, gcAssist float64 // seconds
-	broker          brokerCounts
-}
-
-// readCounts reads the step's counters. An error (a party process's or the
-// server's counters could not be read) comes with what could be read.
-func (r *rig) readCounts(ctx context.Context, srv *server.Server) (c stepCounts, readErr error) {
-	c.party = partyCounts{abandoned: map[string]float64{}, rejects: map[string]float64{}}
-	if r.partyBin != "" {
-		pc, err := r.procCounts(ctx)
-		if err != nil {
-			readErr = err
-		}
-		c.party = pc
-	}
-	for _, m := range r.pm {
-		if m != nil { // nil: a party process's (above)
-			c.party.addSet(m)
-		}
-	}
-	// One read of the runtime's metrics (no stop-the-world, unlike
-	// runtime.ReadMemStats, at the start of the measured ticks).
-	gc := []rtmetrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"},
-		{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/gc/mark/assist:cpu-seconds"}}
-	rtmetrics.Read(gc)
-	c.gcs, c.alloc = uint32(gc[0].Value.Uint64()), gc[1].Value.Uint64()
-	c.gcCPU, c.gcAssist = gcSeconds(gc[2]), gcSeconds(gc[3])
-	var err error
-	if c.broker, err = readBroker(srv); err != nil && readErr == nil {
-		readErr = err
-	}
-	return c, readErr
-}
-
-// addResults adds the light loops' ticks, misses, wrong inputs and
-// latencies to the row.
-func (row *ScaleRow) addResults(ls []*lightLoop, deadline time.Duration) {
-	var lat []time.Duration
-	for _, l := range ls {
-		ll, sent, misses, wrong := l.results(deadline)
-		lat = append(lat, ll...)
-		row.Ticks += sent
-		row.TwoHopTicks += l.maskedSent()
-		row.Misses += misses
-		row.Wrong += wrong
-	}
-	s := Summarize(lat)
-	row.P50, row.P99 = s.P50, s.P99
-}
-
-// addCounts adds what the counters read at the measured ticks' start (c0)
-// and end (c1) say to the row, per tick where it says so (addResults first).
-// partyProcs: the parties ran in processes of their own.
-func (row *ScaleRow) addCounts(c0, c1 stepCounts, partyProcs bool) {
-	row.PartyMisses, row.NoItem, row.PartyHeld = c1.party.misses-c0.party.misses, c1.party.noItem-c0.party.noItem, c1.party.held-c0.party.held
-	row.FallbackTicks = int(c1.party.fallback - c0.party.fallback)
-	row.PartyRejects = map[string]int{}
-	for reason, v := range c1.party.rejects {
-		if d := int(v - c0.party.rejects[reason]); d > 0 {
-			row.PartyRejects[reason] = d
-		}
-	}
-	row.PartyAbandoned = map[string]int{}
-	for reason, v := range c1.party.abandoned {
-		if d := int(v - c0.party.abandoned[reason]); d > 0 {
-			row.PartyAbandoned[reason] = d
-		}
-	}
-	row.GCs = int(c1.gcs - c0.gcs)
-	row.GCCPU = time.Duration((c1.gcCPU - c0.gcCPU) * 1e9)
-	row.GCAssist = time.Duration((c1.gcAssist - c0.gcAssist) * 1e9)
-	row.PartyAllocPerTick = math.NaN()
-	if partyProcs {
-		row.PartyGCs = int(c1.party.gcs - c0.party.gcs)
-		row.PartyAllocPerTick = perTick(c1.party.alloc-c0.party.alloc, row.Ticks)
-	}
-	if row.Ticks > 0 {
-		row.AllocPerTick = float64(c1.alloc-c0.alloc) / float64(row.Ticks)
-		row.PeerMsgsPerTick = (c1.party.peerMsgs - c0.party.peerMsgs) / float64(row.Ticks)
-		row.PeerEnvsPerTick = (c1.party.envs - c0.party.envs) / float64(row.Ticks)
-		row.PeerHeldPerTick = (c1.party.peerHeld - c0.party.peerHeld) / float64(row.Ticks)
-	}
-	row.BrokerInPerTick, row.BrokerOutPerTick = c1.broker.perTickSince(c0.broker, row.Ticks)
 }
 
 // ScaleFloorRow is the floor alone (floorLoops: bare messaging in the

@@ -240,11 +240,3 @@ func idleSummary(rows []IdleRow) string {
 	}
 	return fmt.Sprintf("%s %s over %v in %s, the worst %.1f ms", strings.Join(counts, " and "), noun, StallThreshold, in, float64(worst)/1e6)
 }
-
-// parenthesized is " (s)", or "" for an empty s.
-func parenthesized(s string) string {
-	if s == "" {
-		return ""
-	}
-	return " (" + s + ")"
-}

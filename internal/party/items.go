@@ -5,9 +5,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -123,6 +127,10 @@ func (w *worker) decode(it *item) {
 	it.env = nil
 }
 
+// maxSpare bounds the spare materials a worker keeps: a tick needs the
+// party's (begun), the staged item's and one being decoded.
+const maxSpare = 2
+
 // spareMaterial returns a material to decode an item into.
 func (w *worker) spareMaterial() mpc.TickMaterial {
 	if n := len(w.spare); n > 0 {
@@ -152,6 +160,63 @@ func (w *worker) begin(y mpc.Matrix, mat mpc.TickMaterial) (mpc.MulMsg, error) {
 	w.recycle(w.begun)
 	w.begun = mat
 	return msg, nil
+}
+
+// consume starts the loop's offline consumer: its callback queues each
+// stream message's raw items on w.items. stop ends it when the loop stops.
+func (w *worker) consume(ctx context.Context) (stop func(), err error) {
+	stream, err := w.s.js.Stream(ctx, bus.OfflineStream(w.loop))
+	if err != nil {
+		return nil, fmt.Errorf("offline stream: %w", err)
+	}
+	cons, err := stream.Consumer(ctx, bus.ConsumerName(w.id))
+	if err != nil {
+		return nil, fmt.Errorf("offline consumer: %w", err)
+	}
+	// The consumer acknowledges on delivery (see bus.EnsureOfflineQueue):
+	// an item is consumed before this party can use it. The callback only
+	// queues the raw item; it is opened and decoded by stageItem after a
+	// tick, off the critical path, one per tick: decoding a whole pull batch
+	// here would be a burst of work that delays every other loop's tick.
+	// Each loop's consumer re-pulls after a different number of items, so
+	// that the pull requests of many loops started together do not keep
+	// arriving (and being answered) in the same instant.
+	// A stream message holds up to w.perMsg items: the pull asks for as many
+	// messages as make up the prefetch.
+	pull := max(1, (w.s.opt.Prefetch+w.perMsg-1)/w.perMsg)
+	// Room for two pulls, a stream message per element: the callback,
+	// which only queues the message's raw items, rarely blocks. A full
+	// buffer does block it, and with it further pulls: the flow control that
+	// bounds the items a loop holds (up to about three times the prefetch).
+	// Blocked, it is woken once per message the worker takes, not once per
+	// item (per tick).
+	items := make(chan []rawItem, 2*pull+1)
+	w.mu.Lock()
+	w.items = items
+	w.mu.Unlock()
+	// A callback blocked on a full buffer returns when the loop stops (a
+	// fence stops one loop while the service runs on), not only with ctx.
+	done := make(chan struct{})
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		var batch []rawItem
+		if meta, err := m.Metadata(); err != nil {
+			batch = []rawItem{{err: err}}
+		} else {
+			batch = w.trimItems(m.Data(), meta.Sequence.Stream)
+		}
+		select {
+		case items <- batch:
+		case <-ctx.Done():
+		case <-done:
+		}
+	}, jetstream.PullMaxMessages(pull), jetstream.PullThresholdMessages(pullThreshold(pull)))
+	if err != nil {
+		return nil, fmt.Errorf("offline consume: %w", err)
+	}
+	return func() {
+		cc.Stop()
+		close(done)
+	}, nil
 }
 
 // pullThreshold is the pending count below which a loop's consumer asks
@@ -191,6 +256,8 @@ func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error)
 	}
 	return w.takeItem(ctx, true)
 }
+
+var errNoItem = errors.New("party: no offline item available")
 
 // takeItem takes the next usable item from the queue: consumed on delivery,
 // never one at or below the high-water mark, never one below minSeq. Without

@@ -2,14 +2,11 @@ package party
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/duet-mpc/duet/internal/bus"
@@ -269,56 +266,11 @@ func (w *worker) run(ctx context.Context) error {
 	w.sub = sub
 	w.mu.Unlock()
 
-	stream, err := w.s.js.Stream(ctx, bus.OfflineStream(w.loop))
+	stop, err := w.consume(ctx)
 	if err != nil {
-		return fmt.Errorf("offline stream: %w", err)
+		return err
 	}
-	cons, err := stream.Consumer(ctx, bus.ConsumerName(w.id))
-	if err != nil {
-		return fmt.Errorf("offline consumer: %w", err)
-	}
-	// The consumer acknowledges on delivery (see bus.EnsureOfflineQueue):
-	// an item is consumed before this party can use it. The callback only
-	// queues the raw item; it is opened and decoded by stageItem after a
-	// tick, off the critical path, one per tick: decoding a whole pull batch
-	// here would be a burst of work that delays every other loop's tick.
-	// Each loop's consumer re-pulls after a different number of items, so
-	// that the pull requests of many loops started together do not keep
-	// arriving (and being answered) in the same instant.
-	// A stream message holds up to w.perMsg items: the pull asks for as many
-	// messages as make up the prefetch.
-	pull := max(1, (w.s.opt.Prefetch+w.perMsg-1)/w.perMsg)
-	// Room for two pulls, a stream message per element: the callback,
-	// which only queues the message's raw items, rarely blocks. A full
-	// buffer does block it, and with it further pulls: the flow control that
-	// bounds the items a loop holds (up to about three times the prefetch).
-	// Blocked, it is woken once per message the worker takes, not once per
-	// item (per tick).
-	items := make(chan []rawItem, 2*pull+1)
-	w.mu.Lock()
-	w.items = items
-	w.mu.Unlock()
-	// A callback blocked on a full buffer returns when the loop does (a
-	// fence stops one loop while the service runs on).
-	done := make(chan struct{})
-	defer close(done)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		var batch []rawItem
-		if meta, err := m.Metadata(); err != nil {
-			batch = []rawItem{{err: err}}
-		} else {
-			batch = w.trimItems(m.Data(), meta.Sequence.Stream)
-		}
-		select {
-		case items <- batch:
-		case <-ctx.Done():
-		case <-done:
-		}
-	}, jetstream.PullMaxMessages(pull), jetstream.PullThresholdMessages(pullThreshold(pull)))
-	if err != nil {
-		return fmt.Errorf("offline consume: %w", err)
-	}
-	defer cc.Stop()
+	defer stop()
 
 	w.mu.Lock()
 	if w.prm.Variant == mpc.FixedMask {
@@ -454,9 +406,3 @@ func (w *worker) canInline(subject string) bool {
 	}
 	return len(w.batch) > 0 || len(w.items) > 0
 }
-
-var errNoItem = errors.New("party: no offline item available")
-
-// maxSpare bounds the spare materials a worker keeps: a tick needs the
-// party's (begun), the staged item's and one being decoded.
-const maxSpare = 2

@@ -1,0 +1,85 @@
+package party
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/internal/natstest"
+)
+
+// A loop's offline consumer callback blocked on a full item buffer returns
+// when the loop stops, while the service's context goes on: a fence stops
+// one loop of a running service. Before 8c28fd4 the callback waited for the
+// service's context only, so it and the batch it held stayed until the
+// service shut down (this test then fails on its last wait).
+func TestConsumerCallbackReturnsWhenLoopStops(t *testing.T) {
+	nc := natstest.Conn(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background() // never cancelled: the service runs on
+	const loop = "consume-stop"
+	if _, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: loop, MaxMsgs: 100}, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	// A prefetch of one item a message: the buffer holds 2*1+1 messages, so
+	// of six the fourth's callback blocks. The messages need not be items:
+	// the callback queues a malformed one as a raw item with its error.
+	for range 6 {
+		if _, err := js.Publish(ctx, bus.OfflineSubject(loop), []byte("not an item")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &Service{nc: nc, js: js, opt: Options{ID: 0, Prefetch: 1,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party")}}
+	w := &worker{s: s, id: 0, loop: loop, perMsg: 1}
+	stop, err := w.consume(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the item buffer full and a callback blocked", func() bool {
+		return len(w.items) == cap(w.items) && consumeCallbacks() == 1
+	})
+	if r := <-w.items; len(r) != 1 || r[0].err == nil {
+		t.Fatalf("queued %+v; want one raw item with the malformed message's error", r)
+	}
+	// The blocked callback took the freed place; the next one blocks.
+	waitUntil(t, "the next callback blocked", func() bool {
+		return len(w.items) == cap(w.items) && consumeCallbacks() == 1
+	})
+	stop()
+	waitUntil(t, "the blocked callback returned after the loop stopped", func() bool { return consumeCallbacks() == 0 })
+}
+
+// consumeCallbacks counts the goroutines running a worker's offline
+// consumer callback (in this test, blocked on the full buffer).
+func consumeCallbacks() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "party.(*worker).consume.func")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// waitUntil polls cond every 5 ms for up to 5 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 5 s: not %s", what)
+		}
+	}
+}
