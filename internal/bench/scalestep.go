@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	rtmetrics "runtime/metrics"
 	"sync"
 	"sync/atomic"
@@ -14,9 +16,205 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/dealer"
+	"github.com/duet-mpc/duet/internal/party"
 	"github.com/duet-mpc/duet/internal/sim"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
+
+// runScalePoint runs one step; its goroutines are the harness's (roles.go)
+// but for the parties', the dealers' and the server's.
+func runScalePoint(ctx context.Context, opt ScaleOptions, n, try int) (row ScaleRow, err error) {
+	withRole(ctx, RoleHarness, func(ctx context.Context) { row, err = scalePoint(ctx, opt, n, try) })
+	return row, err
+}
+
+// scalePoint sets up n loops, measures their own floor, runs them for
+// opt.Warmup and opt.Duration and returns the step's row.
+func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, error) {
+	row := ScaleRow{Loops: n, Try: try, Period: opt.Period, Persist: !opt.NoPersist, WriteCoalesce: party.WriteCoalesceFor(opt.WriteCoalesce)}
+	// Every step starts as the first one does, without the garbage of the
+	// steps before it (their rigs are closed; no deployment has it). This
+	// step's own set-up garbage, the dealers' prefilled queues, stays.
+	quiesce()
+	began := time.Now()
+	r, err := newRig(ctx, opt.URL, opt.Log)
+	if err != nil {
+		return row, err
+	}
+	defer r.close()
+	r.peerBatch, r.writeCoalesce, r.stateFile = opt.PeerBatch, opt.WriteCoalesce, opt.StateFileStore
+	r.partyBin, row.PartyProcs = opt.PartyBin, opt.PartyBin != ""
+	r.inProc, row.InProcess = opt.InProcess, opt.InProcess != nil
+	r.prefetch, row.Prefetch = opt.Prefetch, party.PrefetchFor(opt.Prefetch)
+	r.twoHop, row.TwoHop = opt.TwoHop, opt.TwoHop
+	row.StateFileStore = opt.StateFileStore && row.Persist
+	row.Variant = opt.Variant
+	row.LiveDealers = opt.LiveDealers
+	ticksPerLoop := int((opt.Warmup+opt.Duration)/opt.Period) + 10
+	// Each queue alone holds an item for every tick of the step, and a
+	// margin; what the parties have pulled before the first tick (up to
+	// about three times their prefetch) is more margin. The dealers are
+	// stopped during the measurement, so nothing else needs the items: more
+	// would only add to the heap that the one process's collector marks
+	// and sweeps while it serves the loops.
+	lowWater := ticksPerLoop + 32
+	run := uniqueTag()
+	loops := make([]string, n)
+	for i := range loops {
+		loops[i] = fmt.Sprintf("s%s-%d", run, i)
+	}
+	rz, err := setupLoops(r, opt, loops, lowWater)
+	if err != nil {
+		return row, err
+	}
+	prm := rz.Params
+	if err := r.startParties(loops, !opt.NoPersist, nil); err != nil {
+		return row, err
+	}
+	stopDealers, err := r.startDealers(2, dealer.Options{LowWater: lowWater, Poll: 200 * time.Millisecond})
+	if err != nil {
+		return row, err
+	}
+	// A party process that exits (a wrong binary, a configuration it
+	// refuses) ends the wait at once, with its output.
+	if err := waitFor(ctx, 5*time.Minute, "parties' set-up", func() bool { return r.procExited() != nil || r.partiesReady() }); err != nil {
+		return row, err
+	}
+	if err := r.procExited(); err != nil {
+		return row, err
+	}
+	if err := r.waitQueues(ctx, loops, lowWater, 10*time.Minute); err != nil {
+		return row, err
+	}
+	stopDealers()
+	row.Setup = time.Since(began)
+	if !opt.ColdHeap {
+		row.PrefaultMB = float64(prefaultHeap()) / (1 << 20)
+	}
+	if opt.LiveDealers > 0 {
+		// Two replicas that check the queues through the floor and the
+		// step as deployed dealers do, at the services' DUET_POLL and this
+		// DUET_POLL_MAX, without refilling (a low-water mark of one item):
+		// what their checks cost the server and the parties' cores.
+		if _, err := r.startDealers(2, dealer.Options{LowWater: 1, Poll: 50 * time.Millisecond, PollMax: opt.LiveDealers}); err != nil {
+			return row, err
+		}
+	}
+
+	// The floor first, on the same server, with this loop's message sizes.
+	if err := stepFloor(ctx, opt, r, &row, loops[0], prm); err != nil {
+		return row, err
+	}
+
+	ls, unsubscribe, err := startLightLoops(r, opt, loops, rz)
+	if err != nil {
+		return row, err
+	}
+	defer unsubscribe()
+	// The step's profile and tick series: scale-<loops>[-persist][-try<k>].*
+	name := fmt.Sprintf("scale-%d", n)
+	if !opt.NoPersist {
+		name += "-persist"
+	}
+	if opt.Repeat > 1 {
+		name += fmt.Sprintf("-try%d", try)
+	}
+	// The CPU by role (roles.go) from a profile of the measured ticks
+	// (warm-up included); with ProfileDir the profile and the extras of
+	// startCPUProfile are written there.
+	if opt.ProfileDir != "" {
+		defer startProfileExtras(filepath.Join(opt.ProfileDir, name))()
+	}
+	prof := startRoleProfile()
+	defer prof.stop()
+	// The parties' counters and the collector's, read when the measured
+	// ticks begin and once they are all answered (the warm-up's ticks are
+	// not in Ticks, so they stay out of these too).
+	var readErr error // a party process's counters could not be read
+	read := func() stepCounts {
+		c, err := r.readCounts(ctx, opt.Server)
+		if err != nil && readErr == nil {
+			readErr = err
+		}
+		return c
+	}
+	cm, procCPU0, faults0 := startCPUMeter(), r.procCPU(), minorFaults()
+	mon := startStallMonitor()
+	var wm waitMeter
+	start := time.Now()
+	measureFrom := start.Add(opt.Warmup)
+	stopAt := measureFrom.Add(opt.Duration)
+	atStart := make(chan stepCounts, 1)
+	go func() {
+		time.Sleep(time.Until(measureFrom))
+		wm = startWaitMeter()
+		atStart <- read()
+	}()
+	var sendWG sync.WaitGroup
+	for i, l := range ls {
+		sendWG.Add(1)
+		go func() {
+			defer sendWG.Done()
+			// Loops are spread evenly over the period, as independent plants would be.
+			time.Sleep(time.Duration(i) * opt.Period / time.Duration(n))
+			l.run(ctx, opt.Period, measureFrom, stopAt)
+		}()
+	}
+	sendWG.Wait()
+	c0 := <-atStart // wm is set
+	waited := wm.end()
+	wall := time.Since(start)
+	st := mon.End()
+	row.Stalls, row.StallMax = st.Count, st.Worst
+	row.RSS = processRSS()
+	time.Sleep(opt.Deadline + 100*time.Millisecond)
+	row.CPU, row.Steal = cm.cores(wall)
+	row.FaultsPerSec = float64(minorFaults()-faults0) / wall.Seconds()
+	roles, raw, err := prof.stop()
+	if err != nil {
+		// The split is an addition to the step's figures, not one of
+		// them: without it the row says n/a.
+		r.log.Warn("bench: CPU by role not measured", "loops", n, "err", err)
+	}
+	row.Roles = roles
+	if r.partyBin != "" {
+		// The parties' CPU is their processes', not this one's.
+		procCPU1 := r.procCPU()
+		for i := range row.Roles.Party {
+			row.Roles.Party[i] = (procCPU1[i] - procCPU0[i]) / wall.Seconds()
+			row.CPU += row.Roles.Party[i] // NaN if unreadable: then unknown
+		}
+	}
+	if opt.ServerOutside {
+		row.serverOutside()
+	}
+	if opt.ProfileDir != "" && raw != nil {
+		if err := os.WriteFile(filepath.Join(opt.ProfileDir, name+".pprof"), raw, 0o644); err != nil {
+			return row, err
+		}
+	}
+	c1 := read()
+	if readErr != nil {
+		return row, readErr
+	}
+	row.addResults(ls, opt.Deadline)
+	row.addCounts(c0, c1, r.partyBin != "")
+	row.SchedP99, row.SyscallsPerTick = waited.SchedP99, perTick(waited.Syscalls, row.Ticks)
+	if opt.ProfileDir != "" {
+		if err := writeTickSeries(filepath.Join(opt.ProfileDir, name+".ticks.csv"), ls, measureFrom); err != nil {
+			return row, err
+		}
+		if err := writeGCSeries(filepath.Join(opt.ProfileDir, name+".gc.csv"), measureFrom, stopAt.Add(opt.Deadline)); err != nil {
+			return row, err
+		}
+		if err := writeConnCounts(filepath.Join(opt.ProfileDir, name+".conns.csv"), c0.broker, c1.broker, row.Ticks); err != nil {
+			return row, err
+		}
+	}
+	row.OK = row.Misses == 0 && row.Wrong == 0 && row.P99 < opt.P99Limit && row.Ticks > 0
+	return row, nil
+}
 
 // setupLoops sets up the step's loops as the real sensor does, in parallel
 // on a few connections, and returns the first loop's resolved controller

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,16 +48,30 @@ func TestConsumerCallbackReturnsWhenLoopStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the item buffer full and a callback blocked", func() bool {
-		return len(w.items) == cap(w.items) && consumeCallbacks() == 1
-	})
+	stop = sync.OnceFunc(stop)
+	t.Cleanup(stop) // a failed wait leaves no callback blocked for the package's other tests
+	// The consumer pulls one message at a time, the next only once the
+	// callback of the one before has returned: with message n delivered, a
+	// callback still running is n's. (A receive from the full buffer moves
+	// the blocked sender's batch in at once, before the sender has returned:
+	// the buffer's length alone does not say which callback is blocked.)
+	cons, err := js.Consumer(ctx, bus.OfflineStream(loop), bus.ConsumerName(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blockedOn := func(n uint64) func() bool {
+		return func() bool {
+			info, err := cons.Info(ctx)
+			return err == nil && info.Delivered.Stream == n && len(w.items) == cap(w.items) && consumeCallbacks() == 1
+		}
+	}
+	waitUntil(t, "the item buffer full and the fourth message's callback blocked", blockedOn(4))
 	if r := <-w.items; len(r) != 1 || r[0].err == nil {
 		t.Fatalf("queued %+v; want one raw item with the malformed message's error", r)
 	}
-	// The blocked callback took the freed place; the next one blocks.
-	waitUntil(t, "the next callback blocked", func() bool {
-		return len(w.items) == cap(w.items) && consumeCallbacks() == 1
-	})
+	// The blocked callback's batch took the freed place; the fifth
+	// message's callback blocks.
+	waitUntil(t, "the fifth message's callback blocked", blockedOn(5))
 	stop()
 	waitUntil(t, "the blocked callback returned after the loop stopped", func() bool { return consumeCallbacks() == 0 })
 }

@@ -266,11 +266,11 @@ func (w *worker) run(ctx context.Context) error {
 	w.sub = sub
 	w.mu.Unlock()
 
-	stop, err := w.consume(ctx)
+	stopConsume, err := w.consume(ctx)
 	if err != nil {
 		return err
 	}
-	defer stop()
+	defer stopConsume()
 
 	w.mu.Lock()
 	if w.prm.Variant == mpc.FixedMask {
