@@ -89,7 +89,8 @@ func consumeCallbacks() int {
 	}
 }
 
-// waitUntil polls cond every 5 ms for up to 5 s.
+// waitUntil polls cond every 5 ms for up to 5 s, and fails the test
+// naming what did not happen.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {

@@ -488,11 +488,7 @@ func TestMaskShareWaitsForStateWrite(t *testing.T) {
 	r.check(4, y, item)
 	r.awaitMasks(0, 5)
 	w := r.w[1]
-	for deadline := time.Now().Add(5 * time.Second); !w.persist.poll(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("party1's refused write was not answered")
-		}
-	}
+	waitUntil(t, "party1's refused write answered", w.persist.poll)
 	r.network()
 	if w.persist.res.err == nil || !w.pre.ok || r.maskSent[1] != 4 {
 		t.Fatalf("party1, its write refused (%v): pre-opened %v, %d mask shares sent; want a pre-opening and 4", w.persist.res.err, w.pre.ok, r.maskSent[1])
