@@ -120,7 +120,8 @@ type Cluster struct {
 	audit     [2]map[uint64]uint64 // tick -> item, per party
 	used      [2]map[uint64]uint64 // item -> tick, per party (reuse detection)
 	reuse     int
-	plantUp   bool // StartPlant ran
+	versions  [2]stateVersions // what each party's Options.StateVersion reported
+	plantUp   bool             // StartPlant ran
 	live      liveStats
 	settle    settleState
 	dealers   map[string]context.CancelFunc
@@ -216,6 +217,7 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 		Metrics: map[string]*metrics.Set{}, records: map[uint64]*TickRecord{}, dealers: map[string]context.CancelFunc{}}
 	for i := range c.audit {
 		c.audit[i], c.used[i] = map[uint64]uint64{}, map[uint64]uint64{}
+		c.versions[i].by = map[uint64]uint64{}
 	}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	for _, r := range codec.AllRoles {
@@ -418,6 +420,13 @@ func (c *Cluster) StartParty(i int) error {
 				c.opt.AfterMultiply(i, tick)
 			}
 		}}
+	if c.opt.Sink == nil { // Followed's data: a map entry per tick, so not for a long run's sink
+		opt.StateVersion = func(_ string, tick, version uint64) {
+			c.mu.Lock()
+			c.versions[i].on(tick, version)
+			c.mu.Unlock()
+		}
+	}
 	if !c.opt.NoPersist {
 		if err := opt.Persist(c.ids[codec.PartyRole(i)], c.opt.FileStore); err != nil {
 			return err

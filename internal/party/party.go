@@ -63,6 +63,13 @@ type Options struct {
 	// Audit, if set, is called once per completed multiplication with the
 	// stream sequence of the item used (a test hook and audit log).
 	Audit func(loop string, tick, item uint64)
+	// StateVersion, if set, is called whenever a loop's state takes another
+	// version: one higher after tick's update, one lower when a rollback
+	// gives the last update up (tick: the tick that found the mismatch),
+	// and the persisted one when the state is restored (tick: the tick it
+	// was written after). A test hook: the demo's plaintext reference
+	// follows the updates the parties kept.
+	StateVersion func(loop string, tick, version uint64)
 }
 
 // Service runs one party for many loops.
@@ -291,7 +298,7 @@ func (s *Service) Ready() bool {
 type LoopStatus struct {
 	Ready    bool
 	Restored bool   // the state share came from the persisted record
-	Version  uint64 // state updates completed
+	Version  uint64 // state updates kept (a rollback takes one back)
 	// Instance is this instance's number in the messages it sends the other
 	// party (codec.MulPayload.Inc; 0 without persisted state), and Peer
 	// that of the other party's instance the loop works with.

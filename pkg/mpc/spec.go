@@ -293,22 +293,31 @@ func (s ControllerSpec) NewFloatController() *FloatController {
 	return fc
 }
 
+// Output returns u_t for y_t without advancing the state (for a tick whose
+// update the secure loop gave up). The slice is reused.
+func (fc *FloatController) Output(y []float64) []float64 {
+	mulAdd(fc.u, fc.c, fc.x, fc.d, y)
+	return fc.u
+}
+
 // Step returns u_t for y_t and advances the state. The slice is reused.
 func (fc *FloatController) Step(y []float64) []float64 {
-	mv := func(dst []float64, m1 [][]float64, v1 []float64, m2 [][]float64, v2 []float64) {
-		for i := range dst {
-			s := 0.0
-			for j, x := range v1 {
-				s += m1[i][j] * x
-			}
-			for j, x := range v2 {
-				s += m2[i][j] * x
-			}
-			dst[i] = s
-		}
-	}
-	mv(fc.u, fc.c, fc.x, fc.d, y)
-	mv(fc.nx, fc.a, fc.x, fc.b, y)
+	fc.Output(y)
+	mulAdd(fc.nx, fc.a, fc.x, fc.b, y)
 	fc.x, fc.nx = fc.nx, fc.x
 	return fc.u
+}
+
+// mulAdd sets dst = m1 v1 + m2 v2.
+func mulAdd(dst []float64, m1 [][]float64, v1 []float64, m2 [][]float64, v2 []float64) {
+	for i := range dst {
+		s := 0.0
+		for j, x := range v1 {
+			s += m1[i][j] * x
+		}
+		for j, x := range v2 {
+			s += m2[i][j] * x
+		}
+		dst[i] = s
+	}
 }
