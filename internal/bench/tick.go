@@ -358,8 +358,8 @@ type tickRecorder struct {
 	wake    chan uint64
 	sent    uint64 // measurements sent (the parties' state version after they complete)
 
-	// partiesAt reports whether both parties completed v state updates,
-	// asked every poll (default 50 µs) until they have.
+	// partiesAt reports whether both parties' state is at version v or
+	// later (v updates kept), asked every poll (default 50 µs) until it is.
 	partiesAt func(v uint64) bool
 	poll      time.Duration
 	abandoned int

@@ -120,8 +120,9 @@ type Cluster struct {
 	audit     [2]map[uint64]uint64 // tick -> item, per party
 	used      [2]map[uint64]uint64 // item -> tick, per party (reuse detection)
 	reuse     int
-	versions  [2]stateVersions // what each party's Options.StateVersion reported
-	plantUp   bool             // StartPlant ran
+	versions  stateVersions // what P0's Options.StateVersion reported (Followed)
+	instances [2]int        // StartParty calls per party
+	plantUp   bool          // StartPlant ran
 	live      liveStats
 	settle    settleState
 	dealers   map[string]context.CancelFunc
@@ -214,10 +215,9 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{users: c0.users, opt: opt, ns: ns, url: ns.ClientURL(), port: ns.Addr().(*net.TCPAddr).Port, store: dir, ids: map[codec.Role]*codec.Identity{}, pubs: map[codec.Role]string{},
-		Metrics: map[string]*metrics.Set{}, records: map[uint64]*TickRecord{}, dealers: map[string]context.CancelFunc{}}
+		Metrics: map[string]*metrics.Set{}, records: map[uint64]*TickRecord{}, dealers: map[string]context.CancelFunc{}, versions: stateVersions{by: map[uint64]uint64{}}}
 	for i := range c.audit {
 		c.audit[i], c.used[i] = map[uint64]uint64{}, map[uint64]uint64{}
-		c.versions[i].by = map[uint64]uint64{}
 	}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	for _, r := range codec.AllRoles {
@@ -420,11 +420,19 @@ func (c *Cluster) StartParty(i int) error {
 				c.opt.AfterMultiply(i, tick)
 			}
 		}}
-	if c.opt.Sink == nil { // Followed's data: a map entry per tick, so not for a long run's sink
-		opt.StateVersion = func(_ string, tick, version uint64) {
+	c.mu.Lock()
+	c.instances[i]++
+	instance := c.instances[i]
+	c.mu.Unlock()
+	if i == 0 && c.opt.Sink == nil { // Followed's data: a map entry per state version, so not for a long run's sink
+		opt.StateVersion = func(_ string, tick, version uint64, updated bool) {
 			c.mu.Lock()
-			c.versions[i].on(tick, version)
-			c.mu.Unlock()
+			defer c.mu.Unlock()
+			if instance != c.instances[0] {
+				c.versions.fail(fmt.Sprintf("party0's instance %d reported version %d at tick %d after instance %d started", instance, version, tick, c.instances[0]))
+				return
+			}
+			c.versions.on(tick, version, updated)
 		}
 	}
 	if !c.opt.NoPersist {

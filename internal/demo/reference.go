@@ -18,27 +18,37 @@ import (
 // measurements taking only the updates the parties kept, so that a test
 // can allow misses and still hold every other tick to the bound.
 
-// stateVersions is what a party's Options.StateVersion reported.
+// stateVersions is what P0's Options.StateVersion reported.
 type stateVersions struct {
 	by  map[uint64]uint64 // version -> the tick whose update made it (the latest)
 	cur uint64            // the state's version now
-	// bad is set when the versions cannot be followed: one more than one
-	// above the last, or one more than one below it (the state started
-	// afresh, or a restore lost more than the one update a rollback mends).
+	// bad says why the versions cannot be followed, if they cannot.
 	bad string
 }
 
-// on records that the state took version after tick.
-func (v *stateVersions) on(tick, version uint64) {
+// on records that the state took version: after tick's update, or (not
+// updated) as a party instance started or after a rollback.
+func (v *stateVersions) on(tick, version uint64, updated bool) {
 	switch {
-	case version > v.cur+1 || version+1 < v.cur:
-		if v.bad == "" {
-			v.bad = fmt.Sprintf("state version %d after %d (tick %d)", version, v.cur, tick)
-		}
-	case version == v.cur+1:
+	case updated && version != v.cur+1:
+		v.fail(fmt.Sprintf("an update at tick %d to state version %d from %d", tick, version, v.cur))
+	case updated:
 		v.by[version] = tick
+	case version+1 < v.cur:
+		// More than the one update a rollback gives up: the state started
+		// afresh, or a restore lost updates.
+		v.fail(fmt.Sprintf("state version %d after %d (tick %d)", version, v.cur, tick))
 	}
+	// A version above cur without an update is a restore of an update
+	// rolled back but not yet written again: by still holds its tick.
 	v.cur = version
+}
+
+// fail records the first reason the versions cannot be followed.
+func (v *stateVersions) fail(why string) {
+	if v.bad == "" {
+		v.bad = why
+	}
 }
 
 // kept returns the ticks whose updates the state holds now.
@@ -61,14 +71,16 @@ func (v *stateVersions) kept() (map[uint64]bool, error) {
 // controller's output replayed over the recorded measurements, from the
 // state that P0's kept updates lead to: the ticks P0 abandoned, or whose
 // update it rolled back, do not advance it. It is for one set-up's run
-// without Options.Sink.
+// without Options.Sink, with one instance of P0 at a time; where P0's
+// versions cannot be followed (a second instance reporting, the state
+// started afresh) it says so.
 func (c *Cluster) Followed() ([]TickRecord, error) {
 	if c.opt.Sink != nil {
 		return nil, errors.New("demo: Followed needs every record; this cluster hands them to its Sink")
 	}
 	recs := c.Records()
 	c.mu.Lock()
-	kept, err := c.versions[0].kept()
+	kept, err := c.versions.kept()
 	c.mu.Unlock()
 	if err != nil {
 		return nil, err

@@ -46,36 +46,59 @@ func TestFollowSkipsTheUpdatesGivenUp(t *testing.T) {
 	}
 }
 
-// stateVersions keeps, per version, the latest tick that made it: a
-// rollback's version is made again by a later tick.
+// stateVersions keeps, per version, the latest tick whose update made it:
+// a version given up by a rollback is made again by a later tick.
 func TestStateVersionsFollowRollbacks(t *testing.T) {
-	v := stateVersions{by: map[uint64]uint64{}}
-	for _, e := range [][2]uint64{{1, 1}, {2, 2}, {3, 3}, {4, 2}, {5, 3}, {6, 4}, {6, 3} /* restored one behind */, {8, 4}} {
-		v.on(e[0], e[1])
+	type ev struct {
+		tick, version uint64
+		updated       bool
 	}
-	kept, err := v.kept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []uint64{1, 2, 5, 8}
-	if len(kept) != len(want) {
-		t.Fatalf("kept %v, want %v", kept, want)
-	}
-	for _, tk := range want {
-		if !kept[tk] {
-			t.Fatalf("kept %v, want %v", kept, want)
-		}
-	}
-	for name, events := range map[string][][2]uint64{
-		"a version skipped": {{1, 1}, {2, 3}},
-		"started afresh":    {{1, 1}, {2, 2}, {3, 3}, {9, 1}},
-	} {
+	run := func(events []ev) (map[uint64]bool, error) {
 		v := stateVersions{by: map[uint64]uint64{}}
 		for _, e := range events {
-			v.on(e[0], e[1])
+			v.on(e.tick, e.version, e.updated)
 		}
-		if _, err := v.kept(); err == nil || !strings.Contains(err.Error(), "cannot be followed") {
-			t.Errorf("%s: err %v", name, err)
+		return v.kept()
+	}
+	for name, c := range map[string]struct {
+		events []ev
+		kept   []uint64
+	}{
+		"updates":  {[]ev{{0, 0, false}, {1, 1, true}, {2, 2, true}, {3, 3, true}}, []uint64{1, 2, 3}},
+		"rollback": {[]ev{{1, 1, true}, {2, 2, true}, {3, 3, true}, {4, 2, false}, {5, 3, true}, {6, 4, true}}, []uint64{1, 2, 5, 6}},
+		// Restored one behind (the last update not yet written), then on.
+		"restored behind": {[]ev{{1, 1, true}, {2, 2, true}, {3, 3, true}, {2, 2, false}, {5, 3, true}}, []uint64{1, 2, 5}},
+		// A rollback, then a restore of the record from before it.
+		"restored ahead": {[]ev{{1, 1, true}, {2, 2, true}, {3, 3, true}, {4, 2, false}, {3, 3, false}, {5, 4, true}}, []uint64{1, 2, 3, 5}},
+		// Afresh from version 1: as the rollback of tick 1's update.
+		"afresh from 1": {[]ev{{1, 1, true}, {0, 0, false}, {2, 1, true}}, []uint64{2}},
+	} {
+		kept, err := run(c.events)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if len(kept) != len(c.kept) {
+			t.Errorf("%s: kept %v, want %v", name, kept, c.kept)
+			continue
+		}
+		for _, tk := range c.kept {
+			if !kept[tk] {
+				t.Errorf("%s: kept %v, want %v", name, kept, c.kept)
+			}
+		}
+	}
+	for name, c := range map[string]struct {
+		events []ev
+		want   string
+	}{
+		"a version skipped":   {[]ev{{1, 1, true}, {2, 3, true}}, "an update at tick 2 to state version 3 from 1"},
+		"an update repeated":  {[]ev{{1, 1, true}, {2, 1, true}}, "an update at tick 2 to state version 1 from 1"},
+		"afresh from 3":       {[]ev{{1, 1, true}, {2, 2, true}, {3, 3, true}, {0, 0, false}, {9, 1, true}}, "state version 0 after 3"},
+		"restored, no update": {[]ev{{1, 1, true}, {5, 3, false}}, "no tick made state version 2"},
+	} {
+		if _, err := run(c.events); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err %v, want %q", name, err, c.want)
 		}
 	}
 }

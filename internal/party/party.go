@@ -64,12 +64,14 @@ type Options struct {
 	// stream sequence of the item used (a test hook and audit log).
 	Audit func(loop string, tick, item uint64)
 	// StateVersion, if set, is called whenever a loop's state takes another
-	// version: one higher after tick's update, one lower when a rollback
-	// gives the last update up (tick: the tick that found the mismatch),
-	// and the persisted one when the state is restored (tick: the tick it
-	// was written after). A test hook: the demo's plaintext reference
-	// follows the updates the parties kept.
-	StateVersion func(loop string, tick, version uint64)
+	// version: with updated after tick's update (one higher); without, once
+	// as the loop starts (the restored version and the tick its record was
+	// written after, or 0 and 0) and after a rollback that gives the last
+	// update up (one lower; tick: the tick that found the mismatch). It
+	// runs under the loop's lock, maybe on the service's dispatcher: it
+	// must be quick and must not call the Service. A test hook: the demo's
+	// plaintext reference follows the updates the parties kept.
+	StateVersion func(loop string, tick, version uint64, updated bool)
 }
 
 // Service runs one party for many loops.

@@ -98,11 +98,26 @@ func TestRollbackIsPersisted(t *testing.T) {
 	if err := w.save(ctx); err != nil || !w.flushState(ctx) {
 		t.Fatalf("version 5 not persisted: %v", err)
 	}
+	type event struct {
+		tick, version uint64
+		updated       bool
+	}
+	var events []event
+	w.s.opt.StateVersion = func(_ string, tick, version uint64, updated bool) {
+		events = append(events, event{tick, version, updated})
+	}
 	// Tick 10 is open with item 77; the peer's message says version 4.
 	w.cur, w.st, w.item = 10, begun, 77
 	w.onMul(10, peerMul{item: 77, version: 4})
 	if w.version != 4 || w.st != idle {
 		t.Fatalf("after the mismatch: version %d, stage %v; want 4, idle", w.version, w.st)
+	}
+	// The rollback is reported (Options.StateVersion, LoopStatus).
+	if want := (event{10, 4, false}); len(events) != 1 || events[0] != want {
+		t.Errorf("state versions reported %v, want [%v]", events, want)
+	}
+	if v := w.versionPub.Load(); v != 4 {
+		t.Errorf("LoopStatus.Version %d after the rollback, want 4", v)
 	}
 	if !w.flushState(ctx) { // what the next tick's start does
 		t.Fatal("the rolled-back state not persisted")

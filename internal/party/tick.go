@@ -186,7 +186,7 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 			if err := w.p.SetState(w.prev); err == nil {
 				w.version--
 				w.hasPrev = false
-				w.onVersion()
+				w.onVersion(false)
 				if w.persist != nil {
 					// The record holds the update given up: the next
 					// tick's start writes the rolled-back state first
@@ -312,7 +312,7 @@ func (w *worker) finish(tr *mpc.TruncMsg, prev mpc.Matrix) {
 	}
 	w.prev, w.hasPrev = prev, true
 	w.version++
-	w.onVersion()
+	w.onVersion(true)
 	w.st = idle
 	w.count(&w.ctrTicks, w.s.opt.Metrics.Ticks)
 	if w.persist != nil {
@@ -374,12 +374,12 @@ func (w *worker) peerPast() bool {
 	return false
 }
 
-// onVersion publishes the state's new version (LoopStatus, and
-// Options.StateVersion).
-func (w *worker) onVersion() {
+// onVersion publishes the state's version (LoopStatus, and
+// Options.StateVersion): updated after a tick's update.
+func (w *worker) onVersion(updated bool) {
 	w.versionPub.Store(w.version)
 	if w.s.opt.StateVersion != nil {
-		w.s.opt.StateVersion(w.loop, w.cur, w.version)
+		w.s.opt.StateVersion(w.loop, w.cur, w.version, updated)
 	}
 }
 

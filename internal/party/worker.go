@@ -241,6 +241,9 @@ func (w *worker) run(ctx context.Context) error {
 	if err := w.restore(ctx); err != nil {
 		return err
 	}
+	w.mu.Lock()
+	w.onVersion(false) // the version the loop starts from: restored, or 0
+	w.mu.Unlock()
 	// One subscription for the sensor's and the other party's messages keeps
 	// their arrival order. P0 sends its Protocol 2 message Trunc(t) right
 	// after its output share (the state rows it needs are computed in
