@@ -358,8 +358,9 @@ type tickRecorder struct {
 	wake    chan uint64
 	sent    uint64 // measurements sent (the parties' state version after they complete)
 
-	// partiesAt reports whether both parties' state is at version v or
-	// later (v updates kept), asked every poll (default 50 µs) until it is.
+	// partiesAt reports whether both parties have completed v ticks (in
+	// process, their state is at version v or later; as processes, their
+	// duet_ticks_total is), asked every poll (default 50 µs) until they have.
 	partiesAt func(v uint64) bool
 	poll      time.Duration
 	abandoned int

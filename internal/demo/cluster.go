@@ -121,7 +121,7 @@ type Cluster struct {
 	used      [2]map[uint64]uint64 // item -> tick, per party (reuse detection)
 	reuse     int
 	versions  stateVersions // what P0's Options.StateVersion reported (Followed)
-	instances [2]int        // StartParty calls per party
+	p0Starts  int           // StartParty(0) calls: the instance the hook belongs to
 	plantUp   bool          // StartPlant ran
 	live      liveStats
 	settle    settleState
@@ -420,16 +420,16 @@ func (c *Cluster) StartParty(i int) error {
 				c.opt.AfterMultiply(i, tick)
 			}
 		}}
-	c.mu.Lock()
-	c.instances[i]++
-	instance := c.instances[i]
-	c.mu.Unlock()
 	if i == 0 && c.opt.Sink == nil { // Followed's data: a map entry per state version, so not for a long run's sink
+		c.mu.Lock()
+		c.p0Starts++
+		instance := c.p0Starts
+		c.mu.Unlock()
 		opt.StateVersion = func(_ string, tick, version uint64, updated bool) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			if instance != c.instances[0] {
-				c.versions.fail(fmt.Sprintf("party0's instance %d reported version %d at tick %d after instance %d started", instance, version, tick, c.instances[0]))
+			if instance != c.p0Starts {
+				c.versions.fail(fmt.Sprintf("party0's instance %d reported version %d at tick %d after instance %d started", instance, version, tick, c.p0Starts))
 				return
 			}
 			c.versions.on(tick, version, updated)

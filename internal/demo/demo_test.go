@@ -53,6 +53,18 @@ func startWith(t *testing.T, opt Options, minItems int) *Cluster {
 	return c
 }
 
+// followed returns c's records with the reference that follows P0's kept
+// updates (Cluster.Followed), for a test that allows misses: after one the
+// parties' state is an update behind the sensor's reference.
+func followed(t *testing.T, c *Cluster) []TickRecord {
+	t.Helper()
+	recs, err := c.Followed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
 // checkAudit asserts P0 and P1 used the same item on every tick and no item twice.
 func checkAudit(t *testing.T, c *Cluster, minTicks int) {
 	t.Helper()
@@ -73,10 +85,7 @@ func TestLoopBalancesOverNATS(t *testing.T) {
 				t.Fatal(err)
 			}
 			time.Sleep(100 * time.Millisecond)
-			recs, err := c.Followed() // a miss leaves the parties' state one update behind the sensor's
-			if err != nil {
-				t.Fatal(err)
-			}
+			recs := followed(t, c)
 			s := Summarize(recs)
 			if s.Applied < 495 {
 				t.Fatalf("applied %d of 500 ticks", s.Applied)

@@ -93,13 +93,8 @@ func secondInstanceFencesFirst(t *testing.T, i int, variant mpc.Variant, twoHop 
 		t.Errorf("the fenced instance took %v more items", got-taken)
 	}
 	recs := c.Records()
-	if i == 1 {
-		// P0 ran as one instance throughout, so the reference can follow
-		// the updates it kept (a miss leaves them one behind the sensor's).
-		var err error
-		if recs, err = c.Followed(); err != nil {
-			t.Fatal(err)
-		}
+	if i == 1 { // P0 ran as one instance throughout: the reference can follow it
+		recs = followed(t, c)
 	}
 	s := Summarize(recs[len(startAt):])
 	if bound := sim.OutputBound(cs, c.Sensor.Resolved()); s.Applied < after-2 || s.Misses > 2 || s.MaxDiff > bound {

@@ -65,11 +65,7 @@ func TestFixedSReplayRefused(t *testing.T) {
 	if got := counter(c, "party1", "replay") - before; got < 3 {
 		t.Errorf("party1 replay rejects = %v after three foreign S shares, want >= 3", got)
 	}
-	recs, err := c.Followed() // a miss leaves the parties' state one update behind the sensor's
-	if err != nil {
-		t.Fatal(err)
-	}
-	sm := Summarize(recs)
+	sm := Summarize(followed(t, c))
 	cs, _ := pendulum(t)
 	if bound := sim.OutputBound(cs, c.Sensor.Resolved()); sm.Applied < 240 || sm.MaxDiff > bound {
 		t.Fatalf("loop disturbed: %d applied, max |u - u_plain| %g (bound %g) of 250 ticks", sm.Applied, sm.MaxDiff, bound)

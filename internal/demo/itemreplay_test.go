@@ -139,13 +139,7 @@ func TestReplayedOfflineItemsRefused(t *testing.T) {
 			if consumed("party0")-c0 < 780 {
 				t.Errorf("party0 used %v items in 800 ticks", consumed("party0")-c0)
 			}
-			// Against the reference that follows the parties' kept updates:
-			// a miss leaves their state one update behind the sensor's.
-			recs, err := c.Followed()
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := Summarize(recs)
+			s := Summarize(followed(t, c))
 			if bound := sim.OutputBound(cs, c.Sensor.Resolved()); s.Applied < total-misses || s.Misses > misses || s.MaxDiff > bound {
 				t.Fatalf("loop disturbed: %d applied, %d misses, max |u - u_plain| %g (bound %g) of %d ticks", s.Applied, s.Misses, s.MaxDiff, bound, total)
 			}

@@ -220,6 +220,11 @@ func (c *Cluster) onAudit(id int, tick, item uint64) {
 func (c *Cluster) Records() []TickRecord {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.recordsLocked()
+}
+
+// recordsLocked is Records with c.mu held.
+func (c *Cluster) recordsLocked() []TickRecord {
 	out := make([]TickRecord, 0, len(c.records))
 	for _, r := range c.records {
 		out = append(out, *r)

@@ -78,8 +78,8 @@ func (c *Cluster) Followed() ([]TickRecord, error) {
 	if c.opt.Sink != nil {
 		return nil, errors.New("demo: Followed needs every record; this cluster hands them to its Sink")
 	}
-	recs := c.Records()
 	c.mu.Lock()
+	recs := c.recordsLocked()
 	kept, err := c.versions.kept()
 	c.mu.Unlock()
 	if err != nil {
@@ -91,9 +91,14 @@ func (c *Cluster) Followed() ([]TickRecord, error) {
 // follow sets each record's UPlain to the float64 controller's output on its
 // measurement, advancing the controller only on the kept ticks. The
 // records are in tick order.
+//
+// A tick applied in time whose update was not kept was rolled back, and a
+// rollback is found by a tick that misses (the state versions differ), so
+// there are no more of them than missed ticks: more would be updates lost
+// without a miss, which following P0 would otherwise hide.
 func follow(spec mpc.ControllerSpec, recs []TickRecord, kept map[uint64]bool) error {
 	fc := spec.NewFloatController()
-	n := 0
+	n, rolledBack, missed := 0, 0, 0
 	for i := range recs {
 		r := &recs[i]
 		if r.Y == nil {
@@ -102,15 +107,24 @@ func follow(spec mpc.ControllerSpec, recs []TickRecord, kept map[uint64]bool) er
 			}
 			continue
 		}
+		if !r.Applied || r.Miss {
+			missed++
+		}
 		if kept[r.Tick] {
 			r.UPlain = slices.Clone(fc.Step(r.Y))
 			n++
 		} else {
 			r.UPlain = slices.Clone(fc.Output(r.Y))
+			if r.Applied && !r.Miss {
+				rolledBack++
+			}
 		}
 	}
 	if n != len(kept) {
 		return fmt.Errorf("demo: %d kept updates, %d of them on recorded ticks", len(kept), n)
+	}
+	if rolledBack > missed {
+		return fmt.Errorf("demo: %d ticks applied in time without their update kept, more than the %d missed ticks that would have found their rollbacks", rolledBack, missed)
 	}
 	return nil
 }

@@ -44,6 +44,22 @@ func TestFollowSkipsTheUpdatesGivenUp(t *testing.T) {
 			t.Errorf("kept %v: err %v, want %q", c.kept, err, c.want)
 		}
 	}
+
+	// Tick 3 applied in time without its update kept: a rollback, which the
+	// missed tick 4 found. Without a miss, an update was lost unseen.
+	applied := func(miss4 bool) []TickRecord {
+		rs := []TickRecord{{Tick: 1}, {Tick: 2}, {Tick: 3}, {Tick: 4, Miss: miss4}, {Tick: 5}}
+		for i := range rs {
+			rs[i].Y, rs[i].Applied = []float64{1}, true
+		}
+		return rs
+	}
+	if err := follow(spec, applied(true), map[uint64]bool{1: true, 2: true, 5: true}); err != nil {
+		t.Errorf("a rollback found by a miss: %v", err)
+	}
+	if err := follow(spec, applied(false), map[uint64]bool{1: true, 2: true, 4: true, 5: true}); err == nil || !strings.Contains(err.Error(), "1 ticks applied in time without their update kept, more than the 0 missed ticks") {
+		t.Errorf("an update lost without a miss: err %v", err)
+	}
 }
 
 // stateVersions keeps, per version, the latest tick whose update made it:

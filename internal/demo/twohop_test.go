@@ -199,11 +199,7 @@ func TestTwoHopPartiesRejectMalformed(t *testing.T) {
 	if two := testutil.ToFloat64(c.Metrics["sensor"].TickPaths.WithLabelValues(c.opt.Loop, "two_hop")) - two0; two < ticks-20 {
 		t.Errorf("after the malformed messages %v of %d ticks went in two hops", two, ticks)
 	}
-	recs, err := c.Followed() // a miss leaves the parties' state one update behind the sensor's
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := Summarize(recs)
+	s := Summarize(followed(t, c))
 	if s.Applied < 30+ticks-5 || s.Misses > 5 {
 		t.Fatalf("loop disturbed: %d applied, %d misses of %d ticks", s.Applied, s.Misses, 30+ticks)
 	}

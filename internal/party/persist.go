@@ -194,6 +194,7 @@ func (w *worker) restoreOnce(ctx context.Context) error {
 	w.guard.Restore(w.loop, rec.Tick)
 	w.restored = true
 	w.restoredPub.Store(true)
+	w.versionPub.Store(rec.Version) // with Restored; run reports it (onVersion) once restore returns
 	w.s.opt.Log.Info("state restored", "party", w.id, "loop", w.loop, "version", rec.Version, "tick", rec.Tick, "hwm", rec.HWM)
 	return w.claim(ctx, e.Revision())
 }

@@ -77,7 +77,7 @@ type worker struct {
 	cur     uint64
 	st      stage
 	item    uint64 // stream sequence of the item in use
-	version uint64 // number of state updates completed
+	version uint64 // state updates kept (a rollback takes one back)
 	prev    mpc.Matrix
 	hasPrev bool
 	hwm     uint64 // highest item id taken (itemID: stream sequence and index)
