@@ -69,7 +69,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	s := res.Summary
 	fmt.Fprintf(stdout, "ticks %d, applied %d, misses %d\n", s.Ticks, s.Applied, s.Misses)
 	fmt.Fprintf(stdout, "tick latency p50 %v, p99 %v (sensor publish to actuator reconstruction)\n", s.P50, s.P99)
-	fmt.Fprintf(stdout, "max |u - uplain| %.3g V\n", s.MaxDiff)
+	fmt.Fprintf(stdout, "max |u - uplain| %.3g V, bound %.3g V (uplain: the float64 controller, stepped on the state updates the parties kept)\n", s.MaxDiff, res.Bound)
+	if res.FollowErr != nil {
+		fmt.Fprintf(stdout, "  %v\n", res.FollowErr)
+	}
 	fmt.Fprintf(stdout, "items: %d ticks paired, %d mismatched, %d reused\n", res.Audit.Ticks, res.Audit.Mismatched, res.Audit.Reused)
 	if p := res.Paths; *twoHop {
 		fmt.Fprintf(stdout, "two-hop tick: %d measurements sent masked, %d as shares (three hops); of the masked, run with the exchange after them: P0 %d, P1 %d\n",
@@ -86,6 +89,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if res.Audit.Mismatched > 0 || res.Audit.Reused > 0 {
 		return fmt.Errorf("demo: offline items mismatched or reused")
+	}
+	if res.FollowErr == nil && s.MaxDiff > res.Bound {
+		return fmt.Errorf("demo: max |u - uplain| %.3g V exceeds the fixed-point bound %.3g V", s.MaxDiff, res.Bound)
 	}
 	if ps.Kind != plant.KindQube {
 		// No balance to check: the loop fails if it applied no input, or

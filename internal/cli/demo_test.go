@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -47,5 +48,28 @@ func TestDemoFlagsChecked(t *testing.T) {
 		if stdout.Len() > 0 {
 			t.Errorf("demo %s %s ran: %s", c.flag, c.val, stdout.String())
 		}
+	}
+}
+
+// TestDemoReportsTheBound runs a short demo: it prints |u - uplain| against
+// the fixed-point bound, with uplain the float64 controller on the updates
+// the parties kept, and passes (the bound held and the pendulum balanced).
+func TestDemoReportsTheBound(t *testing.T) {
+	t.Chdir("../..")
+	var stdout, stderr bytes.Buffer
+	if err := Run(context.Background(), []string{"demo", "--fast", "--duration", "5s", "--out", ""}, &stdout, &stderr); err != nil {
+		t.Fatalf("%v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	var diff, bound float64
+	i := strings.Index(out, "max |u - uplain| ")
+	if i < 0 {
+		t.Fatalf("no max |u - uplain| line in\n%s", out)
+	}
+	if _, err := fmt.Sscanf(out[i:], "max |u - uplain| %g V, bound %g V (uplain: the float64 controller, stepped on the state updates the parties kept)", &diff, &bound); err != nil {
+		t.Fatalf("%v: %q", err, out[i:])
+	}
+	if !(bound > 0) || diff > bound || strings.Contains(out, "the sensor's reference") || !strings.Contains(out, "balanced: ") {
+		t.Fatalf("max |u - uplain| %g, bound %g:\n%s", diff, bound, out)
 	}
 }

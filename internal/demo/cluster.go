@@ -76,7 +76,9 @@ type Options struct {
 	// its item audit then too; the cluster then forgets the tick, so a run
 	// of any length holds a bounded window of records. Records returns only
 	// the ticks not yet handed over, and Settle hands over the rest. Nil
-	// (the tests): every record is kept until Close.
+	// (the tests): every record is kept until Close. The records handed
+	// over have as UPlain the float64 controller stepped on P0's kept
+	// updates (as Followed gives them), as far as FollowErr allows.
 	Sink func(TickRecord)
 	// TwoHop runs the sensor and both parties with the two-hop tick
 	// (DUET_TWO_HOP).
@@ -88,7 +90,10 @@ type Options struct {
 
 // TickRecord is everything observed about one tick.
 type TickRecord struct {
-	Tick         uint64
+	Tick uint64
+	// Y is the measurement; UPlain the float64 controller's output on it,
+	// stepped on every measurement as the sensor sends it (but see
+	// Followed and Options.Sink).
 	Y, UPlain    []float64
 	U            []float64
 	Latency      time.Duration
@@ -120,7 +125,7 @@ type Cluster struct {
 	audit     [2]map[uint64]uint64 // tick -> item, per party
 	used      [2]map[uint64]uint64 // item -> tick, per party (reuse detection)
 	reuse     int
-	versions  stateVersions // what P0's Options.StateVersion reported (Followed)
+	versions  stateVersions // what P0's Options.StateVersion reported (Followed, followSettled)
 	p0Starts  int           // StartParty(0) calls: the instance the hook belongs to
 	plantUp   bool          // StartPlant ran
 	live      liveStats
@@ -420,7 +425,7 @@ func (c *Cluster) StartParty(i int) error {
 				c.opt.AfterMultiply(i, tick)
 			}
 		}}
-	if i == 0 && c.opt.Sink == nil { // Followed's data: a map entry per state version, so not for a long run's sink
+	if i == 0 { // Followed's data, and with a Sink its streamed reference (which drops each version's entry as its tick settles)
 		c.mu.Lock()
 		c.p0Starts++
 		instance := c.p0Starts

@@ -65,6 +65,15 @@ func followed(t *testing.T, c *Cluster) []TickRecord {
 	return recs
 }
 
+// checkBound asserts the ticks applied in time were within the fixed-point
+// bound of the float64 controller.
+func checkBound(t *testing.T, c *Cluster, s Summary) {
+	t.Helper()
+	if bound := sim.OutputBound(c.opt.Controller, c.Sensor.Resolved()); s.MaxDiff > bound {
+		t.Errorf("max |u - uplain| %.4g over %d ticks applied in time exceeds the bound %.4g", s.MaxDiff, s.Applied-s.Misses, bound)
+	}
+}
+
 // checkAudit asserts P0 and P1 used the same item on every tick and no item twice.
 func checkAudit(t *testing.T, c *Cluster, minTicks int) {
 	t.Helper()

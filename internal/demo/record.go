@@ -54,6 +54,11 @@ type settleState struct {
 	late    int    // events for ticks already settled (dropped)
 	closed  bool   // Settle ran: the sink is not called again
 	audit   Audit  // settled ticks' audit
+	// follow replays the float64 controller over the settled ticks on
+	// P0's kept updates (as Followed does for a test's whole run), until
+	// followErr says why it cannot.
+	follow    follower
+	followErr error
 }
 
 // settled reports whether tick t was already handed to the sink (or Settle
@@ -152,7 +157,9 @@ func (c *Cluster) settleBelow(limit uint64) {
 // settleTick hands tick t's record to the sink and folds its audit into
 // the settled totals.
 func (c *Cluster) settleTick(t uint64) {
-	if r := c.records[t]; r != nil {
+	r := c.records[t]
+	c.followSettled(t, r)
+	if r != nil {
 		delete(c.records, t)
 		c.opt.Sink(*r)
 	}
@@ -191,6 +198,43 @@ func (c *Cluster) Settle() {
 	}
 	c.settle.started, c.settle.closed = true, true
 	c.settleBelow(limit)
+	if c.settle.followErr == nil {
+		c.settle.followErr = c.settle.follow.check()
+	}
+}
+
+// followSettled sets the UPlain of tick t, which is settling, to the float64
+// controller's output stepped on P0's kept updates. From the first tick
+// where P0's versions cannot be followed on, the records keep the sensor's
+// reference, and FollowErr says why.
+func (c *Cluster) followSettled(t uint64, r *TickRecord) {
+	s := &c.settle
+	if s.followErr != nil {
+		return
+	}
+	if s.follow.fc == nil {
+		s.follow = newFollower(c.opt.Controller)
+	}
+	kept, err := c.versions.take(t)
+	switch {
+	case err != nil:
+	case r != nil:
+		err = s.follow.next(r, kept)
+	case kept:
+		err = fmt.Errorf("demo: tick %d's update was kept but the tick not recorded", t)
+	}
+	if err != nil {
+		s.followErr = fmt.Errorf("from tick %d on, u_plain is the sensor's reference: %w", t, err)
+	}
+}
+
+// FollowErr says why the settled records' UPlain is not the float64
+// controller stepped on P0's kept updates throughout (Options.Sink): nil if
+// it is. Final once Settle has run.
+func (c *Cluster) FollowErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.settle.followErr
 }
 
 // Late is how many events arrived for ticks already handed to the sink.

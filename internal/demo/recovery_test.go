@@ -88,7 +88,8 @@ func TestPartyCrashRecoversPersistedState(t *testing.T) {
 	if after.Version <= before.Version {
 		t.Fatalf("state version went from %d to %d: state reset or not advanced", before.Version, after.Version)
 	}
-	recs := c.Records()
+	recs := followed(t, c) // P0 ran throughout
+	checkBound(t, c, Summarize(recs))
 	expect := int(outage / (40 * time.Millisecond))
 	got := missesBetween(recs, killedAt, restartAt+25)
 	if got < expect-2 || got > expect+8 {
@@ -143,11 +144,12 @@ func TestNATSServerRestartWithFileStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	recs := c.Records()
+	recs := followed(t, c) // the parties ran throughout
 	if m := maxAlphaAfter(recs, at+50); m >= 1.5 {
 		t.Errorf("pendulum not balanced after the server restart: max |α| %.2f°", m)
 	}
 	s := Summarize(recs)
+	checkBound(t, c, s)
 	checkAudit(t, c, s.Applied-s.Misses-5)
 	t.Logf("queue %d at start, %d before restart, %d after; %d misses over %d ticks", depth, before, afterDepth, s.Misses, s.Ticks)
 }
@@ -397,7 +399,10 @@ func testSensorRestart(t *testing.T, before, configured, kept int) {
 	if v1.Version < v0.Version+95 {
 		t.Fatalf("party0 state version %d -> %d: the restarted sensor did not resume the set-up", v0.Version, v1.Version)
 	}
-	recs := c.Records()
+	// The restarted sensor's own reference starts again from x0; the
+	// followed one goes on from the parties' state.
+	recs := followed(t, c)
+	checkBound(t, c, Summarize(recs))
 	if last := recs[len(recs)-1].Tick; last < 200+50 {
 		t.Fatalf("last tick %d: the resumed sensor did not skip ahead", last)
 	}
@@ -445,7 +450,7 @@ func TestSensorWaitsForThePlant(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond)
 	misses := testutil.ToFloat64(c.Metrics["sensor"].Misses.WithLabelValues(c.opt.Loop))
-	recs := c.Records()
+	recs := followed(t, c)
 	if misses != 0 {
 		t.Fatalf("the sensor counted %v misses while the plant was starting", misses)
 	}
@@ -456,7 +461,9 @@ func TestSensorWaitsForThePlant(t *testing.T) {
 		}
 		t.Fatalf("%d ticks recorded, the first %d; want ticks 1..%d", len(recs), first, ticks)
 	}
-	if s := Summarize(recs); s.Applied < ticks-1 {
+	s := Summarize(recs)
+	if s.Applied < ticks-1 {
 		t.Fatalf("%d of %d ticks applied once the plant answered", s.Applied, ticks)
 	}
+	checkBound(t, c, s)
 }

@@ -22,6 +22,9 @@ import (
 type stateVersions struct {
 	by  map[uint64]uint64 // version -> the tick whose update made it (the latest)
 	cur uint64            // the state's version now
+	// taken is how many versions take has handed out (Options.Sink: their
+	// ticks settled, their entries in by dropped).
+	taken uint64
 	// bad says why the versions cannot be followed, if they cannot.
 	bad string
 }
@@ -38,6 +41,8 @@ func (v *stateVersions) on(tick, version uint64, updated bool) {
 		// More than the one update a rollback gives up: the state started
 		// afresh, or a restore lost updates.
 		v.fail(fmt.Sprintf("state version %d after %d (tick %d)", version, v.cur, tick))
+	case version < v.taken:
+		v.fail(fmt.Sprintf("state version %d at tick %d gives up the update of a tick already settled", version, tick))
 	}
 	// A version above cur without an update is a restore of an update
 	// rolled back but not yet written again: by still holds its tick.
@@ -49,6 +54,34 @@ func (v *stateVersions) fail(why string) {
 	if v.bad == "" {
 		v.bad = why
 	}
+}
+
+// take reports whether the state holds tick t's update, for ticks taken
+// in tick order as they settle (Options.Sink), each long after its
+// update and any rollback of it: the kept updates' ticks rise with their
+// versions, so the next one to settle is that of the version after the
+// last taken.
+func (v *stateVersions) take(t uint64) (bool, error) {
+	if v.bad != "" {
+		return false, errors.New("demo: the state versions cannot be followed: " + v.bad)
+	}
+	if v.taken >= v.cur {
+		return false, nil
+	}
+	next, ok := v.by[v.taken+1]
+	switch {
+	case !ok:
+		v.fail(fmt.Sprintf("no tick made state version %d", v.taken+1))
+	case next < t:
+		v.fail(fmt.Sprintf("state version %d's tick %d was not recorded", v.taken+1, next))
+	case next > t:
+		return false, nil
+	default:
+		v.taken++
+		delete(v.by, v.taken)
+		return true, nil
+	}
+	return v.take(t)
 }
 
 // kept returns the ticks whose updates the state holds now.
@@ -91,40 +124,61 @@ func (c *Cluster) Followed() ([]TickRecord, error) {
 // follow sets each record's UPlain to the float64 controller's output on its
 // measurement, advancing the controller only on the kept ticks. The
 // records are in tick order.
-//
-// A tick applied in time whose update was not kept was rolled back, and a
-// rollback is found by a tick that misses (the state versions differ), so
-// there are no more of them than missed ticks: more would be updates lost
-// without a miss, which following P0 would otherwise hide.
 func follow(spec mpc.ControllerSpec, recs []TickRecord, kept map[uint64]bool) error {
-	fc := spec.NewFloatController()
-	n, rolledBack, missed := 0, 0, 0
+	f := newFollower(spec)
 	for i := range recs {
-		r := &recs[i]
-		if r.Y == nil {
-			if kept[r.Tick] {
-				return fmt.Errorf("demo: tick %d's update was kept but its measurement not recorded", r.Tick)
-			}
-			continue
-		}
-		if !r.Applied || r.Miss {
-			missed++
-		}
-		if kept[r.Tick] {
-			r.UPlain = slices.Clone(fc.Step(r.Y))
-			n++
-		} else {
-			r.UPlain = slices.Clone(fc.Output(r.Y))
-			if r.Applied && !r.Miss {
-				rolledBack++
-			}
+		if err := f.next(&recs[i], kept[recs[i].Tick]); err != nil {
+			return err
 		}
 	}
-	if n != len(kept) {
-		return fmt.Errorf("demo: %d kept updates, %d of them on recorded ticks", len(kept), n)
+	if f.steps != len(kept) {
+		return fmt.Errorf("demo: %d kept updates, %d of them on recorded ticks", len(kept), f.steps)
 	}
-	if rolledBack > missed {
-		return fmt.Errorf("demo: %d ticks applied in time without their update kept, more than the %d missed ticks that would have found their rollbacks", rolledBack, missed)
+	return f.check()
+}
+
+// follower steps the float64 controller over tick records in tick order,
+// advancing it only on the ticks whose updates were kept.
+type follower struct {
+	fc                        *mpc.FloatController
+	steps, rolledBack, missed int
+}
+
+func newFollower(spec mpc.ControllerSpec) follower {
+	return follower{fc: spec.NewFloatController()}
+}
+
+// next sets r.UPlain to the controller's output on r's measurement, and
+// advances the controller if r's update was kept.
+func (f *follower) next(r *TickRecord, kept bool) error {
+	if r.Y == nil {
+		if kept {
+			return fmt.Errorf("demo: tick %d's update was kept but its measurement not recorded", r.Tick)
+		}
+		return nil
+	}
+	if !r.Applied || r.Miss {
+		f.missed++
+	}
+	if kept {
+		r.UPlain = slices.Clone(f.fc.Step(r.Y))
+		f.steps++
+		return nil
+	}
+	r.UPlain = slices.Clone(f.fc.Output(r.Y))
+	if r.Applied && !r.Miss {
+		f.rolledBack++
+	}
+	return nil
+}
+
+// check refuses more ticks applied in time without their update kept than
+// missed ticks. Such a tick was rolled back, and a rollback is found by a
+// tick that misses (the state versions differ): more would be updates lost
+// without a miss, which following P0 would otherwise hide.
+func (f *follower) check() error {
+	if f.rolledBack > f.missed {
+		return fmt.Errorf("demo: %d ticks applied in time without their update kept, more than the %d missed ticks that would have found their rollbacks", f.rolledBack, f.missed)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -116,5 +117,93 @@ func TestStateVersionsFollowRollbacks(t *testing.T) {
 		if _, err := run(c.events); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err %v, want %q", name, err, c.want)
 		}
+	}
+}
+
+// With Options.Sink, the records are followed as they settle: each one
+// handed over has the UPlain that Followed would give it, from the versions
+// P0 reported by then, and a rollback of an update whose tick has already
+// settled leaves the sensor's reference from there on, saying so.
+func TestSettledTicksFollowKeptUpdates(t *testing.T) {
+	spec := mpc.ControllerSpec{A: [][]float64{{0.5}}, B: [][]float64{{1}}, C: [][]float64{{1}}, D: [][]float64{{0}}, X0: []float64{0}}
+	const sensorRef = 99.0 // a sensor reference no replay gives
+	type ev struct {
+		tick, version uint64
+		updated       bool
+	}
+	newCluster := func(got *[]TickRecord) *Cluster {
+		c := &Cluster{opt: Options{Controller: spec, Log: slog.New(slog.DiscardHandler), Sink: func(r TickRecord) { *got = append(*got, r) }},
+			records: map[uint64]*TickRecord{}, versions: stateVersions{by: map[uint64]uint64{}}}
+		c.audit = [2]map[uint64]uint64{{}, {}}
+		for tk := uint64(1); tk <= 6; tk++ {
+			c.records[tk] = &TickRecord{Tick: tk, Y: []float64{float64(tk)}, UPlain: []float64{sensorRef}, Applied: true, Miss: tk == 4}
+		}
+		c.settle.started, c.settle.next = true, 1
+		return c
+	}
+	// Tick 3's update is rolled back when tick 4 misses; ticks 5 and 6 go on.
+	events := []ev{{0, 0, false}, {1, 1, true}, {2, 2, true}, {3, 3, true}, {4, 2, false}, {5, 3, true}, {6, 4, true}}
+
+	var got []TickRecord
+	c := newCluster(&got)
+	for _, e := range events {
+		c.versions.on(e.tick, e.version, e.updated)
+	}
+	c.settleBelow(4) // ticks 1-3, after the rollback
+	c.Settle()
+	if err := c.FollowErr(); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]TickRecord, 0, 6)
+	for tk := uint64(1); tk <= 6; tk++ {
+		want = append(want, *newCluster(new([]TickRecord)).records[tk])
+	}
+	if err := follow(spec, want, map[uint64]bool{1: true, 2: true, 5: true, 6: true}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d records handed over, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].Tick != want[i].Tick || got[i].UPlain[0] != want[i].UPlain[0] {
+			t.Errorf("tick %d: u_plain %v, want tick %d's %v", got[i].Tick, got[i].UPlain, want[i].Tick, want[i].UPlain)
+		}
+	}
+	if len(c.versions.by) != 0 || c.versions.taken != 4 {
+		t.Errorf("after the run: %d versions still held, %d taken; want 0 and 4", len(c.versions.by), c.versions.taken)
+	}
+
+	// The same rollback after tick 3 settled: ticks 1 and 2 are followed, the
+	// rest keep the sensor's reference.
+	got = nil
+	c = newCluster(&got)
+	for _, e := range events[:4] {
+		c.versions.on(e.tick, e.version, e.updated)
+	}
+	c.settleBelow(4)
+	for _, e := range events[4:] {
+		c.versions.on(e.tick, e.version, e.updated)
+	}
+	c.Settle()
+	if err := c.FollowErr(); err == nil || !strings.Contains(err.Error(), "from tick 4 on, u_plain is the sensor's reference") || !strings.Contains(err.Error(), "state version 2 at tick 4 gives up the update of a tick already settled") {
+		t.Fatalf("FollowErr %v", err)
+	}
+	for _, r := range got {
+		if followedTick := r.Tick < 4; followedTick != (r.UPlain[0] != sensorRef) || followedTick && r.UPlain[0] != want[r.Tick-1].UPlain[0] {
+			t.Errorf("tick %d: u_plain %v (followed %v)", r.Tick, r.UPlain, followedTick)
+		}
+	}
+
+	// Ticks 3 and 4 without their updates kept and no miss: updates lost
+	// unseen, refused once the run has settled.
+	got = nil
+	c = newCluster(&got)
+	c.records[4].Miss = false
+	for _, e := range events {
+		c.versions.on(e.tick, e.version, e.updated)
+	}
+	c.Settle()
+	if err := c.FollowErr(); err == nil || !strings.Contains(err.Error(), "2 ticks applied in time without their update kept, more than the 0 missed ticks") {
+		t.Fatalf("an update lost without a miss: FollowErr %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/internal/sim"
 	"github.com/duet-mpc/duet/internal/trace"
 )
 
@@ -31,6 +32,12 @@ type Result struct {
 	Late     int     // events that arrived after their tick was written out
 	// Paths: how the ticks went with Options.TwoHop (zero without it).
 	Paths Paths
+	// FollowErr, if not nil, says why u_plain (Summary.MaxDiff, trace.csv)
+	// is not the float64 controller stepped on P0's kept updates
+	// throughout (Cluster.FollowErr).
+	FollowErr error
+	// Bound is what fixed point allows |u - uplain| to reach (sim.OutputBound).
+	Bound float64
 }
 
 // Paths counts the two-hop tick's use over a run (duet_tick_paths_total):
@@ -95,6 +102,7 @@ func Run(ctx context.Context, ro RunOptions) (Result, error) {
 		return res, err
 	}
 	defer c.Close()
+	res.Bound = sim.OutputBound(o.Controller, c.Sensor.Resolved())
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	err = c.WaitReady(rctx, o.LowWater) // dealers idle before the first tick
 	cancel()
@@ -136,6 +144,7 @@ loop:
 	res.Audit = c.Audit()
 	res.Late = c.Late()
 	res.Paths = c.Paths()
+	res.FollowErr = c.FollowErr()
 	res.MaxAlpha = out.maxAlpha
 	// Every tick from 3 s on must have been measured (an unencodable
 	// measurement is a failure too).

@@ -44,6 +44,11 @@ func TestRunWritesTraceAsTicksSettle(t *testing.T) {
 	if !res.Balanced || res.Late != 0 {
 		t.Fatalf("balanced %v (max |α| %.2f°), %d late events", res.Balanced, res.MaxAlpha, res.Late)
 	}
+	// u_plain followed P0's kept updates over the whole run, and held the
+	// in-time ticks to the fixed-point bound.
+	if res.FollowErr != nil || !(res.Bound > 0) || s.MaxDiff > res.Bound {
+		t.Fatalf("max |u - uplain| %.3g, bound %.3g, FollowErr %v", s.MaxDiff, res.Bound, res.FollowErr)
+	}
 	f, err := os.Open(filepath.Join(dir, "trace.csv"))
 	if err != nil {
 		t.Fatal(err)
