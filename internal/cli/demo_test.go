@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/duet-mpc/duet/internal/demo"
 )
 
 // TestDemoDurationTooShort: a run that ends before the pendulum's balance is
@@ -55,6 +57,9 @@ func TestDemoFlagsChecked(t *testing.T) {
 // the fixed-point bound, with uplain the float64 controller on the updates
 // the parties kept, and passes (the bound held and the pendulum balanced).
 func TestDemoReportsTheBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline")
+	}
 	t.Chdir("../..")
 	var stdout, stderr bytes.Buffer
 	if err := Run(context.Background(), []string{"demo", "--fast", "--duration", "5s", "--out", ""}, &stdout, &stderr); err != nil {
@@ -69,7 +74,45 @@ func TestDemoReportsTheBound(t *testing.T) {
 	if _, err := fmt.Sscanf(out[i:], "max |u - uplain| %g V, bound %g V (uplain: the float64 controller, stepped on the state updates the parties kept)", &diff, &bound); err != nil {
 		t.Fatalf("%v: %q", err, out[i:])
 	}
-	if !(bound > 0) || diff > bound || strings.Contains(out, "the sensor's reference") || !strings.Contains(out, "balanced: ") {
+	if !(bound > 0) || diff > bound || strings.Contains(out, "the bound is not checked") || !strings.Contains(out, "balanced: ") {
 		t.Fatalf("max |u - uplain| %g, bound %g:\n%s", diff, bound, out)
+	}
+}
+
+// demoVerdict fails a run for each reason it has, all named; |u - uplain|
+// over the bound only where uplain followed the parties' kept updates.
+func TestDemoVerdict(t *testing.T) {
+	ok := demo.Result{Summary: demo.Summary{Ticks: 100, Applied: 100, MaxDiff: 0.01}, Bound: 0.29, Balanced: true, Audit: demo.Audit{Ticks: 100}}
+	for _, c := range []struct {
+		name string
+		edit func(*demo.Result)
+		qube bool
+		want []string // nil: passes
+	}{
+		{"ok", func(*demo.Result) {}, true, nil},
+		{"over the bound", func(r *demo.Result) { r.Summary.MaxDiff = 0.3 }, true, []string{"max |u - uplain| 0.3 V exceeds the fixed-point bound 0.29 V"}},
+		{"over the bound, not followed", func(r *demo.Result) { r.Summary.MaxDiff, r.FollowErr = 0.3, errors.New("from tick 9 on") }, true, nil},
+		{"lost updates", func(r *demo.Result) {
+			r.LostUpdates = errors.New("demo: 2 ticks applied in time without their update kept")
+		}, true, []string{"demo: 2 ticks applied in time without their update kept: state updates lost without a miss"}},
+		{"reused", func(r *demo.Result) { r.Audit.Reused = 1 }, false, []string{"offline items mismatched or reused"}},
+		{"not balanced", func(r *demo.Result) { r.Balanced, r.MaxAlpha = false, 7 }, true, []string{"the pendulum did not balance (max |α| from 3 s on: 7.00°)"}},
+		{"another plant, no balance", func(r *demo.Result) { r.Balanced = false }, false, nil},
+		{"another plant, misses", func(r *demo.Result) { r.Summary.Misses = 11 }, false, []string{"the loop failed: 11 of 100 ticks missed their deadline"}},
+		{"every reason", func(r *demo.Result) { r.Summary.MaxDiff, r.Audit.Mismatched, r.Balanced = 1, 1, false }, true,
+			[]string{"demo: offline items mismatched or reused; max |u - uplain| 1 V exceeds", "; the pendulum did not balance"}},
+	} {
+		r := ok
+		c.edit(&r)
+		err := demoVerdict(r, c.qube)
+		if (err == nil) != (c.want == nil) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v, want %q in it", c.name, err, w)
+			}
+		}
 	}
 }

@@ -220,7 +220,8 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{users: c0.users, opt: opt, ns: ns, url: ns.ClientURL(), port: ns.Addr().(*net.TCPAddr).Port, store: dir, ids: map[codec.Role]*codec.Identity{}, pubs: map[codec.Role]string{},
-		Metrics: map[string]*metrics.Set{}, records: map[uint64]*TickRecord{}, dealers: map[string]context.CancelFunc{}, versions: stateVersions{by: map[uint64]uint64{}}}
+		Metrics: map[string]*metrics.Set{}, records: map[uint64]*TickRecord{}, dealers: map[string]context.CancelFunc{}, versions: stateVersions{by: map[uint64]uint64{}},
+		settle: settleState{follow: newFollower(opt.Controller)}}
 	for i := range c.audit {
 		c.audit[i], c.used[i] = map[uint64]uint64{}, map[uint64]uint64{}
 	}

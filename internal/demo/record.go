@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -56,9 +57,11 @@ type settleState struct {
 	audit   Audit  // settled ticks' audit
 	// follow replays the float64 controller over the settled ticks on
 	// P0's kept updates (as Followed does for a test's whole run), until
-	// followErr says why it cannot.
+	// followErr says why it cannot; lost is set by Settle if updates were
+	// lost without a miss.
 	follow    follower
 	followErr error
+	lost      error
 }
 
 // settled reports whether tick t was already handed to the sink (or Settle
@@ -198,8 +201,14 @@ func (c *Cluster) Settle() {
 	}
 	c.settle.started, c.settle.closed = true, true
 	c.settleBelow(limit)
-	if c.settle.followErr == nil {
-		c.settle.followErr = c.settle.follow.check()
+	s := &c.settle
+	if s.followErr == nil && c.versions.taken < c.versions.cur {
+		why := fmt.Sprintf("state version %d's tick never settled", c.versions.taken+1)
+		s.followErr = errors.New("demo: " + why)
+		c.versions.fail(why)
+	}
+	if s.followErr == nil {
+		s.lost = s.follow.check()
 	}
 }
 
@@ -212,9 +221,6 @@ func (c *Cluster) followSettled(t uint64, r *TickRecord) {
 	if s.followErr != nil {
 		return
 	}
-	if s.follow.fc == nil {
-		s.follow = newFollower(c.opt.Controller)
-	}
 	kept, err := c.versions.take(t)
 	switch {
 	case err != nil:
@@ -225,6 +231,7 @@ func (c *Cluster) followSettled(t uint64, r *TickRecord) {
 	}
 	if err != nil {
 		s.followErr = fmt.Errorf("from tick %d on, u_plain is the sensor's reference: %w", t, err)
+		c.versions.fail(err.Error()) // stop recording versions
 	}
 }
 
@@ -235,6 +242,16 @@ func (c *Cluster) FollowErr() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.settle.followErr
+}
+
+// LostUpdates, once Settle has run, is an error if more ticks were applied
+// in time without their update kept than ticks missed (follower.check):
+// state updates the parties lost without a miss. Nil while FollowErr is
+// set, since then the updates could not be counted.
+func (c *Cluster) LostUpdates() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.settle.lost
 }
 
 // Late is how many events arrived for ticks already handed to the sink.

@@ -14,9 +14,11 @@ import (
 // update up (internal/party/tick.go). After such a tick the two are one
 // update apart until the controller's dynamics let the difference decay,
 // so |u − u_plain| may exceed the fixed-point bound on ticks that were
-// themselves in time. Followed replays the reference over the recorded
-// measurements taking only the updates the parties kept, so that a test
-// can allow misses and still hold every other tick to the bound.
+// themselves in time. Followed (for a test's whole run) and followSettled
+// (as the ticks settle, with Options.Sink: `duet demo`) replay the
+// reference over the recorded measurements taking only the updates the
+// parties kept, so that a run can allow misses and still hold every
+// other tick to the bound.
 
 // stateVersions is what P0's Options.StateVersion reported.
 type stateVersions struct {
@@ -32,6 +34,9 @@ type stateVersions struct {
 // on records that the state took version: after tick's update, or (not
 // updated) as a party instance started or after a rollback.
 func (v *stateVersions) on(tick, version uint64, updated bool) {
+	if v.bad != "" {
+		return // nothing more to follow (and with a Sink, by no longer shrinks)
+	}
 	switch {
 	case updated && version != v.cur+1:
 		v.fail(fmt.Sprintf("an update at tick %d to state version %d from %d", tick, version, v.cur))
@@ -57,31 +62,32 @@ func (v *stateVersions) fail(why string) {
 }
 
 // take reports whether the state holds tick t's update, for ticks taken
-// in tick order as they settle (Options.Sink), each long after its
+// in tick order as they settle (Options.Sink), normally long after the
 // update and any rollback of it: the kept updates' ticks rise with their
 // versions, so the next one to settle is that of the version after the
-// last taken.
+// last taken. A rollback of a taken update (a tick settled early, at a
+// jump in the tick numbers or by Settle) makes the versions unfollowable
+// (on).
 func (v *stateVersions) take(t uint64) (bool, error) {
+	if v.bad == "" && v.taken < v.cur {
+		next, ok := v.by[v.taken+1]
+		switch {
+		case !ok:
+			v.fail(fmt.Sprintf("no tick made state version %d", v.taken+1))
+		case next < t:
+			v.fail(fmt.Sprintf("state version %d's tick %d settled without it (not recorded, or the version restored after the tick settled)", v.taken+1, next))
+		case next > t:
+			return false, nil
+		default:
+			v.taken++
+			delete(v.by, v.taken)
+			return true, nil
+		}
+	}
 	if v.bad != "" {
 		return false, errors.New("demo: the state versions cannot be followed: " + v.bad)
 	}
-	if v.taken >= v.cur {
-		return false, nil
-	}
-	next, ok := v.by[v.taken+1]
-	switch {
-	case !ok:
-		v.fail(fmt.Sprintf("no tick made state version %d", v.taken+1))
-	case next < t:
-		v.fail(fmt.Sprintf("state version %d's tick %d was not recorded", v.taken+1, next))
-	case next > t:
-		return false, nil
-	default:
-		v.taken++
-		delete(v.by, v.taken)
-		return true, nil
-	}
-	return v.take(t)
+	return false, nil
 }
 
 // kept returns the ticks whose updates the state holds now.

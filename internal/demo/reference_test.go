@@ -1,6 +1,8 @@
 package demo
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -122,8 +124,8 @@ func TestStateVersionsFollowRollbacks(t *testing.T) {
 
 // With Options.Sink, the records are followed as they settle: each one
 // handed over has the UPlain that Followed would give it, from the versions
-// P0 reported by then, and a rollback of an update whose tick has already
-// settled leaves the sensor's reference from there on, saying so.
+// P0 reported by then. Where they cannot be followed, the records from
+// that tick on keep the sensor's reference, and FollowErr says why.
 func TestSettledTicksFollowKeptUpdates(t *testing.T) {
 	spec := mpc.ControllerSpec{A: [][]float64{{0.5}}, B: [][]float64{{1}}, C: [][]float64{{1}}, D: [][]float64{{0}}, X0: []float64{0}}
 	const sensorRef = 99.0 // a sensor reference no replay gives
@@ -131,79 +133,141 @@ func TestSettledTicksFollowKeptUpdates(t *testing.T) {
 		tick, version uint64
 		updated       bool
 	}
-	newCluster := func(got *[]TickRecord) *Cluster {
+	record := func(tk uint64) *TickRecord {
+		return &TickRecord{Tick: tk, Y: []float64{float64(tk)}, UPlain: []float64{sensorRef}, Applied: true, Miss: tk == 4}
+	}
+	// A cluster holding the records of ticks, and what it hands its sink.
+	newCluster := func(ticks ...uint64) (*Cluster, *[]TickRecord) {
+		got := new([]TickRecord)
 		c := &Cluster{opt: Options{Controller: spec, Log: slog.New(slog.DiscardHandler), Sink: func(r TickRecord) { *got = append(*got, r) }},
-			records: map[uint64]*TickRecord{}, versions: stateVersions{by: map[uint64]uint64{}}}
+			records: map[uint64]*TickRecord{}, versions: stateVersions{by: map[uint64]uint64{}}, settle: settleState{follow: newFollower(spec)}}
 		c.audit = [2]map[uint64]uint64{{}, {}}
-		for tk := uint64(1); tk <= 6; tk++ {
-			c.records[tk] = &TickRecord{Tick: tk, Y: []float64{float64(tk)}, UPlain: []float64{sensorRef}, Applied: true, Miss: tk == 4}
+		for _, tk := range ticks {
+			c.records[tk] = record(tk)
 		}
 		c.settle.started, c.settle.next = true, 1
-		return c
+		return c, got
 	}
-	// Tick 3's update is rolled back when tick 4 misses; ticks 5 and 6 go on.
-	events := []ev{{0, 0, false}, {1, 1, true}, {2, 2, true}, {3, 3, true}, {4, 2, false}, {5, 3, true}, {6, 4, true}}
-
-	var got []TickRecord
-	c := newCluster(&got)
-	for _, e := range events {
-		c.versions.on(e.tick, e.version, e.updated)
-	}
-	c.settleBelow(4) // ticks 1-3, after the rollback
-	c.Settle()
-	if err := c.FollowErr(); err != nil {
-		t.Fatal(err)
-	}
-	want := make([]TickRecord, 0, 6)
-	for tk := uint64(1); tk <= 6; tk++ {
-		want = append(want, *newCluster(new([]TickRecord)).records[tk])
-	}
-	if err := follow(spec, want, map[uint64]bool{1: true, 2: true, 5: true, 6: true}); err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != len(want) {
-		t.Fatalf("%d records handed over, want %d", len(got), len(want))
-	}
-	for i := range want {
-		if got[i].Tick != want[i].Tick || got[i].UPlain[0] != want[i].UPlain[0] {
-			t.Errorf("tick %d: u_plain %v, want tick %d's %v", got[i].Tick, got[i].UPlain, want[i].Tick, want[i].UPlain)
+	report := func(c *Cluster, events []ev) {
+		for _, e := range events {
+			c.versions.on(e.tick, e.version, e.updated)
 		}
 	}
+	// want is what Followed gives the same records with the same kept ticks.
+	want := func(kept map[uint64]bool, ticks ...uint64) map[uint64]float64 {
+		recs := make([]TickRecord, 0, len(ticks))
+		for _, tk := range ticks {
+			recs = append(recs, *record(tk))
+		}
+		if err := follow(spec, recs, kept); err != nil {
+			t.Fatal(err)
+		}
+		w := map[uint64]float64{}
+		for _, r := range recs {
+			w[r.Tick] = r.UPlain[0]
+		}
+		return w
+	}
+	// check compares the records handed over, in tick order, with w; from
+	// tick sensorFrom on (0: none) they keep the sensor's reference.
+	check := func(name string, got []TickRecord, ticks []uint64, w map[uint64]float64, sensorFrom uint64) {
+		t.Helper()
+		if len(got) != len(ticks) {
+			t.Fatalf("%s: %d records handed over, want %d", name, len(got), len(ticks))
+		}
+		for i, r := range got {
+			exp := w[r.Tick]
+			if sensorFrom > 0 && r.Tick >= sensorFrom {
+				exp = sensorRef
+			}
+			if r.Tick != ticks[i] || r.UPlain[0] != exp {
+				t.Errorf("%s: record %d, tick %d: u_plain %v, want tick %d's %v", name, i, r.Tick, r.UPlain, ticks[i], exp)
+			}
+		}
+	}
+	six := []uint64{1, 2, 3, 4, 5, 6}
+	// Tick 3's update is rolled back when tick 4 misses; ticks 5 and 6 go on.
+	events := []ev{{0, 0, false}, {1, 1, true}, {2, 2, true}, {3, 3, true}, {4, 2, false}, {5, 3, true}, {6, 4, true}}
+	followed := want(map[uint64]bool{1: true, 2: true, 5: true, 6: true}, six...)
+
+	c, got := newCluster(six...)
+	report(c, events)
+	c.settleBelow(4) // ticks 1-3, after the rollback
+	c.Settle()
+	if err := errors.Join(c.FollowErr(), c.LostUpdates()); err != nil {
+		t.Fatal(err)
+	}
+	check("rollback", *got, six, followed, 0)
 	if len(c.versions.by) != 0 || c.versions.taken != 4 {
 		t.Errorf("after the run: %d versions still held, %d taken; want 0 and 4", len(c.versions.by), c.versions.taken)
 	}
 
-	// The same rollback after tick 3 settled: ticks 1 and 2 are followed, the
-	// rest keep the sensor's reference.
-	got = nil
-	c = newCluster(&got)
-	for _, e := range events[:4] {
-		c.versions.on(e.tick, e.version, e.updated)
-	}
-	c.settleBelow(4)
-	for _, e := range events[4:] {
-		c.versions.on(e.tick, e.version, e.updated)
-	}
+	// A jump in the tick numbers: only the ticks held are visited.
+	jump := []uint64{1, 2, 5 * settleLag}
+	c, got = newCluster(jump...)
+	report(c, []ev{{0, 0, false}, {1, 1, true}, {2, 2, true}, {5 * settleLag, 3, true}})
 	c.Settle()
-	if err := c.FollowErr(); err == nil || !strings.Contains(err.Error(), "from tick 4 on, u_plain is the sensor's reference") || !strings.Contains(err.Error(), "state version 2 at tick 4 gives up the update of a tick already settled") {
-		t.Fatalf("FollowErr %v", err)
+	if err := errors.Join(c.FollowErr(), c.LostUpdates()); err != nil {
+		t.Fatal(err)
 	}
-	for _, r := range got {
-		if followedTick := r.Tick < 4; followedTick != (r.UPlain[0] != sensorRef) || followedTick && r.UPlain[0] != want[r.Tick-1].UPlain[0] {
-			t.Errorf("tick %d: u_plain %v (followed %v)", r.Tick, r.UPlain, followedTick)
+	check("jump", *got, jump, want(map[uint64]bool{1: true, 2: true, 5 * settleLag: true}, jump...), 0)
+
+	for _, tc := range []struct {
+		name       string
+		ticks      []uint64 // recorded
+		audited    uint64   // a tick with an item audited but no record (0: none)
+		events     []ev
+		settleTo   uint64 // settleBelow before the events after the fourth (0: none)
+		sensorFrom uint64
+		why        string
+	}{
+		{"a rollback after the tick settled", six, 0, events, 4, 4, "state version 2 at tick 4 gives up the update of a tick already settled"},
+		{"a kept tick not recorded", []uint64{1, 3, 4, 5, 6}, 2, events, 0, 2, "tick 2's update was kept but the tick not recorded"},
+		// At a jump only the ticks held are visited: tick 2 is not.
+		{"a kept tick not held", []uint64{1, 5 * settleLag}, 0, []ev{{0, 0, false}, {1, 1, true}, {2, 2, true}, {5 * settleLag, 3, true}}, 0, 5 * settleLag, "state version 2's tick 2 settled without it"},
+		{"a version's tick never settled", six, 0, []ev{{0, 0, false}, {7, 1, true}}, 0, 0, "state version 1's tick never settled"},
+	} {
+		c, got := newCluster(tc.ticks...)
+		if tc.audited > 0 {
+			c.audit[0][tc.audited] = 1
+		}
+		if tc.settleTo > 0 {
+			report(c, tc.events[:4])
+			c.settleBelow(tc.settleTo)
+			report(c, tc.events[4:])
+		} else {
+			report(c, tc.events)
+		}
+		c.Settle()
+		err := c.FollowErr()
+		if err == nil || !strings.Contains(err.Error(), tc.why) || tc.sensorFrom > 0 && !strings.Contains(err.Error(), fmt.Sprintf("from tick %d on, u_plain is the sensor's reference", tc.sensorFrom)) {
+			t.Errorf("%s: FollowErr %v, want %q from tick %d", tc.name, err, tc.why, tc.sensorFrom)
+		}
+		if c.LostUpdates() != nil {
+			t.Errorf("%s: LostUpdates %v, want nil when the versions cannot be followed", tc.name, c.LostUpdates())
+		}
+		if tc.sensorFrom > 0 {
+			check(tc.name, *got, tc.ticks, followed, tc.sensorFrom)
+		}
+		// Once failed, the versions are no longer recorded.
+		cur := c.versions.cur
+		c.versions.on(100, cur+1, true)
+		if _, held := c.versions.by[cur+1]; held || c.versions.cur != cur {
+			t.Errorf("%s: a version recorded after the failure", tc.name)
 		}
 	}
 
 	// Ticks 3 and 4 without their updates kept and no miss: updates lost
 	// unseen, refused once the run has settled.
-	got = nil
-	c = newCluster(&got)
+	c, got = newCluster(six...)
 	c.records[4].Miss = false
-	for _, e := range events {
-		c.versions.on(e.tick, e.version, e.updated)
-	}
+	report(c, events)
 	c.Settle()
-	if err := c.FollowErr(); err == nil || !strings.Contains(err.Error(), "2 ticks applied in time without their update kept, more than the 0 missed ticks") {
-		t.Fatalf("an update lost without a miss: FollowErr %v", err)
+	if c.FollowErr() != nil {
+		t.Fatal(c.FollowErr())
 	}
+	if err := c.LostUpdates(); err == nil || !strings.Contains(err.Error(), "2 ticks applied in time without their update kept, more than the 0 missed ticks") {
+		t.Fatalf("an update lost without a miss: LostUpdates %v", err)
+	}
+	check("lost", *got, six, followed, 0)
 }

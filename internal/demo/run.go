@@ -32,10 +32,13 @@ type Result struct {
 	Late     int     // events that arrived after their tick was written out
 	// Paths: how the ticks went with Options.TwoHop (zero without it).
 	Paths Paths
-	// FollowErr, if not nil, says why u_plain (Summary.MaxDiff, trace.csv)
-	// is not the float64 controller stepped on P0's kept updates
-	// throughout (Cluster.FollowErr).
+	// FollowErr, if not nil, says from which tick u_plain (Summary.MaxDiff,
+	// trace.csv) is not the float64 controller stepped on P0's kept updates,
+	// and why (Cluster.FollowErr).
 	FollowErr error
+	// LostUpdates, if not nil, says that state updates were lost without
+	// a miss (Cluster.LostUpdates): a failure.
+	LostUpdates error
 	// Bound is what fixed point allows |u - uplain| to reach (sim.OutputBound).
 	Bound float64
 }
@@ -144,7 +147,7 @@ loop:
 	res.Audit = c.Audit()
 	res.Late = c.Late()
 	res.Paths = c.Paths()
-	res.FollowErr = c.FollowErr()
+	res.FollowErr, res.LostUpdates = c.FollowErr(), c.LostUpdates()
 	res.MaxAlpha = out.maxAlpha
 	// Every tick from 3 s on must have been measured (an unencodable
 	// measurement is a failure too).

@@ -69,8 +69,9 @@ type Options struct {
 	// written after, or 0 and 0) and after a rollback that gives the last
 	// update up (one lower; tick: the tick that found the mismatch). It
 	// runs under the loop's lock, maybe on the service's dispatcher: it
-	// must be quick and must not call the Service. A test hook: the demo's
-	// plaintext reference follows the updates the parties kept.
+	// must be quick and must not call the Service. For internal/demo (its
+	// tests and `duet demo`): its plaintext reference follows the updates
+	// the parties kept.
 	StateVersion func(loop string, tick, version uint64, updated bool)
 }
 
