@@ -451,16 +451,35 @@ func (c *Cluster) StartParty(i int) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
+	ended := make(chan struct{})
 	c.mu.Lock()
 	c.Parties[i] = p
-	c.partyStop[i] = func() { nc.Close(); cancel() }
+	c.partyStop[i] = func() {
+		nc.Close()
+		cancel()
+		select {
+		case <-ended:
+		case <-time.After(killWait):
+			c.opt.Log.Error("demo: a killed party still runs", "party", i, "after", killWait)
+		}
+	}
 	c.mu.Unlock()
-	c.goRunCtx(ctx, fmt.Sprintf("party%d", i), p.Run)
+	c.goRunCtx(ctx, fmt.Sprintf("party%d", i), func(ctx context.Context) error {
+		defer close(ended)
+		return p.Run(ctx)
+	})
 	return nil
 }
 
+// killWait is how long KillParty waits for the killed party's goroutines
+// to end.
+const killWait = 5 * time.Second
+
 // KillParty stops party i abruptly, as kill -9 would: its connection closes
-// at once, nothing is drained or flushed.
+// at once, nothing is drained or flushed. It returns once the party's
+// goroutines have ended (what they still do cannot reach the server), so
+// that nothing of the killed instance, such as a state version it reports
+// (Options.StateVersion), comes after the next instance starts.
 func (c *Cluster) KillParty(i int) {
 	c.mu.Lock()
 	stop := c.partyStop[i]
