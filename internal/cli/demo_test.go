@@ -74,7 +74,7 @@ func TestDemoReportsTheBound(t *testing.T) {
 	if _, err := fmt.Sscanf(out[i:], "max |u - uplain| %g V, bound %g V (uplain: the float64 controller, stepped on the state updates the parties kept)", &diff, &bound); err != nil {
 		t.Fatalf("%v: %q", err, out[i:])
 	}
-	if !(bound > 0) || diff > bound || strings.Contains(out, "the bound is not checked") || !strings.Contains(out, "balanced: ") {
+	if !(bound > 0) || diff > bound || strings.Contains(out, "uplain is the sensor's reference") || !strings.Contains(out, "balanced: ") {
 		t.Fatalf("max |u - uplain| %g, bound %g:\n%s", diff, bound, out)
 	}
 }
@@ -82,7 +82,7 @@ func TestDemoReportsTheBound(t *testing.T) {
 // demoVerdict fails a run for each reason it has, all named; |u - uplain|
 // over the bound only where uplain followed the parties' kept updates.
 func TestDemoVerdict(t *testing.T) {
-	ok := demo.Result{Summary: demo.Summary{Ticks: 100, Applied: 100, MaxDiff: 0.01}, Bound: 0.29, Balanced: true, Audit: demo.Audit{Ticks: 100}}
+	ok := demo.Result{Summary: demo.Summary{Ticks: 100, Applied: 100, MaxDiff: 0.01}, FollowedMaxDiff: 0.01, Bound: 0.29, Balanced: true, Audit: demo.Audit{Ticks: 100}}
 	for _, c := range []struct {
 		name string
 		edit func(*demo.Result)
@@ -90,8 +90,13 @@ func TestDemoVerdict(t *testing.T) {
 		want []string // nil: passes
 	}{
 		{"ok", func(*demo.Result) {}, true, nil},
-		{"over the bound", func(r *demo.Result) { r.Summary.MaxDiff = 0.3 }, true, []string{"max |u - uplain| 0.3 V exceeds the fixed-point bound 0.29 V"}},
+		{"over the bound", func(r *demo.Result) { r.Summary.MaxDiff, r.FollowedMaxDiff = 0.3, 0.3 }, true, []string{"max |u - uplain| 0.3 V exceeds the fixed-point bound 0.29 V"}},
+		// After the tick FollowErr names, uplain is the sensor's reference:
+		// only the ticks before it are held to the bound.
 		{"over the bound, not followed", func(r *demo.Result) { r.Summary.MaxDiff, r.FollowErr = 0.3, errors.New("from tick 9 on") }, true, nil},
+		{"over the bound before the reference stopped following", func(r *demo.Result) {
+			r.Summary.MaxDiff, r.FollowedMaxDiff, r.FollowErr = 0.3, 0.3, errors.New("from tick 9 on")
+		}, true, []string{"max |u - uplain| 0.3 V exceeds"}},
 		{"lost updates", func(r *demo.Result) {
 			r.LostUpdates = errors.New("demo: 2 ticks applied in time without their update kept")
 		}, true, []string{"demo: 2 ticks applied in time without their update kept: state updates lost without a miss"}},
@@ -99,7 +104,7 @@ func TestDemoVerdict(t *testing.T) {
 		{"not balanced", func(r *demo.Result) { r.Balanced, r.MaxAlpha = false, 7 }, true, []string{"the pendulum did not balance (max |α| from 3 s on: 7.00°)"}},
 		{"another plant, no balance", func(r *demo.Result) { r.Balanced = false }, false, nil},
 		{"another plant, misses", func(r *demo.Result) { r.Summary.Misses = 11 }, false, []string{"the loop failed: 11 of 100 ticks missed their deadline"}},
-		{"every reason", func(r *demo.Result) { r.Summary.MaxDiff, r.Audit.Mismatched, r.Balanced = 1, 1, false }, true,
+		{"every reason", func(r *demo.Result) { r.FollowedMaxDiff, r.Audit.Mismatched, r.Balanced = 1, 1, false }, true,
 			[]string{"demo: offline items mismatched or reused; max |u - uplain| 1 V exceeds", "; the pendulum did not balance"}},
 	} {
 		r := ok

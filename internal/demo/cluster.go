@@ -477,9 +477,10 @@ const killWait = 5 * time.Second
 
 // KillParty stops party i abruptly, as kill -9 would: its connection closes
 // at once, nothing is drained or flushed. It returns once the party's
-// goroutines have ended (what they still do cannot reach the server), so
-// that nothing of the killed instance, such as a state version it reports
-// (Options.StateVersion), comes after the next instance starts.
+// goroutines have ended (what they still do cannot reach the server), or
+// after killWait, logging it, so that nothing of the killed instance, such
+// as a state version it reports (Options.StateVersion), comes after the
+// next instance starts.
 func (c *Cluster) KillParty(i int) {
 	c.mu.Lock()
 	stop := c.partyStop[i]

@@ -66,12 +66,15 @@ func followed(t *testing.T, c *Cluster) []TickRecord {
 }
 
 // checkBound asserts the ticks applied in time were within the fixed-point
-// bound of the float64 controller.
+// bound of the float64 controller (s: their summary with the reference the
+// test chose), and logs how far the sensor's own reference was.
 func checkBound(t *testing.T, c *Cluster, s Summary) {
 	t.Helper()
-	if bound := sim.OutputBound(c.opt.Controller, c.Sensor.Resolved()); s.MaxDiff > bound {
+	bound := sim.OutputBound(c.opt.Controller, c.Sensor.Resolved())
+	if s.MaxDiff > bound {
 		t.Errorf("max |u - uplain| %.4g over %d ticks applied in time exceeds the bound %.4g", s.MaxDiff, s.Applied-s.Misses, bound)
 	}
+	t.Logf("max |u - uplain| %.4g over %d ticks applied in time (bound %.4g; against the sensor's reference %.4g)", s.MaxDiff, s.Applied-s.Misses, bound, Summarize(c.Records()).MaxDiff)
 }
 
 // checkAudit asserts P0 and P1 used the same item on every tick and no item twice.

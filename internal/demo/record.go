@@ -5,14 +5,16 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/duet-mpc/duet/internal/actuator"
 )
 
 // settleLag is how far behind the newest applied tick a tick is handed to
-// Options.Sink: 1,024 ticks, 41 s at the pendulum's 25 Hz and about a second
-// back to back with --fast, far more than any tick's deadline, so a tick's
+// Options.Sink: 1,024 ticks, 41 s at the pendulum's 25 Hz and about 4 s
+// back to back with --fast (1 s with --two-hop=false), far more than any
+// tick's deadline, so a tick's
 // late events (a party's audit comes after its output share, so it can follow
 // the actuator's reconstruction) have all arrived.
 const settleLag = 1024
@@ -62,6 +64,9 @@ type settleState struct {
 	follow    follower
 	followErr error
 	lost      error
+	// followedMax is the largest |u - uplain| over the ticks applied in
+	// time whose UPlain follow set.
+	followedMax float64
 }
 
 // settled reports whether tick t was already handed to the sink (or Settle
@@ -203,7 +208,7 @@ func (c *Cluster) Settle() {
 	c.settleBelow(limit)
 	s := &c.settle
 	if s.followErr == nil && c.versions.taken < c.versions.cur {
-		why := fmt.Sprintf("state version %d's tick never settled", c.versions.taken+1)
+		why := fmt.Sprintf("state version %d's tick %d never settled (uplain lacks its update)", c.versions.taken+1, c.versions.by[c.versions.taken+1])
 		s.followErr = errors.New("demo: " + why)
 		c.versions.fail(why)
 	}
@@ -230,9 +235,24 @@ func (c *Cluster) followSettled(t uint64, r *TickRecord) {
 		err = fmt.Errorf("demo: tick %d's update was kept but the tick not recorded", t)
 	}
 	if err != nil {
-		s.followErr = fmt.Errorf("from tick %d on, u_plain is the sensor's reference: %w", t, err)
+		s.followErr = fmt.Errorf("demo: from tick %d on, uplain is the sensor's reference (%s)", t, strings.TrimPrefix(err.Error(), "demo: "))
 		c.versions.fail(err.Error()) // stop recording versions
+		return
 	}
+	if r != nil && r.Applied && !r.Miss {
+		for i := range min(len(r.U), len(r.UPlain)) {
+			s.followedMax = math.Max(s.followedMax, math.Abs(r.U[i]-r.UPlain[i]))
+		}
+	}
+}
+
+// FollowedMaxDiff is the largest |u - uplain| over the settled ticks
+// applied in time whose uplain followed P0's kept updates: all of them if
+// FollowErr is nil, else those before the tick it names.
+func (c *Cluster) FollowedMaxDiff() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.settle.followedMax
 }
 
 // FollowErr says why the settled records' UPlain is not the float64

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 
@@ -134,7 +135,7 @@ func TestSettledTicksFollowKeptUpdates(t *testing.T) {
 		updated       bool
 	}
 	record := func(tk uint64) *TickRecord {
-		return &TickRecord{Tick: tk, Y: []float64{float64(tk)}, UPlain: []float64{sensorRef}, Applied: true, Miss: tk == 4}
+		return &TickRecord{Tick: tk, Y: []float64{float64(tk)}, U: []float64{0}, UPlain: []float64{sensorRef}, Applied: true, Miss: tk == 4}
 	}
 	// A cluster holding the records of ticks, and what it hands its sink.
 	newCluster := func(ticks ...uint64) (*Cluster, *[]TickRecord) {
@@ -198,6 +199,9 @@ func TestSettledTicksFollowKeptUpdates(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("rollback", *got, six, followed, 0)
+	if want := max(abs(followed[1]), abs(followed[2]), abs(followed[3]), abs(followed[5]), abs(followed[6])); c.FollowedMaxDiff() != want {
+		t.Errorf("FollowedMaxDiff %v, want %v (u is 0; tick 4 missed)", c.FollowedMaxDiff(), want)
+	}
 	if len(c.versions.by) != 0 || c.versions.taken != 4 {
 		t.Errorf("after the run: %d versions still held, %d taken; want 0 and 4", len(c.versions.by), c.versions.taken)
 	}
@@ -225,7 +229,7 @@ func TestSettledTicksFollowKeptUpdates(t *testing.T) {
 		{"a kept tick not recorded", []uint64{1, 3, 4, 5, 6}, 2, events, 0, 2, "tick 2's update was kept but the tick not recorded"},
 		// At a jump only the ticks held are visited: tick 2 is not.
 		{"a kept tick not held", []uint64{1, 5 * settleLag}, 0, []ev{{0, 0, false}, {1, 1, true}, {2, 2, true}, {5 * settleLag, 3, true}}, 0, 5 * settleLag, "state version 2's tick 2 settled without it"},
-		{"a version's tick never settled", six, 0, []ev{{0, 0, false}, {7, 1, true}}, 0, 0, "state version 1's tick never settled"},
+		{"a version's tick never settled", six, 0, []ev{{0, 0, false}, {7, 1, true}}, 0, 0, "state version 1's tick 7 never settled"},
 	} {
 		c, got := newCluster(tc.ticks...)
 		if tc.audited > 0 {
@@ -240,7 +244,7 @@ func TestSettledTicksFollowKeptUpdates(t *testing.T) {
 		}
 		c.Settle()
 		err := c.FollowErr()
-		if err == nil || !strings.Contains(err.Error(), tc.why) || tc.sensorFrom > 0 && !strings.Contains(err.Error(), fmt.Sprintf("from tick %d on, u_plain is the sensor's reference", tc.sensorFrom)) {
+		if err == nil || !strings.Contains(err.Error(), tc.why) || tc.sensorFrom > 0 && !strings.Contains(err.Error(), fmt.Sprintf("from tick %d on, uplain is the sensor's reference", tc.sensorFrom)) {
 			t.Errorf("%s: FollowErr %v, want %q from tick %d", tc.name, err, tc.why, tc.sensorFrom)
 		}
 		if c.LostUpdates() != nil {
@@ -248,6 +252,16 @@ func TestSettledTicksFollowKeptUpdates(t *testing.T) {
 		}
 		if tc.sensorFrom > 0 {
 			check(tc.name, *got, tc.ticks, followed, tc.sensorFrom)
+			// u is 0: |u - uplain| over the ticks before sensorFrom, in time.
+			maxFollowed := 0.0
+			for _, tk := range tc.ticks {
+				if tk < tc.sensorFrom && tk != 4 {
+					maxFollowed = max(maxFollowed, abs(followed[tk]))
+				}
+			}
+			if got := c.FollowedMaxDiff(); got != maxFollowed {
+				t.Errorf("%s: FollowedMaxDiff %v, want %v (the ticks followed only)", tc.name, got, maxFollowed)
+			}
 		}
 		// Once failed, the versions are no longer recorded.
 		cur := c.versions.cur
@@ -271,3 +285,5 @@ func TestSettledTicksFollowKeptUpdates(t *testing.T) {
 	}
 	check("lost", *got, six, followed, 0)
 }
+
+func abs(x float64) float64 { return math.Abs(x) }

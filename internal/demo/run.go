@@ -32,10 +32,14 @@ type Result struct {
 	Late     int     // events that arrived after their tick was written out
 	// Paths: how the ticks went with Options.TwoHop (zero without it).
 	Paths Paths
-	// FollowErr, if not nil, says from which tick u_plain (Summary.MaxDiff,
+	// FollowErr, if not nil, says from which tick uplain (Summary.MaxDiff,
 	// trace.csv) is not the float64 controller stepped on P0's kept updates,
 	// and why (Cluster.FollowErr).
 	FollowErr error
+	// FollowedMaxDiff is Summary.MaxDiff over the ticks whose uplain did
+	// follow them (Cluster.FollowedMaxDiff): the whole run's if FollowErr
+	// is nil.
+	FollowedMaxDiff float64
 	// LostUpdates, if not nil, says that state updates were lost without
 	// a miss (Cluster.LostUpdates): a failure.
 	LostUpdates error
@@ -147,7 +151,7 @@ loop:
 	res.Audit = c.Audit()
 	res.Late = c.Late()
 	res.Paths = c.Paths()
-	res.FollowErr, res.LostUpdates = c.FollowErr(), c.LostUpdates()
+	res.FollowErr, res.LostUpdates, res.FollowedMaxDiff = c.FollowErr(), c.LostUpdates(), c.FollowedMaxDiff()
 	res.MaxAlpha = out.maxAlpha
 	// Every tick from 3 s on must have been measured (an unencodable
 	// measurement is a failure too).

@@ -46,8 +46,8 @@ func TestRunWritesTraceAsTicksSettle(t *testing.T) {
 	}
 	// u_plain followed P0's kept updates over the whole run, and held the
 	// in-time ticks to the fixed-point bound.
-	if res.FollowErr != nil || !(res.Bound > 0) || s.MaxDiff > res.Bound {
-		t.Fatalf("max |u - uplain| %.3g, bound %.3g, FollowErr %v", s.MaxDiff, res.Bound, res.FollowErr)
+	if res.FollowErr != nil || res.LostUpdates != nil || !(res.Bound > 0) || s.MaxDiff > res.Bound || res.FollowedMaxDiff != s.MaxDiff {
+		t.Fatalf("max |u - uplain| %.3g (%.3g on the ticks followed), bound %.3g, FollowErr %v, LostUpdates %v", s.MaxDiff, res.FollowedMaxDiff, res.Bound, res.FollowErr, res.LostUpdates)
 	}
 	f, err := os.Open(filepath.Join(dir, "trace.csv"))
 	if err != nil {

@@ -178,6 +178,10 @@ func (s *Service) Run(ctx context.Context) error {
 		s.after = newAfterQueue(s.opt.PersistDelay)
 		go s.after.run(actx, func(w *worker) bool { return w.deferred(actx) }, func() { _ = s.flushAfter() })
 	}
+	// The loops run until ctx ends, or until Run fails to start: Run
+	// returns only once they have ended.
+	wctx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
 	for _, loop := range s.opt.Loops { // checked by New (checkLoops)
 		w := newWorker(s, loop)
 		s.mu.Lock()
@@ -186,7 +190,7 @@ func (s *Service) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := w.run(ctx); err != nil && ctx.Err() == nil {
+			if err := w.run(wctx); err != nil && wctx.Err() == nil {
 				// The other loops go on; Run returns this when they end.
 				s.opt.Log.Error("loop stopped", "party", s.opt.ID, "loop", loop, "err", err)
 				errc <- fmt.Errorf("party%d loop %s: %w", s.opt.ID, loop, err)
@@ -196,6 +200,8 @@ func (s *Service) Run(ctx context.Context) error {
 	// Batches from the other party arrive on one subject for all loops.
 	bsub, err := s.nc.ChanSubscribe(bus.BatchSubject(s.opt.ID), s.inbox)
 	if err != nil {
+		stopLoops()
+		wg.Wait()
 		return fmt.Errorf("party%d: batch subscription: %w", s.opt.ID, err)
 	}
 	defer bsub.Unsubscribe()
