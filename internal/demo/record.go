@@ -14,9 +14,9 @@ import (
 // settleLag is how far behind the newest applied tick a tick is handed to
 // Options.Sink: 1,024 ticks, 41 s at the pendulum's 25 Hz and about 4 s
 // back to back with --fast (1 s with --two-hop=false), far more than any
-// tick's deadline, so a tick's
-// late events (a party's audit comes after its output share, so it can follow
-// the actuator's reconstruction) have all arrived.
+// tick's deadline, so a tick's late events (a party's audit comes after its
+// output share, so it can follow the actuator's reconstruction) have all
+// arrived.
 const settleLag = 1024
 
 // liveWindow is how many of the latest applied, in-time ticks the live
