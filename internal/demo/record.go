@@ -220,7 +220,7 @@ func (c *Cluster) Settle() {
 // followSettled sets the UPlain of tick t, which is settling, to the float64
 // controller's output stepped on P0's kept updates. From the first tick
 // where P0's versions cannot be followed on, the records keep the sensor's
-// reference, and FollowErr says why.
+// reference, and Following says why.
 func (c *Cluster) followSettled(t uint64, r *TickRecord) {
 	s := &c.settle
 	if s.followErr != nil {
@@ -246,32 +246,21 @@ func (c *Cluster) followSettled(t uint64, r *TickRecord) {
 	}
 }
 
-// FollowedMaxDiff is the largest |u - uplain| over the settled ticks
-// applied in time whose uplain followed P0's kept updates: all of them if
-// FollowErr is nil, else those before the tick it names.
-func (c *Cluster) FollowedMaxDiff() float64 {
+// Following says how the settled records' UPlain followed P0's kept
+// updates (Options.Sink), final once Settle has run:
+//   - followErr: why UPlain is not the float64 controller stepped on them
+//     throughout, from the tick it names on (nil: it is);
+//   - maxDiff: the largest |u - uplain| over the settled ticks applied in
+//     time whose UPlain did follow them (all of them if followErr is nil);
+//   - lost: an error if more ticks were applied in time without their
+//     update kept than ticks missed (follower.check), state updates the
+//     parties lost without a miss; nil while followErr is set, since then
+//     the updates could not be counted.
+func (c *Cluster) Following() (maxDiff float64, followErr, lost error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.settle.followedMax
-}
-
-// FollowErr says why the settled records' UPlain is not the float64
-// controller stepped on P0's kept updates throughout (Options.Sink): nil if
-// it is. Final once Settle has run.
-func (c *Cluster) FollowErr() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.settle.followErr
-}
-
-// LostUpdates, once Settle has run, is an error if more ticks were applied
-// in time without their update kept than ticks missed (follower.check):
-// state updates the parties lost without a miss. Nil while FollowErr is
-// set, since then the updates could not be counted.
-func (c *Cluster) LostUpdates() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.settle.lost
+	s := &c.settle
+	return s.followedMax, s.followErr, s.lost
 }
 
 // Late is how many events arrived for ticks already handed to the sink.

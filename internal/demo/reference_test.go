@@ -195,12 +195,12 @@ func TestSettledTicksFollowKeptUpdates(t *testing.T) {
 	report(c, events)
 	c.settleBelow(4) // ticks 1-3, after the rollback
 	c.Settle()
-	if err := errors.Join(c.FollowErr(), c.LostUpdates()); err != nil {
-		t.Fatal(err)
+	if _, ferr, lost := c.Following(); ferr != nil || lost != nil {
+		t.Fatal(errors.Join(ferr, lost))
 	}
 	check("rollback", *got, six, followed, 0)
-	if want := max(abs(followed[1]), abs(followed[2]), abs(followed[3]), abs(followed[5]), abs(followed[6])); c.FollowedMaxDiff() != want {
-		t.Errorf("FollowedMaxDiff %v, want %v (u is 0; tick 4 missed)", c.FollowedMaxDiff(), want)
+	if maxDiff, _, _ := c.Following(); maxDiff != max(abs(followed[1]), abs(followed[2]), abs(followed[3]), abs(followed[5]), abs(followed[6])) {
+		t.Errorf("Following: max |u - uplain| %v, want the followed ticks' (u is 0; tick 4 missed)", maxDiff)
 	}
 	if len(c.versions.by) != 0 || c.versions.taken != 4 {
 		t.Errorf("after the run: %d versions still held, %d taken; want 0 and 4", len(c.versions.by), c.versions.taken)
@@ -211,8 +211,8 @@ func TestSettledTicksFollowKeptUpdates(t *testing.T) {
 	c, got = newCluster(jump...)
 	report(c, []ev{{0, 0, false}, {1, 1, true}, {2, 2, true}, {5 * settleLag, 3, true}})
 	c.Settle()
-	if err := errors.Join(c.FollowErr(), c.LostUpdates()); err != nil {
-		t.Fatal(err)
+	if _, ferr, lost := c.Following(); ferr != nil || lost != nil {
+		t.Fatal(errors.Join(ferr, lost))
 	}
 	check("jump", *got, jump, want(map[uint64]bool{1: true, 2: true, 5 * settleLag: true}, jump...), 0)
 
@@ -243,12 +243,12 @@ func TestSettledTicksFollowKeptUpdates(t *testing.T) {
 			report(c, tc.events)
 		}
 		c.Settle()
-		err := c.FollowErr()
+		maxDiff, err, lost := c.Following()
 		if err == nil || !strings.Contains(err.Error(), tc.why) || tc.sensorFrom > 0 && !strings.Contains(err.Error(), fmt.Sprintf("from tick %d on, uplain is the sensor's reference", tc.sensorFrom)) {
 			t.Errorf("%s: FollowErr %v, want %q from tick %d", tc.name, err, tc.why, tc.sensorFrom)
 		}
-		if c.LostUpdates() != nil {
-			t.Errorf("%s: LostUpdates %v, want nil when the versions cannot be followed", tc.name, c.LostUpdates())
+		if lost != nil {
+			t.Errorf("%s: lost updates %v, want nil when the versions cannot be followed", tc.name, lost)
 		}
 		if tc.sensorFrom > 0 {
 			check(tc.name, *got, tc.ticks, followed, tc.sensorFrom)
@@ -259,8 +259,8 @@ func TestSettledTicksFollowKeptUpdates(t *testing.T) {
 					maxFollowed = max(maxFollowed, abs(followed[tk]))
 				}
 			}
-			if got := c.FollowedMaxDiff(); got != maxFollowed {
-				t.Errorf("%s: FollowedMaxDiff %v, want %v (the ticks followed only)", tc.name, got, maxFollowed)
+			if maxDiff != maxFollowed {
+				t.Errorf("%s: max |u - uplain| %v, want %v (the ticks followed only)", tc.name, maxDiff, maxFollowed)
 			}
 		}
 		// Once failed, the versions are no longer recorded.
@@ -277,11 +277,12 @@ func TestSettledTicksFollowKeptUpdates(t *testing.T) {
 	c.records[4].Miss = false
 	report(c, events)
 	c.Settle()
-	if c.FollowErr() != nil {
-		t.Fatal(c.FollowErr())
+	_, ferr, lost := c.Following()
+	if ferr != nil {
+		t.Fatal(ferr)
 	}
-	if err := c.LostUpdates(); err == nil || !strings.Contains(err.Error(), "2 ticks applied in time without their update kept, more than the 0 missed ticks") {
-		t.Fatalf("an update lost without a miss: LostUpdates %v", err)
+	if lost == nil || !strings.Contains(lost.Error(), "2 ticks applied in time without their update kept, more than the 0 missed ticks") {
+		t.Fatalf("an update lost without a miss: %v", lost)
 	}
 	check("lost", *got, six, followed, 0)
 }

@@ -34,14 +34,14 @@ type Result struct {
 	Paths Paths
 	// FollowErr, if not nil, says from which tick uplain (Summary.MaxDiff,
 	// trace.csv) is not the float64 controller stepped on P0's kept updates,
-	// and why (Cluster.FollowErr).
+	// and why (Cluster.Following).
 	FollowErr error
 	// FollowedMaxDiff is Summary.MaxDiff over the ticks whose uplain did
-	// follow them (Cluster.FollowedMaxDiff): the whole run's if FollowErr
+	// follow them (Cluster.Following): the whole run's if FollowErr
 	// is nil.
 	FollowedMaxDiff float64
 	// LostUpdates, if not nil, says that state updates were lost without
-	// a miss (Cluster.LostUpdates): a failure.
+	// a miss (Cluster.Following): a failure.
 	LostUpdates error
 	// Bound is what fixed point allows |u - uplain| to reach (sim.OutputBound).
 	Bound float64
@@ -151,7 +151,7 @@ loop:
 	res.Audit = c.Audit()
 	res.Late = c.Late()
 	res.Paths = c.Paths()
-	res.FollowErr, res.LostUpdates, res.FollowedMaxDiff = c.FollowErr(), c.LostUpdates(), c.FollowedMaxDiff()
+	res.FollowedMaxDiff, res.FollowErr, res.LostUpdates = c.Following()
 	res.MaxAlpha = out.maxAlpha
 	// Every tick from 3 s on must have been measured (an unencodable
 	// measurement is a failure too).
