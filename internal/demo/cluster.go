@@ -78,7 +78,7 @@ type Options struct {
 	// the ticks not yet handed over, and Settle hands over the rest. Nil
 	// (the tests): every record is kept until Close. The records handed
 	// over have as UPlain the float64 controller stepped on P0's kept
-	// updates (as Followed gives them), as far as FollowErr allows.
+	// updates (as Followed gives them), as far as Following allows.
 	Sink func(TickRecord)
 	// TwoHop runs the sensor and both parties with the two-hop tick
 	// (DUET_TWO_HOP).
