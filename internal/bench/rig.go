@@ -187,7 +187,7 @@ func (r *rig) startParty(i int, loops []string, persist bool, audit func(id int,
 	opt := party.Options{ID: i, Loops: loops, Log: r.log, Metrics: m, PeerBatch: r.peerBatch, Prefetch: r.prefetch, TwoHop: r.twoHop}
 	if audit != nil {
 		id := i
-		opt.Audit = func(loop string, tick, item uint64) { audit(id, loop, tick, item) }
+		opt.Audit = func(loop string, tick, item uint64, _ codec.Serial) { audit(id, loop, tick, item) }
 	}
 	if persist {
 		if err := opt.Persist(r.ids.ids[codec.PartyRole(i)], r.stateFile); err != nil {

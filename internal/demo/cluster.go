@@ -122,8 +122,8 @@ type Cluster struct {
 
 	mu        sync.Mutex
 	records   map[uint64]*TickRecord
-	audit     [2]map[uint64]uint64 // tick -> item, per party
-	used      [2]map[uint64]uint64 // item -> tick, per party (reuse detection)
+	audit     [2]map[uint64]auditItem    // tick -> item, per party
+	used      [2]map[codec.Serial]uint64 // item serial -> tick, per party (reuse detection)
 	reuse     int
 	versions  stateVersions // what P0's Options.StateVersion reported (Followed, followSettled)
 	p0Starts  int           // StartParty(0) calls: the instance the hook belongs to
@@ -223,7 +223,7 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 		Metrics: map[string]*metrics.Set{}, records: map[uint64]*TickRecord{}, dealers: map[string]context.CancelFunc{}, versions: stateVersions{by: map[uint64]uint64{}},
 		settle: settleState{follow: newFollower(opt.Controller)}}
 	for i := range c.audit {
-		c.audit[i], c.used[i] = map[uint64]uint64{}, map[uint64]uint64{}
+		c.audit[i], c.used[i] = map[uint64]auditItem{}, map[codec.Serial]uint64{}
 	}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	for _, r := range codec.AllRoles {
@@ -420,8 +420,8 @@ func (c *Cluster) StartParty(i int) error {
 		return err
 	}
 	opt := party.Options{ID: i, Loops: []string{c.opt.Loop}, Log: c.opt.Log, Metrics: m, PeerBatchAlways: c.opt.PeerBatchAlways, TwoHop: c.opt.TwoHop,
-		Audit: func(_ string, tick, item uint64) {
-			c.onAudit(i, tick, item)
+		Audit: func(_ string, tick, item uint64, serial codec.Serial) {
+			c.onAudit(i, tick, auditItem{item, serial})
 			if c.opt.AfterMultiply != nil {
 				c.opt.AfterMultiply(i, tick)
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/duet-mpc/duet/internal/actuator"
+	"github.com/duet-mpc/duet/pkg/codec"
 )
 
 // settleLag is how far behind the newest applied tick a tick is handed to
@@ -270,14 +271,21 @@ func (c *Cluster) Late() int {
 	return c.settle.late
 }
 
-func (c *Cluster) onAudit(id int, tick, item uint64) {
+// auditItem is the item a party used for a tick: its id (the stream
+// sequence) and its serial.
+type auditItem struct {
+	item   uint64
+	serial codec.Serial
+}
+
+func (c *Cluster) onAudit(id int, tick uint64, item auditItem) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if prev, ok := c.used[id][item]; ok {
+	if prev, ok := c.used[id][item.serial]; ok {
 		c.reuse++
-		c.opt.Log.Error("item reused", "party", id, "item", item, "ticks", fmt.Sprint(prev, ",", tick))
+		c.opt.Log.Error("item reused", "party", id, "item", item.item, "serial", fmt.Sprintf("%x", item.serial[:]), "ticks", fmt.Sprint(prev, ",", tick))
 	}
-	c.used[id][item] = tick
+	c.used[id][item.serial] = tick
 	if c.settled(tick) {
 		c.late(tick)
 		return
@@ -306,12 +314,13 @@ func (c *Cluster) recordsLocked() []TickRecord {
 // Audit is the parties' item usage.
 type Audit struct {
 	Ticks      int // ticks on which both parties multiplied
-	Mismatched int // ticks where P0 and P1 used different items
-	Reused     int // items a party used twice
+	Mismatched int // ticks where P0 and P1 used different items (id or serial)
+	Reused     int // items (serials) a party used twice
 	OneSided   int // ticks only one party multiplied (abandoned)
 }
 
-// Audit checks the item ids used: the same on both sides, none twice.
+// Audit checks the items used: the same id and serial on both sides, no
+// serial twice.
 func (c *Cluster) Audit() Audit {
 	c.mu.Lock()
 	defer c.mu.Unlock()

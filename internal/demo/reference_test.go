@@ -142,7 +142,7 @@ func TestSettledTicksFollowKeptUpdates(t *testing.T) {
 		got := new([]TickRecord)
 		c := &Cluster{opt: Options{Controller: spec, Log: slog.New(slog.DiscardHandler), Sink: func(r TickRecord) { *got = append(*got, r) }},
 			records: map[uint64]*TickRecord{}, versions: stateVersions{by: map[uint64]uint64{}}, settle: settleState{follow: newFollower(spec)}}
-		c.audit = [2]map[uint64]uint64{{}, {}}
+		c.audit = [2]map[uint64]auditItem{{}, {}}
 		for _, tk := range ticks {
 			c.records[tk] = record(tk)
 		}
@@ -233,7 +233,7 @@ func TestSettledTicksFollowKeptUpdates(t *testing.T) {
 	} {
 		c, got := newCluster(tc.ticks...)
 		if tc.audited > 0 {
-			c.audit[0][tc.audited] = 1
+			c.audit[0][tc.audited] = auditItem{item: 1}
 		}
 		if tc.settleTo > 0 {
 			report(c, tc.events[:4])

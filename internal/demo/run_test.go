@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/duet-mpc/duet/internal/actuator"
+	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
@@ -177,13 +178,13 @@ func TestSinkBoundsRecords(t *testing.T) {
 	c.onApply(actuator.Applied{Tick: 1})
 	c.onApply(actuator.Applied{Tick: far + 1})
 	c.mu.Lock()
-	var item uint64
-	for it := range c.used[0] {
-		item = it
+	var serial codec.Serial
+	for s := range c.used[0] {
+		serial = s
 		break
 	}
 	c.mu.Unlock()
-	c.onAudit(0, far+1, item)
+	c.onAudit(0, far+1, auditItem{item: 1 << 40, serial: serial}) // another id, the same serial: a reuse
 	mu.Lock()
 	n = len(got)
 	mu.Unlock()

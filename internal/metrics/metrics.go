@@ -64,7 +64,7 @@ func New(service string) *Set {
 	s.Misses = c("deadline_misses_total", "Ticks that missed their deadline or were abandoned.", "loop")
 	s.Abandoned = c("ticks_abandoned_total", "Ticks a party abandoned (each also counts in deadline_misses_total), by reason: late (the tick had not ended when the next measurement came and could not be held for, or a held measurement was given up), not_persisted (the previous state write was not acknowledged), no_item (no offline item in time), item_mismatch, version_mismatch (see mismatches_total), error (a computation failed on accepted input).", "loop", "reason")
 	s.Held = c("measurements_held_total", "Measurements a party held because the previous tick was still open (late), to start their tick when that one ends instead of abandoning it (one given up counts in ticks_abandoned_total as late).", "loop")
-	s.Mismatches = c("mismatches_total", "Ticks where the parties disagreed (resynchronized), by kind: item (different offline items: a queue fault) or version (state versions: one party abandoned a tick its peer finished).", "loop", "kind")
+	s.Mismatches = c("mismatches_total", "Ticks where the parties disagreed (resynchronized), by kind: item (different offline items, by id or serial: a queue fault, or a broker that paired different items under one sequence) or version (state versions: one party abandoned a tick its peer finished).", "loop", "kind")
 	s.ItemsConsumed = c("items_consumed_total", "Offline items used.", "loop")
 	s.ItemsPrepared = c("items_prepared_total", "Fixed-mask ticks whose item was prepared between ticks (half the product off the critical path).", "loop")
 	s.ItemsDiscarded = c("items_discarded_total", "Offline items discarded unused (resynchronization, stale).", "loop")

@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"io"
+	"log/slog"
 	"slices"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -382,5 +387,46 @@ func TestMaterialRecycling(t *testing.T) {
 	}
 	if len(w.spare) > maxSpare {
 		t.Errorf("%d spare materials, at most %d expected", len(w.spare), maxSpare)
+	}
+}
+
+// TestItemSerialCrossCheck: the other party's Protocol 1 message of the open
+// tick with the same item id but another serial (a broker that handed the
+// parties different stream messages under one sequence, or P0 a forged
+// nonce) abandons the tick as an item mismatch and skips past the id,
+// before anything is computed on it (the worker here has no mpc.Party: a
+// tick that went on would panic). sameItem takes a message without a serial
+// (a party of an earlier release) on its id alone.
+func TestItemSerialCrossCheck(t *testing.T) {
+	own := mpc.ItemSerial{Instance: 0x1234, Counter: 7}.Nonce()
+	other := mpc.ItemSerial{Instance: 0x1234, Counter: 8}.Nonce()
+	for _, c := range []struct {
+		peer       uint64
+		peerSerial codec.Serial
+		want       bool
+	}{
+		{9, own, true},
+		{9, codec.Serial{}, true}, // an earlier release's message
+		{9, other, false},
+		{10, own, false},
+		{10, codec.Serial{}, false},
+	} {
+		if got := sameItem(c.peer, c.peerSerial, 9, own); got != c.want {
+			t.Errorf("sameItem(%d, %x, 9, %x) = %v, want %v", c.peer, c.peerSerial[:4], own[:4], got, c.want)
+		}
+	}
+
+	m := metrics.New("party")
+	s := &Service{opt: Options{Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}}
+	w := &worker{s: s, loop: "l", cur: 5, st: begun, item: 9, itemSerial: own, pendMul: map[uint64]peerMul{}, pendTrunc: map[uint64]peerTrunc{}}
+	w.onMul(5, peerMul{item: 9, serial: other, msg: mpc.MulMsg{T: mpc.NewMatrix(2, 1)}})
+	if w.st != idle || w.minSeq != 10 {
+		t.Fatalf("after a message of another serial: stage %v, minSeq %d; want the tick abandoned and the id skipped", w.st, w.minSeq)
+	}
+	if got := testutil.ToFloat64(m.Abandoned.WithLabelValues("l", missItem)); got != 1 {
+		t.Errorf("%v ticks abandoned as %s, want 1", got, missItem)
+	}
+	if got := testutil.ToFloat64(m.Mismatches.WithLabelValues("l", "item")); got != 1 {
+		t.Errorf("%v item mismatches counted, want 1", got)
 	}
 }

@@ -250,9 +250,9 @@ func (w *worker) stageItem() {
 
 // nextItem takes the next usable item: the one pre-opened for the two-hop
 // tick, else the next from the queue (takeItem), waiting for it.
-func (w *worker) nextItem(ctx context.Context) (uint64, mpc.TickMaterial, error) {
-	if seq, mat, ok := w.takePre(); ok {
-		return seq, mat, nil
+func (w *worker) nextItem(ctx context.Context) (uint64, codec.Serial, mpc.TickMaterial, error) {
+	if seq, serial, mat, ok := w.takePre(); ok {
+		return seq, serial, mat, nil
 	}
 	return w.takeItem(ctx, true)
 }
@@ -261,8 +261,9 @@ var errNoItem = errors.New("party: no offline item available")
 
 // takeItem takes the next usable item from the queue: consumed on delivery,
 // never one at or below the high-water mark, never one below minSeq. Without
-// wait it does not wait for one (errNoItem).
-func (w *worker) takeItem(ctx context.Context, wait bool) (uint64, mpc.TickMaterial, error) {
+// wait it does not wait for one (errNoItem). It returns the item's id, its
+// serial (checked: see itemSerials) and its material.
+func (w *worker) takeItem(ctx context.Context, wait bool) (uint64, codec.Serial, mpc.TickMaterial, error) {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -277,7 +278,7 @@ func (w *worker) takeItem(ctx context.Context, wait bool) (uint64, mpc.TickMater
 			it = item{rawItem: r}
 		} else {
 			if !wait {
-				return 0, mpc.TickMaterial{}, errNoItem
+				return 0, codec.Serial{}, mpc.TickMaterial{}, errNoItem
 			}
 			if timer == nil {
 				timer = time.NewTimer(w.s.opt.ItemWait)
@@ -286,9 +287,9 @@ func (w *worker) takeItem(ctx context.Context, wait bool) (uint64, mpc.TickMater
 			case w.batch = <-w.items:
 				continue
 			case <-timer.C:
-				return 0, mpc.TickMaterial{}, errNoItem
+				return 0, codec.Serial{}, mpc.TickMaterial{}, errNoItem
 			case <-ctx.Done():
-				return 0, mpc.TickMaterial{}, ctx.Err()
+				return 0, codec.Serial{}, mpc.TickMaterial{}, ctx.Err()
 			}
 		}
 		if w.burn > 0 && it.seq > w.hwm && it.seq >= w.minSeq {
@@ -322,7 +323,7 @@ func (w *worker) takeItem(ctx context.Context, wait bool) (uint64, mpc.TickMater
 			continue
 		}
 		w.count(&w.ctrConsumed, w.s.opt.Metrics.ItemsConsumed)
-		return it.seq, it.mat, nil
+		return it.seq, codec.Serial(it.nonce), it.mat, nil
 	}
 }
 

@@ -169,9 +169,28 @@ func (w *worker) accept(h codec.Header, body []byte, v any, validate func() erro
 	return nil
 }
 
+// sameItem reports whether the other party's item (its id and serial) is
+// this party's: the same id, the stream sequence the broker assigns, and
+// the same serial, which the dealer sealed into both shares, unless the
+// other party sent none (a party of an earlier release). The id alone let a
+// broker hand the parties different items under one sequence, or P0 a
+// forged nonce, and the tick's u and state update were wrong.
+func sameItem(peer uint64, peerSerial codec.Serial, own uint64, ownSerial codec.Serial) bool {
+	return peer == own && (peerSerial.IsZero() || peerSerial == ownSerial)
+}
+
+// serialString is a serial as the logs show it.
+func serialString(s codec.Serial) string {
+	if sr, ok := mpc.SerialOf(s); ok {
+		return sr.String()
+	}
+	return fmt.Sprintf("%x", s[:])
+}
+
 // peerMul is a decoded, validated Protocol 1 message from the other party.
 type peerMul struct {
 	item, version uint64
+	serial        codec.Serial // zero from a party of an earlier release
 	msg           mpc.MulMsg
 }
 
@@ -185,7 +204,7 @@ type peerTrunc struct {
 // matrices (mulT, mulS), which the next message overwrites: onMul uses them
 // at once or keeps a copy.
 func (w *worker) decodeMul(mp codec.MulPayload) (peerMul, error) {
-	in := peerMul{item: fromWire(mp.Item), version: mp.Version}
+	in := peerMul{item: fromWire(mp.Item), version: mp.Version, serial: mp.Serial}
 	r, c := w.prm.PhiShape()
 	w.mulT = sized(w.mulT, c, 1)
 	if err := mp.T.DecodeInto(w.prm.Field, w.mulT); err != nil {

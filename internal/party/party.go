@@ -61,8 +61,9 @@ type Options struct {
 	// off to pre-opening on probe ticks only (twoHopBackoff).
 	TwoHop bool
 	// Audit, if set, is called once per completed multiplication with the
-	// stream sequence of the item used (a test hook and audit log).
-	Audit func(loop string, tick, item uint64)
+	// stream sequence of the item used and its serial (a test hook and
+	// audit log).
+	Audit func(loop string, tick, item uint64, serial codec.Serial)
 	// StateVersion, if set, is called whenever a loop's state takes another
 	// version: with updated after tick's update (one higher); without, once
 	// as the loop starts (the restored version and the tick its record was

@@ -90,7 +90,7 @@ func (w *worker) onMeasure(ctx context.Context, t uint64, fromHold bool) {
 		w.miss(missPersist, "state not persisted")
 		return
 	}
-	seq, mat, err := w.nextItem(ctx)
+	seq, serial, mat, err := w.nextItem(ctx)
 	if err != nil {
 		w.s.opt.Metrics.LowWater.WithLabelValues(w.loop).Inc()
 		w.cur = t
@@ -106,15 +106,15 @@ func (w *worker) onMeasure(ctx context.Context, t uint64, fromHold bool) {
 		w.miss(missError, "begin failed")
 		return
 	}
-	w.started(t, seq, msg)
+	w.started(t, seq, serial, msg)
 }
 
 // started sends this party's Protocol 1 message of tick t, begun with item
-// seq, and runs the other party's if it came first.
-func (w *worker) started(t, seq uint64, msg mpc.MulMsg) {
-	w.cur, w.item, w.st, w.sent = t, seq, begun, w.ySent
+// seq of that serial, and runs the other party's if it came first.
+func (w *worker) started(t, seq uint64, serial codec.Serial, msg mpc.MulMsg) {
+	w.cur, w.item, w.itemSerial, w.st, w.sent = t, seq, serial, begun, w.ySent
 	w.reply = pendingReply{}
-	w.sendMul(t, seq, w.version, msg)
+	w.sendMul(t, seq, serial, w.version, msg)
 	w.clearPending(t)
 	if pm, ok := w.pendMul[t]; ok {
 		delete(w.pendMul, t)
@@ -123,9 +123,9 @@ func (w *worker) started(t, seq uint64, msg mpc.MulMsg) {
 }
 
 // sendMul sends a Protocol 1 message to the other party.
-func (w *worker) sendMul(t, seq, version uint64, msg mpc.MulMsg) {
+func (w *worker) sendMul(t, seq uint64, serial codec.Serial, version uint64, msg mpc.MulMsg) {
 	out := &w.out.mul
-	*out = codec.MulPayload{Item: wireItem(seq), Version: version, Inc: w.inc, Peer: w.peerInc}
+	*out = codec.MulPayload{Item: wireItem(seq), Version: version, Inc: w.inc, Peer: w.peerInc, Serial: serial}
 	buf := w.wireBuf[:0]
 	out.T, buf = codec.AppendMatrix(w.prm.Field, buf, msg.T)
 	if w.prm.Variant == mpc.PerTick {
@@ -169,11 +169,18 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 		}
 		return
 	}
-	if mp.item != w.item {
+	if !sameItem(mp.item, mp.serial, w.item, w.itemSerial) {
 		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, "item").Inc()
 		w.minSeq = max(w.item, mp.item) + 1
 		w.burn = 0 // the skip pairs the items again
-		w.s.opt.Log.Warn("item mismatch: resynchronizing", "party", w.id, "loop", w.loop, "tick", t, "own", w.item, "peer", mp.item)
+		if mp.item == w.item {
+			// One id, two items: the broker paired different stream
+			// messages under one sequence, or forged P0's nonce.
+			w.s.opt.Log.Warn("item mismatch: one id, different serials: resynchronizing", "party", w.id, "loop", w.loop, "tick", t, "item", w.item,
+				"own_serial", serialString(w.itemSerial), "peer_serial", serialString(mp.serial))
+		} else {
+			w.s.opt.Log.Warn("item mismatch: resynchronizing", "party", w.id, "loop", w.loop, "tick", t, "own", w.item, "peer", mp.item)
+		}
 		w.miss(missItem, "item mismatch")
 		return
 	}
@@ -237,7 +244,7 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 		w.sendTrunc(t)
 	}
 	if w.s.opt.Audit != nil {
-		w.s.opt.Audit(w.loop, t, w.item)
+		w.s.opt.Audit(w.loop, t, w.item, w.itemSerial)
 	}
 	if w.id == 0 {
 		w.finish(nil, prev)

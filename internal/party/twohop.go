@@ -71,7 +71,8 @@ func (w *worker) noteMasked(t uint64) {
 // preOpen is this party's pre-opening for the next tick.
 type preOpen struct {
 	ok      bool
-	seq     uint64 // the item's id
+	seq     uint64       // the item's id
+	serial  codec.Serial // and its serial
 	mat     mpc.TickMaterial
 	version uint64 // the state version T_x was computed on
 }
@@ -81,6 +82,7 @@ type preOpen struct {
 type peerPre struct {
 	ok            bool
 	item, version uint64
+	serial        codec.Serial // zero from a party of an earlier release
 	t, s          mpc.Matrix
 }
 
@@ -95,7 +97,7 @@ func (w *worker) preOpenNext(ctx context.Context) {
 	if w.backedOff() && w.cur%twoHopProbe != 0 {
 		return
 	}
-	seq, mat, err := w.takeItem(ctx, false)
+	seq, serial, mat, err := w.takeItem(ctx, false)
 	if err != nil {
 		return
 	}
@@ -110,10 +112,10 @@ func (w *worker) preOpenNext(ctx context.Context) {
 		w.reject(err)
 		return
 	}
-	w.pre = preOpen{ok: true, seq: seq, mat: mat, version: w.version}
+	w.pre = preOpen{ok: true, seq: seq, serial: serial, mat: mat, version: w.version}
 	f := w.prm.Field
 	out := &w.out.mul
-	*out = codec.MulPayload{Item: wireItem(seq), Version: w.version, Inc: w.inc, Peer: w.peerInc}
+	*out = codec.MulPayload{Item: wireItem(seq), Version: w.version, Inc: w.inc, Peer: w.peerInc, Serial: serial}
 	buf := w.wireBuf[:0]
 	out.T, buf = codec.AppendMatrix(f, buf, msg.T)
 	if w.prm.Variant == mpc.PerTick {
@@ -223,9 +225,9 @@ func (w *worker) dropReadyMask() {
 
 // takePre hands the pre-opened item to the tick that starts (nextItem),
 // unless a resynchronization or a burn has since ruled it out.
-func (w *worker) takePre() (uint64, mpc.TickMaterial, bool) {
+func (w *worker) takePre() (uint64, codec.Serial, mpc.TickMaterial, bool) {
 	if !w.pre.ok {
-		return 0, mpc.TickMaterial{}, false
+		return 0, codec.Serial{}, mpc.TickMaterial{}, false
 	}
 	p := w.pre
 	w.pre = preOpen{}
@@ -235,9 +237,9 @@ func (w *worker) takePre() (uint64, mpc.TickMaterial, bool) {
 		}
 		w.recycle(p.mat)
 		w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
-		return 0, mpc.TickMaterial{}, false
+		return 0, codec.Serial{}, mpc.TickMaterial{}, false
 	}
-	return p.seq, p.mat, true
+	return p.seq, p.serial, p.mat, true
 }
 
 // dropPre gives the pre-opened item up (a resynchronization).
@@ -267,7 +269,7 @@ func (w *worker) decodePreT(mp codec.MulPayload) error {
 	} else if mp.S.Rows != 0 || mp.S.Cols != 0 || len(mp.S.Data) != 0 {
 		return fmt.Errorf("%w: pre-opening carries S in the fixed-mask variant", codec.ErrDimension)
 	}
-	w.peerPre.ok, w.peerPre.item, w.peerPre.version = true, fromWire(mp.Item), mp.Version
+	w.peerPre.ok, w.peerPre.item, w.peerPre.version, w.peerPre.serial = true, fromWire(mp.Item), mp.Version, mp.Serial
 	return nil
 }
 
@@ -312,7 +314,7 @@ func (w *worker) onMeasureMasked(ctx context.Context, t, item uint64) {
 		return
 	}
 	preVersion := w.pre.version
-	seq, mat, err := w.nextItem(ctx) // the pre-opened item
+	seq, serial, mat, err := w.nextItem(ctx) // the pre-opened item
 	if err != nil || seq != item {
 		if err == nil {
 			w.recycle(mat)
@@ -336,14 +338,16 @@ func (w *worker) onMeasureMasked(ctx context.Context, t, item uint64) {
 		return
 	}
 	_, pending := w.pendMul[t] // the other party runs this tick in three hops
-	two := !pending && preVersion == w.version && w.peerPre.ok && w.peerPre.item == seq && w.peerPre.version == w.version
+	// A pre-opening of another item under the same id (sameItem) falls
+	// back to three hops, whose Protocol 1 exchange finds the difference.
+	two := !pending && preVersion == w.version && w.peerPre.ok && sameItem(w.peerPre.item, w.peerPre.serial, seq, serial) && w.peerPre.version == w.version
 	if !two {
 		w.countPath(&w.ctrFallback, "fallback")
-		w.started(t, seq, msg)
+		w.started(t, seq, serial, msg)
 		return
 	}
 	w.countPath(&w.ctrTwoHop, "two_hop")
-	w.cur, w.item, w.st, w.sent = t, seq, begun, w.ySent
+	w.cur, w.item, w.itemSerial, w.st, w.sent = t, seq, serial, begun, w.ySent
 	w.reply = pendingReply{ok: true, tick: t, version: w.version, msg: msg}
 	w.clearPending(t)
 	n, q := w.prm.N, w.prm.P
@@ -353,7 +357,7 @@ func (w *worker) onMeasureMasked(ctx context.Context, t, item uint64) {
 		w.miss(missError, "two-hop opening failed")
 		return
 	}
-	in := peerMul{item: seq, version: w.version, msg: mpc.MulMsg{T: w.peerT}}
+	in := peerMul{item: seq, serial: w.peerPre.serial, version: w.version, msg: mpc.MulMsg{T: w.peerT}}
 	if w.prm.Variant == mpc.PerTick {
 		in.msg.S = w.peerPre.s
 	}
@@ -379,6 +383,6 @@ func (w *worker) replyMul(t uint64) bool {
 		return false
 	}
 	w.reply.ok = false
-	w.sendMul(t, w.item, w.reply.version, w.reply.msg)
+	w.sendMul(t, w.item, w.itemSerial, w.reply.version, w.reply.msg)
 	return true
 }

@@ -74,14 +74,17 @@ type worker struct {
 	lastPing time.Time
 
 	// Tick state.
-	cur     uint64
-	st      stage
-	item    uint64 // stream sequence of the item in use
-	version uint64 // state updates kept (a rollback takes one back)
-	prev    mpc.Matrix
-	hasPrev bool
-	hwm     uint64 // highest item id taken (itemID: stream sequence and index)
-	minSeq  uint64 // item ids below this are discarded (resynchronization)
+	cur  uint64
+	st   stage
+	item uint64 // stream sequence of the item in use
+	// itemSerial is that item's serial, which the tick's Protocol 1
+	// exchange compares with the other party's (sameItem).
+	itemSerial codec.Serial
+	version    uint64 // state updates kept (a rollback takes one back)
+	prev       mpc.Matrix
+	hasPrev    bool
+	hwm        uint64 // highest item id taken (itemID: stream sequence and index)
+	minSeq     uint64 // item ids below this are discarded (resynchronization)
 	// serials: the items taken in the epoch, by their dealer serials, so
 	// that an item the broker delivers again is refused (itemSerials).
 	serials      itemSerials

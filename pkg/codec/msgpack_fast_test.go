@@ -189,7 +189,11 @@ func (g gen) value(i int) any {
 		return &MeasurePayload{Y: g.matrix(), SentUnixNano: g.int64()}
 	case reflect.TypeFor[MulPayload]():
 		inc, peer := g.instance()
-		return &MulPayload{Item: g.uint64(), Version: g.uint64(), S: g.matrix(), T: g.matrix(), Inc: inc, Peer: peer}
+		var serial Serial
+		if g.IntN(2) == 0 {
+			serial = g.nonce()
+		}
+		return &MulPayload{Item: g.uint64(), Version: g.uint64(), S: g.matrix(), T: g.matrix(), Inc: inc, Peer: peer, Serial: serial}
 	case reflect.TypeFor[TruncPayload]():
 		inc, peer := g.instance()
 		return &TruncPayload{Item: g.uint64(), Y: g.matrix(), Inc: inc, Peer: peer}

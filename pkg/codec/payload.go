@@ -40,7 +40,23 @@ type MulPayload struct {
 	// instance that is sent a later Peer than its own has been replaced.
 	Inc  uint64 `msgpack:"inc,omitempty"`
 	Peer uint64 `msgpack:"peer,omitempty"`
+	// Serial is the item's serial as its nonce (mpc.ItemSerial.Nonce), the
+	// one the dealer sealed into each party's share (P0's seed-compressed
+	// share is the nonce itself), in KindMul and KindPreT (omitted when
+	// zero: a party of an earlier release, and the set-up's messages). Item
+	// is the stream sequence, which the broker assigns: a broker that hands
+	// the parties different items under one sequence (or P0 a forged nonce)
+	// is caught here, and the tick abandoned, instead of u and the state
+	// update being wrong.
+	Serial Serial `msgpack:"n,omitempty"`
 }
+
+// Serial is an offline item's 16-byte nonce (mpc.ItemSerial.Nonce), which
+// names the item; zero is none.
+type Serial [16]byte
+
+// IsZero reports whether s is none (msgpack's omitempty).
+func (s Serial) IsZero() bool { return s == Serial{} }
 
 // PutMul encodes one tick's Protocol 1 message.
 func PutMul(f *mpc.Field, item uint64, m mpc.MulMsg) MulPayload {

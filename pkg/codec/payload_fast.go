@@ -121,6 +121,16 @@ func optionalFields(data []byte, base, extra int) int {
 // instance reads Inc and Peer, each there only when not zero, and checks that
 // the map of n fields held them.
 func (d *decoder) instance(what string, n, base int) (inc, peer uint64) {
+	inc, peer = d.readInstance(n, base)
+	if d.err == nil && base+instanceFields(inc, peer) != n {
+		d.fail(d.r.errf(what, "a map of %d fields holds %d", n, base+instanceFields(inc, peer)))
+	}
+	return inc, peer
+}
+
+// readInstance is instance without the field count's check (for a payload
+// with more optional fields after them).
+func (d *decoder) readInstance(n, base int) (inc, peer uint64) {
 	if n > base && d.next("inc") {
 		if inc = d.uint("inc"); inc == 0 && d.err == nil {
 			d.fail(d.r.errf("inc", "zero written out: not in canonical form"))
@@ -131,24 +141,41 @@ func (d *decoder) instance(what string, n, base int) (inc, peer uint64) {
 			d.fail(d.r.errf("peer", "zero written out: not in canonical form"))
 		}
 	}
-	if d.err == nil && base+instanceFields(inc, peer) != n {
-		d.fail(d.r.errf(what, "a map of %d fields holds %d", n, base+instanceFields(inc, peer)))
-	}
 	return inc, peer
+}
+
+// serialFields and serialLen are what a MulPayload's Serial (omitted when
+// zero) adds to its field count and length.
+func serialFields(s Serial) int {
+	if s.IsZero() {
+		return 0
+	}
+	return 1
+}
+
+func serialLen(s Serial) int {
+	if s.IsZero() {
+		return 0
+	}
+	return keyLen("n") + binLen(s[:])
 }
 
 func (p MulPayload) encodedLen() int {
 	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("ver") + uintLen(p.Version) +
-		keyLen("s") + p.S.encodedLen() + keyLen("t") + p.T.encodedLen() + instanceLen(p.Inc, p.Peer)
+		keyLen("s") + p.S.encodedLen() + keyLen("t") + p.T.encodedLen() + instanceLen(p.Inc, p.Peer) + serialLen(p.Serial)
 }
 
 func (p MulPayload) appendMsgpack(b []byte) []byte {
-	b = append(b, mpFixMap|byte(4+instanceFields(p.Inc, p.Peer)))
+	b = append(b, mpFixMap|byte(4+instanceFields(p.Inc, p.Peer)+serialFields(p.Serial)))
 	b = appendUint(appendKey(b, "item"), p.Item)
 	b = appendUint(appendKey(b, "ver"), p.Version)
 	b = p.S.appendMsgpack(appendKey(b, "s"))
 	b = p.T.appendMsgpack(appendKey(b, "t"))
-	return appendInstance(b, p.Inc, p.Peer)
+	b = appendInstance(b, p.Inc, p.Peer)
+	if !p.Serial.IsZero() {
+		b = appendBin(appendKey(b, "n"), p.Serial[:])
+	}
+	return b
 }
 
 func (p *MulPayload) unmarshalMsgpack(data []byte) error {
@@ -163,13 +190,21 @@ func (p *MulPayload) unmarshalMsgpack(data []byte) error {
 func (p *MulPayload) unmarshalView(data []byte) error {
 	d := newDecoder(data)
 	var v MulPayload
-	n := optionalFields(data, 4, 2)
+	n := optionalFields(data, 4, 3)
 	d.mapHeader("MulPayload", n)
 	v.Item = d.uint("item")
 	v.Version = d.uint("ver")
 	v.S = d.matrix("s")
 	v.T = d.matrix("t")
-	v.Inc, v.Peer = d.instance("MulPayload", n, 4)
+	v.Inc, v.Peer = d.readInstance(n, 4)
+	if n > 4 && d.next("n") {
+		if v.Serial = Serial(d.nonce("n")); v.Serial.IsZero() && d.err == nil {
+			d.fail(d.r.errf("n", "zero written out: not in canonical form"))
+		}
+	}
+	if have := 4 + instanceFields(v.Inc, v.Peer) + serialFields(v.Serial); d.err == nil && have != n {
+		d.fail(d.r.errf("MulPayload", "a map of %d fields holds %d", n, have))
+	}
 	if err := d.end(); err != nil {
 		return err
 	}
