@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -66,6 +67,18 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 		return fmt.Errorf("config: DUET_LOG_LEVEL %q: want debug, info, warn or error", common.LogLevel)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("service", name)
+	// The HTTP endpoints' address is bound first, so that a bad or busy one
+	// stops the service as an invalid value does: served from a goroutine,
+	// its error was only logged, and the service ran without /metrics and
+	// /readyz, which its probes then failed.
+	var ln net.Listener
+	if common.HTTPAddr != "" {
+		var err error
+		if ln, err = net.Listen("tcp", common.HTTPAddr); err != nil {
+			return fmt.Errorf("config: DUET_HTTP_ADDR %q: %w", common.HTTPAddr, err)
+		}
+		defer ln.Close() // also when the server has it: closing twice is harmless
+	}
 	id, pubs, err := keys.Load(common.KeysDir, role)
 	if err != nil {
 		return err
@@ -94,10 +107,10 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 		return err
 	}
 	env := &Env{Identity: id, NC: nc, Sealer: sealer, Metrics: m, Log: log}
-	if common.HTTPAddr != "" {
-		srv := &http.Server{Addr: common.HTTPAddr, Handler: mux(env), ReadHeaderTimeout: 5 * time.Second}
+	if ln != nil {
+		srv := &http.Server{Handler: mux(env), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server", "err", err)
 			}
 		}()
