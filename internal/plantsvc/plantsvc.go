@@ -53,6 +53,8 @@ type Service struct {
 	// that take over, so that a lost input holds the plant up once, for Wait.
 	waitUntil time.Time
 	closed    bool // Run has ended: waiting reads return
+
+	logs *bus.LogLimit // refused messages' warnings (reject)
 }
 
 // New returns the plant service.
@@ -70,7 +72,7 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Service, error) {
 		opt.Metrics = metrics.New("plant")
 	}
 	s := &Service{nc: nc, sealer: sealer, opt: opt, guard: codec.NewReplayGuard(),
-		inputs: map[uint64][]float64{}, lastU: make([]float64, opt.Plant.Inputs())}
+		inputs: map[uint64][]float64{}, lastU: make([]float64, opt.Plant.Inputs()), logs: bus.NewLogLimit()}
 	s.cond = sync.NewCond(&s.mu)
 	return s, nil
 }
@@ -97,8 +99,8 @@ func (s *Service) Run(ctx context.Context) error {
 
 func (s *Service) onInput(m *nats.Msg) {
 	h, body, err := s.sealer.Open(m.Data)
-	if err == nil && (h.Kind != codec.KindPlantU || h.From != codec.RoleActuator || h.Loop != s.opt.Loop) {
-		err = fmt.Errorf("%w: %s from %s", codec.ErrKind, h.Kind, h.From)
+	if err == nil {
+		err = s.admitHeader(h, codec.KindPlantU, codec.RoleActuator)
 	}
 	var up codec.PlantUPayload
 	if err == nil {
@@ -114,7 +116,7 @@ func (s *Service) onInput(m *nats.Msg) {
 		err = s.guard.Accept(h) // only a valid input advances the guard
 	}
 	if err != nil {
-		s.opt.Metrics.Reject(err)
+		s.reject("input", err)
 		return
 	}
 	s.mu.Lock()
@@ -125,22 +127,66 @@ func (s *Service) onInput(m *nats.Msg) {
 
 func (s *Service) onRead(m *nats.Msg) {
 	h, _, err := s.sealer.Open(m.Data)
-	if err == nil && (h.Kind != codec.KindPlantY || h.From != codec.RoleSensor || h.Loop != s.opt.Loop) {
-		err = fmt.Errorf("%w: %s from %s", codec.ErrKind, h.Kind, h.From)
+	if err == nil {
+		err = s.admitHeader(h, codec.KindPlantY, codec.RoleSensor)
 	}
 	if err != nil {
-		s.opt.Metrics.Reject(err)
+		s.reject("read", err)
 		return
 	}
 	// Reads are handled off the subscription goroutine: they may wait.
 	go s.read(m, h.Tick)
 }
 
+// admitHeader checks an opened message's kind, sender and loop.
+func (s *Service) admitHeader(h codec.Header, kind codec.Kind, from codec.Role) error {
+	if h.Kind != kind || h.From != from {
+		return fmt.Errorf("%w: %s from %s, want %s from %s", codec.ErrKind, h.Kind, h.From, kind, from)
+	}
+	if h.Loop != s.opt.Loop {
+		return fmt.Errorf("%w: loop %q, this plant serves %q", codec.ErrHeader, h.Loop, s.opt.Loop)
+	}
+	return nil
+}
+
+// reject counts a refused message and logs it at warning level, each
+// reason the first time and then at most once a minute: a plant whose inputs
+// are all refused (a plant spec with another number of inputs than the
+// controller's) runs on the input it holds, and the log says why.
+func (s *Service) reject(what string, err error) {
+	s.opt.Metrics.Reject(err)
+	reason := codec.Reason(err)
+	if ok, notLogged := s.logs.Allow(what + "\x00" + reason); ok {
+		s.opt.Log.Warn("plant: message refused", "loop", s.opt.Loop, "message", what, "reason", reason, "err", err, "repeats_not_logged", notLogged)
+	}
+}
+
+// inputFor returns the input to advance the plant with before read t
+// answers (under mu): the one applied for the highest tick from the last
+// tick read up to t, as a device holds the input applied last. That is the
+// last tick read's, unless a later one came: the actuator's watchdog
+// applies its fail-safe as the tick after the last it applied, while the
+// sensor is silent, and the plant holds that until the next input. Before,
+// a read waited for the last tick read's input only, so the fail-safe was
+// never applied: the first advance after the silence used the last input
+// instead.
+func (s *Service) inputFor(t uint64) (u []float64, ok bool) {
+	var at uint64
+	for k, v := range s.inputs {
+		if k >= s.lastT && k < t && (!ok || k > at) {
+			u, at, ok = v, k, true
+		}
+	}
+	return u, ok
+}
+
 func (s *Service) read(m *nats.Msg, t uint64) {
 	s.mu.Lock()
 	if t <= s.reading { // reading >= lastT: a tick read or being read
+		at := s.reading
 		s.mu.Unlock()
-		s.opt.Metrics.Rejects.WithLabelValues("replay").Inc()
+		// Not answered: the sensor's read times out (DUET_PLANT_WAIT).
+		s.reject("read", fmt.Errorf("%w: a read of tick %d, the plant has read tick %d (a sensor that reuses tick numbers: restart the plant with a new set-up)", codec.ErrReplay, t, at))
 		return
 	}
 	// One read at a time advances the plant: a read that comes while an
@@ -154,18 +200,18 @@ func (s *Service) read(m *nats.Msg, t uint64) {
 	s.cond.Broadcast()
 	var applied []float64
 	if s.lastT > 0 {
-		// Advance one period with the input the actuator applied for the
-		// last tick read. Each read is one sampling instant: a gap in
-		// tick numbers (a resumed sensor skips ahead) is not time passing.
-		k := s.lastT
+		// Advance one period with the input the actuator applied last
+		// since the last tick read (inputFor). Each read is one sampling
+		// instant: a gap in tick numbers (a resumed sensor skips ahead) is
+		// not time passing.
 		if s.waitUntil.IsZero() {
 			s.waitUntil = time.Now().Add(s.opt.Wait)
 		}
 		deadline := s.waitUntil
-		u, ok := s.inputs[k]
+		u, ok := s.inputFor(t)
 		for !ok && s.reading == t && !s.closed && time.Now().Before(deadline) {
 			waitCond(s.cond, time.Until(deadline))
-			u, ok = s.inputs[k]
+			u, ok = s.inputFor(t)
 		}
 		if later := s.reading; later != t || s.closed {
 			s.mu.Unlock()
@@ -177,8 +223,8 @@ func (s *Service) read(m *nats.Msg, t uint64) {
 			s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
 		}
 		s.opt.Plant.Step(u)
+		applied = append([]float64(nil), u...) // OnStep's, after mu: not lastU, which the next read overwrites
 		s.lastU = append(s.lastU[:0], u...)
-		applied = u
 	}
 	for k := range s.inputs {
 		if k < t {

@@ -47,7 +47,8 @@ type rig struct {
 	sensor  *codec.Sealer
 	act     *codec.Sealer
 	mu      sync.Mutex
-	stepped []uint64 // the ticks answered after an advance
+	stepped []uint64  // the ticks answered after an advance
+	with    []float64 // the input of each advance
 }
 
 func newRig(t *testing.T, wait time.Duration) *rig {
@@ -60,6 +61,7 @@ func newRig(t *testing.T, wait time.Duration) *rig {
 			if u != nil {
 				r.mu.Lock()
 				r.stepped = append(r.stepped, tick)
+				r.with = append(r.with, u[0])
 				r.mu.Unlock()
 			}
 		}})
@@ -215,4 +217,46 @@ func TestLostInputHeldAfterWait(t *testing.T) {
 			tick, y, held, r.stepped, tick)
 	}
 	t.Logf("tick %d's read answered, y = %v", tick, y)
+}
+
+// TestWatchdogFailSafeHeld: the actuator's watchdog applies its fail-safe as
+// the tick after the last it applied, while the sensor is silent; the plant
+// holds it, so the first advance after the silence uses the fail-safe, not
+// the last input before it (nor, had the read waited out Wait, the last
+// input held and counted). Before, a read used only the last tick
+// read's input, and the fail-safe was never applied (the test fails so:
+// advanced with 0.7).
+func TestWatchdogFailSafeHeld(t *testing.T) {
+	r := newRig(t, time.Second)
+	if _, err := r.read(1, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.input(1, 0.5)
+	if y, err := r.read(2, time.Second); err != nil || y != 1 {
+		t.Fatalf("tick 2's read: y = %v, %v; want 1", y, err)
+	}
+	r.input(2, 0.7)
+	r.input(3, 0) // the watchdog's zero fail-safe; then the sensor resumes at 100
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		r.svc.mu.Lock()
+		_, in := r.svc.inputs[3]
+		r.svc.mu.Unlock()
+		if in {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the fail-safe input never reached the plant")
+		}
+	}
+	if y, err := r.read(100, 2*time.Second); err != nil || y != 2 {
+		t.Fatalf("tick 100's read: y = %v, %v; want 2", y, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.with) != 2 || r.with[0] != 0.5 || r.with[1] != 0 {
+		t.Fatalf("the plant advanced with %v, want [0.5 0]: the fail-safe held after the silence", r.with)
+	}
+	if n := metrics.Sum(r.m.Misses); n != 0 {
+		t.Errorf("%v inputs held, want 0", n)
+	}
 }
