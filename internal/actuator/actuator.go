@@ -5,6 +5,7 @@ package actuator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -94,6 +95,8 @@ type Actuator struct {
 	watchOn bool
 	watch   *time.Timer
 	applied time.Time
+	// stopped: Run has returned; no deadline applies anything after it.
+	stopped bool
 }
 
 // New returns an actuator for one loop.
@@ -132,14 +135,28 @@ func (a *Actuator) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for {
+	// Until the set-up record is there and opens. A record that does not
+	// open (keys made anew, another wire version) is refused and counted
+	// once per revision, not at every poll; a read that fails for another
+	// reason than the record not being there yet is logged, the first time
+	// and then at most once a minute.
+	var refused uint64
+	logs := bus.NewLogLimit()
+	for loaded := false; !loaded; {
 		e, err := kv.Get(ctx, bus.SetupKey(a.opt.Loop, codec.RoleActuator))
-		if err == nil {
+		switch {
+		case err == nil && e.Revision() != refused:
 			if err = a.applySetup(e.Value()); err == nil {
-				break
+				loaded = true
+				continue
 			}
+			refused = e.Revision()
 			a.opt.Metrics.Reject(err)
-			a.opt.Log.Error("set-up record rejected", "err", err)
+			a.opt.Log.Error("set-up record rejected; waiting for a new one", "loop", a.opt.Loop, "revision", refused, "err", err)
+		case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && ctx.Err() == nil:
+			if ok, notLogged := logs.Allow(err.Error()); ok {
+				a.opt.Log.Warn("reading the set-up record", "loop", a.opt.Loop, "err", err, "repeats_not_logged", notLogged)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -159,7 +176,7 @@ func (a *Actuator) Run(ctx context.Context) error {
 	defer subO.Unsubscribe()
 	a.ready.Store(true)
 	a.startWatchdog()
-	defer a.stopWatchdog()
+	defer a.stop()
 	<-ctx.Done()
 	return nil
 }
@@ -174,13 +191,24 @@ func (a *Actuator) startWatchdog() {
 	a.mu.Unlock()
 }
 
-func (a *Actuator) stopWatchdog() {
+// stop ends the actuator's timers as Run returns: the watchdog and every
+// pending tick's deadline. A deadline that fires anyway (its timer already
+// running) and any share still being delivered find the actuator stopped
+// and apply nothing: before, a deadline could publish a fail-safe on the
+// closing connection, and report it, after Run had returned.
+func (a *Actuator) stop() {
 	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stopped = true
 	a.watchOn = false
 	if a.watch != nil {
 		a.watch.Stop()
 	}
-	a.mu.Unlock()
+	for _, p := range a.ticks {
+		if p.timer != nil {
+			p.timer.Stop()
+		}
+	}
 }
 
 // bark is the watchdog's timer: nothing has been applied for
@@ -271,9 +299,10 @@ func (a *Actuator) accept(h codec.Header, body []byte, v any, validate func() er
 	return nil
 }
 
-// entry returns the tick's pending record; nil for ticks already applied.
+// entry returns the tick's pending record; nil for ticks already applied,
+// and for every tick once the actuator has stopped.
 func (a *Actuator) entry(t uint64) *pending {
-	if t <= a.lastApp {
+	if t <= a.lastApp || a.stopped {
 		return nil
 	}
 	p := a.ticks[t]
@@ -324,6 +353,9 @@ func (a *Actuator) date(t uint64, p *pending, sent int64) {
 func (a *Actuator) onShare(t uint64, id int, item uint64, sent int64, share mpc.Matrix) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.stopped {
+		return
+	}
 	p := a.entry(t)
 	if p == nil || p.done {
 		a.opt.Metrics.Rejects.WithLabelValues("late").Inc()
@@ -362,15 +394,19 @@ func (a *Actuator) deadline(t uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p := a.ticks[t]
-	if p == nil || p.done {
+	if p == nil || p.done || a.stopped {
 		return
 	}
 	if t <= a.lastApp {
 		// A later tick was applied before this one's deadline (a deadline
 		// longer than the period, or simulated time): the plant has a newer
 		// input, and this tick can no longer complete (as entry forgets).
+		// No fail-safe, but a miss: its own input never came. Before, it
+		// was counted nowhere, and the actuator's ticks and misses fell
+		// short of the ticks sent.
 		delete(a.ticks, t)
-		a.opt.Log.Debug("deadline of a tick already superseded", "loop", a.opt.Loop, "tick", t, "applied", a.lastApp)
+		a.opt.Metrics.Misses.WithLabelValues(a.opt.Loop).Inc()
+		a.opt.Log.Debug("deadline of a tick already superseded: counted as a miss", "loop", a.opt.Loop, "tick", t, "applied", a.lastApp)
 		return
 	}
 	u := a.failSafeLocked()

@@ -162,9 +162,11 @@ func TestEarliestStampDatesTheTick(t *testing.T) {
 
 // A tick whose deadline comes after a later tick was applied (the deadline
 // longer than the period, or simulated time) can no longer complete: its
-// deadline applies nothing, counts no miss, and reports nothing. Before, it
-// published the fail-safe for the old tick (which the plant refuses as a
-// replay) and reported it after the later tick.
+// deadline applies nothing and reports nothing, but counts a miss, since its
+// input never came. Before, it published the fail-safe for the old tick
+// (which the plant refuses as a replay) and reported it after the later
+// tick; later, it counted nothing, so a lost tick went unseen in the misses
+// whenever the deadline was longer than the period.
 func TestSupersededDeadlineAppliesNothing(t *testing.T) {
 	r := newRig(t, 80*time.Millisecond)
 	m := metrics.New("actuator")
@@ -182,8 +184,29 @@ func TestSupersededDeadlineAppliesNothing(t *testing.T) {
 		t.Fatalf("tick %d reported after tick 2", tick)
 	case <-time.After(200 * time.Millisecond): // past tick 1's deadline
 	}
-	if got := testutil.ToFloat64(m.Misses.WithLabelValues("loop1")); got != 0 {
-		t.Errorf("%v misses counted for a superseded tick", got)
+	if got := testutil.ToFloat64(m.Misses.WithLabelValues("loop1")); got != 1 {
+		t.Errorf("%v misses counted for a superseded tick, want 1", got)
+	}
+}
+
+// Once Run has returned, nothing is applied: a pending tick's deadline does
+// not fire, and a share that is still delivered is dropped, not counted.
+func TestNothingAppliedAfterStop(t *testing.T) {
+	r := newRig(t, 50*time.Millisecond)
+	m := metrics.New("actuator")
+	r.a.opt.Metrics = m
+	now := time.Now().UnixNano()
+	r.send(t, codec.RoleSensor, codec.KindTick, 1, codec.TickPayload{SentUnixNano: now}) // tick 1 pending, its deadline running
+	r.a.stop()
+	r.share(t, 0, 2, now)
+	r.share(t, 1, 2, now)
+	select {
+	case tick := <-r.got:
+		t.Fatalf("tick %d applied after the actuator stopped", tick)
+	case <-time.After(200 * time.Millisecond): // past tick 1's deadline
+	}
+	if got := metrics.Sum(m.Misses) + metrics.Sum(m.Rejects) + metrics.Sum(m.Ticks); got != 0 {
+		t.Errorf("%v misses, rejects and ticks counted after the actuator stopped, want 0", got)
 	}
 }
 
@@ -220,7 +243,7 @@ func TestWatchdogAppliesFailSafeOnce(t *testing.T) {
 	const watchdog = 100 * time.Millisecond
 	r.a.opt.Watchdog = watchdog
 	r.a.startWatchdog()
-	defer r.a.stopWatchdog()
+	defer r.a.stop()
 	misses := func() float64 { return testutil.ToFloat64(r.a.opt.Metrics.Misses.WithLabelValues("loop1")) }
 	// Before the first input (the sensor waiting for the plant, say) it
 	// does not fire.

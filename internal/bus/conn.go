@@ -192,6 +192,25 @@ func WaitSetupBucket(ctx context.Context, js jetstream.JetStream, log *slog.Logg
 	}
 }
 
+// LogLimit decides which of a service's repeated warnings are logged (a
+// plant that stops answering fails every tick's read): each key the first
+// time, then at most once a minute, with how many were not logged since
+// (errorLog's rule). The zero value is not usable: NewLogLimit.
+type LogLimit struct{ l errorLog }
+
+// NewLogLimit returns an empty LogLimit.
+func NewLogLimit() *LogLimit { return &LogLimit{l: errorLog{last: map[string]errorLogEntry{}}} }
+
+// Allow reports whether the warning keyed key is to be logged now, and how
+// many of it were not logged since it last was.
+// A nil LogLimit logs everything.
+func (l *LogLimit) Allow(key string) (ok bool, notLogged int) {
+	if l == nil {
+		return true, 0
+	}
+	return l.l.allow(key, time.Now())
+}
+
 // errorLogEvery: an asynchronous error the server sends again and again
 // (the same denied publish on every tick, a slow consumer under load) is
 // logged the first time and then at most once in this interval.

@@ -85,6 +85,9 @@ type Sensor struct {
 	js     jetstream.JetStream
 	sealer *codec.Sealer
 	opt    Options
+	// logs limits the warnings of a tick lost (warnLost): a plant that is
+	// down or out of range loses every tick, 25 a second.
+	logs   *bus.LogLimit
 	rz     mpc.Resolved
 	rng    io.Reader
 	fc     *mpc.FloatController
@@ -167,7 +170,7 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 		return nil, err
 	}
 	return &Sensor{nc: nc, js: js, sealer: sealer, opt: opt, rz: rz, rng: mpc.NewPRG(key, [16]byte{}),
-		fc: opt.Controller.NewFloatController()}, nil
+		fc: opt.Controller.NewFloatController(), logs: bus.NewLogLimit()}, nil
 }
 
 // itemOverhead bounds an item's bytes beyond its material: two sealed
@@ -355,14 +358,14 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 				continue
 			}
 			s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
-			s.opt.Log.Warn("plant read failed", "loop", s.opt.Loop, "tick", t, "err", err)
+			s.warnLost("plant read failed", t, err)
 			s.lost(resume, t)
 			continue
 		}
 		s.plantUp = true
 		if err := f.EcdInto(yEnc.Data, y, prm.K, prm.L); err != nil {
 			s.opt.Metrics.Rejects.WithLabelValues("range").Inc()
-			s.opt.Log.Warn("measurement cannot be encoded", "loop", s.opt.Loop, "tick", t, "err", err)
+			s.warnLost("measurement cannot be encoded", t, err)
 			s.lost(resume, t)
 			continue
 		}
@@ -493,4 +496,13 @@ func (s *Sensor) readPlant(ctx context.Context, t uint64) ([]float64, error) {
 		return nil, err
 	}
 	return yp.Y, nil
+}
+
+// warnLost logs a tick lost for why (each is counted where it is lost): the
+// first time, then at most once a minute with how many were not logged
+// since, so that a plant down for an hour does not write 90,000 lines.
+func (s *Sensor) warnLost(why string, t uint64, err error) {
+	if ok, notLogged := s.logs.Allow(why); ok {
+		s.opt.Log.Warn(why, "loop", s.opt.Loop, "tick", t, "err", err, "repeats_not_logged", notLogged)
+	}
 }
