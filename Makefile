@@ -81,9 +81,10 @@ up: keys
 	$(COMPOSE) -p $(PROJECT) up -d --scale keys=0 --scale dealer=$(DEALERS)
 	$(COMPOSE) -p $(PROJECT) ps
 
-## keys: `duet keys --dir /keys` into the stack's keys volume, once: `duet
-## keys` refuses to overwrite, and "already exists" counts as done. The
-## compose keys service is then scaled to 0 so that `up` does not run it again.
+## keys: `duet keys --dir /keys --if-missing` into the stack's keys volume,
+## once: a volume that already holds keys keeps them ("already exists", from a
+## keys service run without --if-missing, counts as done too). The compose
+## keys service is then scaled to 0 so that `up` does not run it again.
 keys: images
 	@out=$$($(COMPOSE) -p $(PROJECT) run --rm keys 2>&1) && echo "$$out" | tail -1 || { \
 	  echo "$$out" | grep -q 'already exists' || { echo "$$out" >&2; exit 1; }; \

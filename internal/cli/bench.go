@@ -31,7 +31,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	url := fs.String("nats", "", "NATS server URL (default: an embedded server)")
 	out := fs.String("out", "", "directory for the CSV files, plots and profiles (required)")
 	only := fs.String("only", "", "comma-separated sections to run: "+strings.Join(bench.AllSections, ","))
-	profile := fs.Bool("pprof", false, "write a CPU profile of each section into DIR/pprof/")
+	profile := fs.Bool("pprof", false, "write CPU, block, mutex, allocation and goroutine profiles of each section, and every measured tick of the scale search, into DIR/pprof/")
 	examplesDir := fs.String("examples", examples.QubeDir, "directory of the pendulum's controller.json and plant.json; the default is read from the copy built into duet when this directory has none")
 	verbose := fs.Bool("v", false, "log service events to stderr")
 	loops := fs.String("loops", "", "comma-separated loop counts for the scale search, tried in order (default: the plan's, 50 up to 1500)")
