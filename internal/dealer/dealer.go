@@ -136,41 +136,63 @@ func (d *Dealer) register(ctx context.Context, wg *sync.WaitGroup, key string, d
 	if err != nil {
 		return err
 	}
-	// The record is not delivered again until the sensor writes another:
-	// a lookup lost to a reconnect or a busy server is retried, with the
-	// watch's later records waiting meanwhile.
-	var stream jetstream.Stream
-	for wait := 200 * time.Millisecond; ; wait *= 2 {
-		if stream, err = d.js.Stream(ctx, bus.OfflineStream(h.Loop)); err == nil {
-			break
-		}
-		if errors.Is(err, jetstream.ErrStreamNotFound) || wait > 3*time.Second || ctx.Err() != nil {
-			return fmt.Errorf("dealer: stream for loop %s (not served until its set-up record is written again or the dealer restarts): %w", h.Loop, err)
-		}
-		d.opt.Log.Warn("looking up a loop's offline stream: retrying", "loop", h.Loop, "in", wait, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-	}
 	d.mu.Lock()
 	if d.epoch[h.Loop] == sp.Epoch {
 		d.mu.Unlock()
 		return nil
 	}
+	// A new epoch replaces the old generator at once, before its stream is
+	// looked up: the old epoch's items are refused by both parties.
 	if cancel := d.loops[h.Loop]; cancel != nil {
-		cancel() // a new epoch replaces the old generator
+		cancel()
 	}
 	lctx, cancel := context.WithCancel(ctx)
 	d.loops[h.Loop], d.epoch[h.Loop] = cancel, sp.Epoch
 	d.mu.Unlock()
-	d.opt.Log.Info("serving loop", "dealer", d.opt.Name, "loop", h.Loop, "epoch", sp.Epoch, "compress", sp.Compress)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		stream, err := d.lookupStream(lctx, h.Loop)
+		if err != nil {
+			return // replaced by a later epoch, or the dealer stops
+		}
+		d.opt.Log.Info("serving loop", "dealer", d.opt.Name, "loop", h.Loop, "epoch", sp.Epoch, "compress", sp.Compress)
 		d.serve(lctx, h.Loop, sp.Epoch, prm, gen, stream, max(1, sp.ItemsPerMsg))
 	}()
 	return nil
+}
+
+// lookupStreamMaxWait caps the wait between a loop's stream lookups.
+var lookupStreamMaxWait = 5 * time.Second
+
+// lookupStream looks a loop's offline stream up until it is found or ctx
+// ends. The set-up record is not delivered again until the sensor writes
+// another, so a lookup lost to a reconnect, a busy server or a stream not
+// (yet, or no longer) there is retried, 200 ms after the first failure and
+// then twice as long each time up to lookupStreamMaxWait, logged the first
+// time and then once a minute. It used to give up after about 6 s, and the
+// loop was not served until the dealer restarted; the old epoch's generator,
+// if any, went on filling the queue with items the parties refuse.
+func (d *Dealer) lookupStream(ctx context.Context, loop string) (jetstream.Stream, error) {
+	logs := bus.NewLogLimit()
+	for wait := 200 * time.Millisecond; ; wait = min(2*wait, lookupStreamMaxWait) {
+		stream, err := d.js.Stream(ctx, bus.OfflineStream(loop))
+		if err == nil {
+			return stream, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		d.opt.Metrics.PublishErrors.WithLabelValues(loop).Inc()
+		if ok, notLogged := logs.Allow(err.Error()); ok {
+			d.opt.Log.Warn("looking up a loop's offline stream: retrying", "loop", loop, "in", wait, "err", err, "repeats_not_logged", notLogged)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }
 
 // serve keeps one loop's queue above the low-water mark, publishing up to
@@ -414,7 +436,13 @@ func (d *Dealer) refill(ctx context.Context, q *queue, n int) refillResult {
 			res = fail("generating offline items", err)
 			break
 		}
-		f, err := d.js.PublishAsync(q.subj, data)
+		// No retry of a publish the server had no responder for (a stream
+		// leader election, say): the client would send it again 250 ms
+		// later, behind the messages published meanwhile, and the parties
+		// would refuse its items, whose counters would then be out of order
+		// (itemSerials), as replays. Failed, it is counted and the next
+		// round publishes fresh items in order.
+		f, err := d.js.PublishAsync(q.subj, data, jetstream.WithRetryAttempts(0))
 		if err != nil {
 			res = fail("publishing offline items", fmt.Errorf("a message of %d items, %d bytes: %w", k, len(data), err))
 			break

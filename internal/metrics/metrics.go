@@ -71,7 +71,7 @@ func New(service string) *Set {
 	s.ItemsPublished = c("items_published_total", "Offline items published by dealers.", "loop")
 	s.LowWater = c("queue_low_water_total", "Times a loop's offline queue was found below its low-water mark.", "loop")
 	s.QueueFull = c("queue_full_total", "Refill rounds a dealer found a loop's offline queue full (DUET_QUEUE_MAX) while it was below its low-water mark: one party is far behind the other, or down; the dealer then backs off, up to DUET_POLL_MAX between rounds.", "loop")
-	s.PublishErrors = c("offline_publish_errors_total", "Refill rounds a dealer could not complete for a reason other than a full queue: an item it could not draw or seal, or a message the server refused or did not acknowledge (the dealer logs why); the dealer then backs off as for a full queue.", "loop")
+	s.PublishErrors = c("offline_publish_errors_total", "Refill rounds a dealer could not complete for a reason other than a full queue: an item it could not draw or seal, or a message the server refused or did not acknowledge, or the loop's stream could not be looked up (the dealer logs why); the dealer then backs off as for a full queue.", "loop")
 	s.TickPaths = c("tick_paths_total", "Ticks by path, with DUET_TWO_HOP on: the sensor's two_hop (a masked measurement sent: both parties had announced the item's mask) or three_hop (shares sent); a party's two_hop (the exchange was done between ticks) or fallback (a masked measurement run with the exchange after it: the other party's pre-opening was missing or disagreed).", "loop", "path")
 	s.QueueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "duet", Name: "queue_depth",
 		Help: "Offline queue depth (items).", ConstLabels: prometheus.Labels{"service": service}}, []string{"loop"})

@@ -1,0 +1,120 @@
+package dealer
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/internal/natstest"
+	"github.com/duet-mpc/duet/internal/testkeys"
+	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
+)
+
+// TestNewEpochReplacesTheOldAtOnce: a set-up record of a new epoch stops
+// the old epoch's generator before the loop's stream is looked up, and a
+// lookup that fails (here the stream is gone for a while) is retried until
+// the stream is there, so the queue then holds the new epoch's items only.
+// Before, the lookup gave up after about 6 s with an error ("not served"),
+// and the old epoch's generator went on filling the recreated queue with
+// items both parties refuse.
+func TestNewEpochReplacesTheOldAtOnce(t *testing.T) {
+	defer func(w time.Duration) { lookupStreamMaxWait = w }(lookupStreamMaxWait)
+	lookupStreamMaxWait = 50 * time.Millisecond
+	ctx := t.Context()
+	nc := natstest.Conn(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const loop = "l1"
+	queue := func() jetstream.Stream {
+		s, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: loop, MaxMsgs: 1000}, 1, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	stream := queue()
+	sealers := testkeys.Sealers(t)
+	m := metrics.New("d")
+	d, err := New(nc, sealers[codec.RoleDealer], Options{Name: "d", LowWater: 16, Batch: 8, Poll: 20 * time.Millisecond, PollMax: 100 * time.Millisecond,
+		Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prm := pendulumParams(t, mpc.PerTick)
+	key := bus.SetupKey(loop, codec.RoleDealer)
+	record := func(epoch uint64) []byte {
+		body, err := codec.Marshal(codec.DealerSetupPayload{Epoch: epoch, Params: codec.PutParams(prm), Secret: make([]byte, 32), Compress: true,
+			Stream: bus.OfflineStream(loop), Subject: bus.OfflineSubject(loop)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, err := sealers[codec.RoleSensor].Seal(codec.Header{Kind: codec.KindDealerSetup, Loop: loop, Tick: epoch, From: codec.RoleSensor, To: codec.RoleDealer}, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	filled := func(s jetstream.Stream) {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			info, err := s.Info(ctx)
+			if err == nil && info.State.Msgs >= 2 {
+				return
+			}
+			if time.Now().After(end) {
+				t.Fatalf("the queue was not filled in 10 s (%v)", err)
+			}
+		}
+	}
+
+	if err := d.register(rctx, &wg, key, record(1)); err != nil {
+		t.Fatal(err)
+	}
+	filled(stream)
+	if err := js.DeleteStream(ctx, bus.OfflineStream(loop)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.register(rctx, &wg, key, record(2)); err != nil {
+		t.Fatalf("epoch 2's record: %v; want it taken, its stream looked up until there", err)
+	}
+	time.Sleep(300 * time.Millisecond) // lookups fail meanwhile
+	if metrics.Sum(m.PublishErrors) == 0 {
+		t.Error("no failed lookup counted while the stream was gone")
+	}
+	stream = queue()
+	filled(stream)
+	cancel()
+	wg.Wait()
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		msg, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items, err := codec.PeekItems(msg.Data, codec.MaxItemsPerMsg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range items {
+			if it.Epoch != 2 {
+				t.Fatalf("message %d holds an item of epoch %d: the old generator still ran", seq, it.Epoch)
+			}
+		}
+	}
+}
