@@ -209,7 +209,7 @@ func (w *worker) consume(ctx context.Context) (stop func(), err error) {
 		case <-ctx.Done():
 		case <-done:
 		}
-	}, jetstream.PullMaxMessages(pull), jetstream.PullThresholdMessages(pullThreshold(pull)))
+	}, jetstream.PullMaxMessages(pull), jetstream.PullThresholdMessages(pullThreshold(pull)), jetstream.ConsumeErrHandler(w.consumeErrs()))
 	if err != nil {
 		return nil, fmt.Errorf("offline consume: %w", err)
 	}
@@ -217,6 +217,28 @@ func (w *worker) consume(ctx context.Context) (stop func(), err error) {
 		cc.Stop()
 		close(done)
 	}, nil
+}
+
+// consumeErrs reports the offline consumer's errors, which the client
+// otherwise drops: each error the first time and then once a minute. A
+// deleted consumer (the queue removed, `nats stream rm`, while the party
+// runs) ends the subscription for good: the loop then takes no item, and
+// every tick misses (low water) until the party restarts on a queue set up
+// again. Before, nothing said why.
+func (w *worker) consumeErrs() func(jetstream.ConsumeContext, error) {
+	logs := bus.NewLogLimit()
+	return func(_ jetstream.ConsumeContext, err error) {
+		ok, notLogged := logs.Allow(err.Error())
+		if !ok {
+			return
+		}
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrBadRequest) {
+			w.s.opt.Log.Error("offline queue: the consumer stopped; this loop takes no more items until the party restarts on a queue set up again",
+				"party", w.id, "loop", w.loop, "err", err, "repeats_not_logged", notLogged)
+			return
+		}
+		w.s.opt.Log.Warn("offline queue: consumer error", "party", w.id, "loop", w.loop, "err", err, "repeats_not_logged", notLogged)
+	}
 }
 
 // pullThreshold is the pending count below which a loop's consumer asks

@@ -354,11 +354,18 @@ func (w *worker) resolve(ctx context.Context) error {
 }
 
 // checkFence re-reads the record after a revision conflict: our own earlier
-// write may have landed after its timeout; anyone else's means a fence.
+// write may have landed after its timeout; anyone else's means a fence. A
+// record deleted or purged while the loop runs (`nats kv del`) is written
+// again, created as a new one, so that no other instance can hold it:
+// before, every write after it failed its revision check, the re-read found
+// nothing, and every tick missed for as long as the party ran.
 func (w *worker) checkFence(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, saveTimeout)
 	defer cancel()
 	e, err := w.persist.kv.Get(sctx, w.loop)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return w.recreate(sctx)
+	}
 	if err != nil {
 		w.s.opt.Log.Warn("persisting state: re-reading the record", "party", w.id, "loop", w.loop, "err", err)
 		return nil
@@ -368,6 +375,27 @@ func (w *worker) checkFence(ctx context.Context) error {
 		return ErrFenced
 	}
 	w.persist.rev = e.Revision()
+	return nil
+}
+
+// recreate writes the current record as a new one after it was deleted
+// (checkFence): ErrFenced if another instance created it first.
+func (w *worker) recreate(ctx context.Context) error {
+	p := w.persist
+	data, err := p.seal(w.record())
+	if err != nil {
+		return err
+	}
+	rev, err := p.kv.Create(ctx, w.loop, data)
+	switch {
+	case err == nil:
+		p.rev, p.dirty = rev, false
+		w.s.opt.Log.Warn("the state record was deleted while the loop ran: written again", "party", w.id, "loop", w.loop, "version", w.version, "revision", rev)
+		return nil
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return fmt.Errorf("%w (it wrote the state record after it had been deleted)", ErrFenced)
+	}
+	w.s.opt.Log.Warn("persisting state: writing the deleted record again", "party", w.id, "loop", w.loop, "err", err)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package party
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -159,4 +160,74 @@ func persistingWorker(t *testing.T, loop string) *worker {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// TestDeletedRecordWrittenAgain: a state record deleted (or purged) while
+// the loop runs is written again at the next write, with the current state,
+// and the writes after it go on; before, each write failed its revision
+// check, the re-read found no record, and every tick missed. A record
+// another instance has created meanwhile fences this one.
+func TestDeletedRecordWrittenAgain(t *testing.T) {
+	for _, purge := range []bool{false, true} {
+		w := persistingWorker(t, fmt.Sprintf("persist-del-%v", purge))
+		prm, p, f := w.prm, w.p, w.prm.Field
+		ctx := context.Background()
+		write := func(v int64) bool {
+			t.Helper()
+			x := mpc.NewMatrix(prm.N, 1)
+			x.Data[0] = f.FromInt64(v)
+			if err := p.SetState(x); err != nil {
+				t.Fatal(err)
+			}
+			w.version = uint64(v)
+			if err := w.save(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return w.flushState(ctx)
+		}
+		stored := func() uint64 {
+			t.Helper()
+			e, err := w.persist.kv.Get(ctx, w.loop)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := w.persist.open(e.Value())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rec.Version
+		}
+		if !write(1) {
+			t.Fatal("version 1 not persisted")
+		}
+		var err error
+		if purge {
+			err = w.persist.kv.Purge(ctx, w.loop)
+		} else {
+			err = w.persist.kv.Delete(ctx, w.loop)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !write(2) || w.fenced {
+			t.Fatalf("purge %v: version 2 not persisted after the record was deleted (fenced %v)", purge, w.fenced)
+		}
+		if v := stored(); v != 2 {
+			t.Fatalf("purge %v: version %d stored, want 2", purge, v)
+		}
+		if !write(3) || stored() != 3 {
+			t.Fatalf("purge %v: the write after the record was written again failed", purge)
+		}
+		// Deleted again, and created by someone else before this party
+		// writes: fenced.
+		if err := w.persist.kv.Delete(ctx, w.loop); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.persist.kv.Create(ctx, w.loop, []byte("another instance")); err != nil {
+			t.Fatal(err)
+		}
+		if write(4) || !w.fenced {
+			t.Fatalf("purge %v: a record another instance created did not fence this one", purge)
+		}
+	}
 }
