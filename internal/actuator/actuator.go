@@ -5,7 +5,6 @@ package actuator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -135,34 +134,12 @@ func (a *Actuator) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Until the set-up record is there and opens. A record that does not
-	// open (keys made anew, another wire version) is refused and counted
-	// once per revision, not at every poll; a read that fails for another
-	// reason than the record not being there yet is logged, the first time
-	// and then at most once a minute.
-	var refused uint64
-	logs := bus.NewLogLimit()
-	for loaded := false; !loaded; {
-		e, err := kv.Get(ctx, bus.SetupKey(a.opt.Loop, codec.RoleActuator))
-		switch {
-		case err == nil && e.Revision() != refused:
-			if err = a.applySetup(e.Value()); err == nil {
-				loaded = true
-				continue
-			}
-			refused = e.Revision()
-			a.opt.Metrics.Reject(err)
-			a.opt.Log.Error("set-up record rejected; waiting for a new one", "loop", a.opt.Loop, "revision", refused, "err", err)
-		case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && ctx.Err() == nil:
-			if ok, notLogged := logs.Allow(err.Error()); ok {
-				a.opt.Log.Warn("reading the set-up record", "loop", a.opt.Loop, "err", err, "repeats_not_logged", notLogged)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(100 * time.Millisecond):
-		}
+	err = bus.WaitSetupRecord(ctx, kv, bus.SetupKey(a.opt.Loop, codec.RoleActuator), a.opt.Log, a.applySetup, func(rev uint64, err error) {
+		a.opt.Metrics.Reject(err)
+		a.opt.Log.Error("set-up record rejected; waiting for a new one", "loop", a.opt.Loop, "revision", rev, "err", err)
+	})
+	if err != nil {
+		return nil // ctx ended
 	}
 	subT, err := a.nc.Subscribe(bus.TickSubject(a.opt.Loop), a.onMsg)
 	if err != nil {

@@ -192,6 +192,40 @@ func WaitSetupBucket(ctx context.Context, js jetstream.JetStream, log *slog.Logg
 	}
 }
 
+// WaitSetupRecord reads the set-up record key from kv until apply takes
+// it, every 100 ms, and returns nil once it has (ctx's error if ctx ends
+// first). A record apply refuses is reported to refused (to count it and
+// log it) once per revision, not at every read: before, a record that does
+// not open (keys made anew, another wire version) was refused, counted and
+// logged ten times a second. A read that fails for another reason than the
+// record not being there yet is logged with log, the first time and then
+// once a minute (before, not at all).
+func WaitSetupRecord(ctx context.Context, kv jetstream.KeyValue, key string, log *slog.Logger, apply func([]byte) error, refused func(rev uint64, err error)) error {
+	var last uint64
+	logs := NewLogLimit()
+	for {
+		e, err := kv.Get(ctx, key)
+		switch {
+		case err == nil && e.Revision() != last:
+			aerr := apply(e.Value())
+			if aerr == nil {
+				return nil
+			}
+			last = e.Revision()
+			refused(last, aerr)
+		case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && ctx.Err() == nil:
+			if ok, notLogged := logs.Allow(err.Error()); ok {
+				log.Warn("reading the set-up record", "key", key, "err", err, "repeats_not_logged", notLogged)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // LogLimit decides which of a service's repeated warnings are logged (a
 // plant that stops answering fails every tick's read): each key the first
 // time, then at most once a minute, with how many were not logged since

@@ -44,3 +44,59 @@ func TestWaitSetupBucketSaysWhy(t *testing.T) {
 		}
 	}
 }
+
+// A set-up record that apply refuses is reported once per revision, however
+// often it is read again, and the wait ends when a record apply takes is
+// written; a missing record is waited for quietly.
+func TestWaitSetupRecordRefusesOncePerRevision(t *testing.T) {
+	nc := natstest.Conn(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	kv, err := EnsureSetupBucket(ctx, js, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "l1.actuator"
+	var buf bytes.Buffer
+	var refused []uint64
+	done := make(chan error, 1)
+	go func() {
+		done <- WaitSetupRecord(ctx, kv, key, slog.New(slog.NewTextHandler(&buf, nil)), func(data []byte) error {
+			if string(data) != "good" {
+				return errors.New("does not open")
+			}
+			return nil
+		}, func(rev uint64, _ error) { refused = append(refused, rev) })
+	}()
+	time.Sleep(250 * time.Millisecond) // missing: read about twice, quietly
+	bad1, err := kv.Put(ctx, key, []byte("bad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(450 * time.Millisecond) // read about four times
+	bad2, err := kv.Put(ctx, key, []byte("bad again"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(350 * time.Millisecond)
+	if _, err := kv.Put(ctx, key, []byte("good")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wait did not end on a good record")
+	}
+	if len(refused) != 2 || refused[0] != bad1 || refused[1] != bad2 {
+		t.Errorf("refusals reported at revisions %v, want [%d %d]: once per revision", refused, bad1, bad2)
+	}
+	if buf.Len() != 0 {
+		t.Errorf("logged while the record was missing or refused: %q", buf.String())
+	}
+}

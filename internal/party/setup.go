@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/pkg/codec"
@@ -17,23 +16,10 @@ func (w *worker) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	key := bus.SetupKey(w.loop, codec.PartyRole(w.id))
-	for {
-		e, err := kv.Get(ctx, key)
-		if err == nil {
-			if err := w.applySetup(e.Value()); err != nil {
-				w.s.opt.Metrics.Reject(err)
-				w.s.opt.Log.Error("set-up record rejected", "loop", w.loop, "err", err)
-			} else {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return bus.WaitSetupRecord(ctx, kv, bus.SetupKey(w.loop, codec.PartyRole(w.id)), w.s.opt.Log, w.applySetup, func(rev uint64, err error) {
+		w.s.opt.Metrics.Reject(err)
+		w.s.opt.Log.Error("set-up record rejected; waiting for a new one", "party", w.id, "loop", w.loop, "revision", rev, "err", err)
+	})
 }
 
 func (w *worker) applySetup(data []byte) error {
