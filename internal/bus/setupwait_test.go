@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,7 +62,23 @@ func TestWaitSetupRecordRefusesOncePerRevision(t *testing.T) {
 	}
 	const key = "l1.actuator"
 	var buf bytes.Buffer
+	var mu sync.Mutex
 	var refused []uint64
+	refusals := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(refused)
+	}
+	// waitRefused waits until the waiter has refused n records: a loaded
+	// machine may hold its next read back.
+	waitRefused := func(n int) {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); refusals() < n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("%d records refused in 10 s, want %d", refusals(), n)
+			}
+		}
+	}
 	done := make(chan error, 1)
 	go func() {
 		done <- WaitSetupRecord(ctx, kv, key, slog.New(slog.NewTextHandler(&buf, nil)), func(data []byte) error {
@@ -69,19 +86,25 @@ func TestWaitSetupRecordRefusesOncePerRevision(t *testing.T) {
 				return errors.New("does not open")
 			}
 			return nil
-		}, func(rev uint64, _ error) { refused = append(refused, rev) })
+		}, func(rev uint64, _ error) {
+			mu.Lock()
+			refused = append(refused, rev)
+			mu.Unlock()
+		})
 	}()
 	time.Sleep(250 * time.Millisecond) // missing: read about twice, quietly
 	bad1, err := kv.Put(ctx, key, []byte("bad"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(450 * time.Millisecond) // read about four times
+	waitRefused(1)
+	time.Sleep(350 * time.Millisecond) // read again about three times
 	bad2, err := kv.Put(ctx, key, []byte("bad again"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(350 * time.Millisecond)
+	waitRefused(2)
+	time.Sleep(250 * time.Millisecond)
 	if _, err := kv.Put(ctx, key, []byte("good")); err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +116,8 @@ func TestWaitSetupRecordRefusesOncePerRevision(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the wait did not end on a good record")
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(refused) != 2 || refused[0] != bad1 || refused[1] != bad2 {
 		t.Errorf("refusals reported at revisions %v, want [%d %d]: once per revision", refused, bad1, bad2)
 	}

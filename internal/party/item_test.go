@@ -394,8 +394,8 @@ func TestMaterialRecycling(t *testing.T) {
 // tick with the same item id but another serial (a broker that handed the
 // parties different stream messages under one sequence, or P0 a forged
 // nonce) abandons the tick as an item mismatch and skips past the id,
-// before anything is computed on it (the worker here has no mpc.Party: a
-// tick that went on would panic). sameItem takes a message without a serial
+// before the output share or the state update is computed on it (the worker
+// here has no mpc.Party: a tick that went on would panic). sameItem takes a message without a serial
 // (a party of an earlier release) on its id alone.
 func TestItemSerialCrossCheck(t *testing.T) {
 	own := mpc.ItemSerial{Instance: 0x1234, Counter: 7}.Nonce()

@@ -421,6 +421,9 @@ func (w *worker) saveSync(ctx context.Context) error {
 	if err := w.checkFence(ctx); err != nil {
 		return err
 	}
+	if !p.dirty { // written again by checkFence (recreate)
+		return nil
+	}
 	if rev, err = p.kv.Update(sctx, w.loop, data, p.rev); err == nil {
 		p.rev, p.dirty = rev, false
 	}

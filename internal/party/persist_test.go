@@ -2,6 +2,7 @@ package party
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -219,12 +220,16 @@ func TestDeletedRecordWrittenAgain(t *testing.T) {
 			t.Fatalf("purge %v: the write after the record was written again failed", purge)
 		}
 		// Deleted again, and created by someone else before this party
-		// writes: fenced.
+		// writes: fenced. First between checkFence's read, which found it
+		// gone, and its Create (recreate directly), then before the write.
 		if err := w.persist.kv.Delete(ctx, w.loop); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := w.persist.kv.Create(ctx, w.loop, []byte("another instance")); err != nil {
 			t.Fatal(err)
+		}
+		if err := w.recreate(ctx); !errors.Is(err, ErrFenced) {
+			t.Fatalf("purge %v: recreate over a record another instance created: %v, want ErrFenced", purge, err)
 		}
 		if write(4) || !w.fenced {
 			t.Fatalf("purge %v: a record another instance created did not fence this one", purge)

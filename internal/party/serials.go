@@ -29,8 +29,12 @@ const maxDealerInstances = 256
 // The serial is sealed into each party's share of the item and checked
 // against the item's nonce (material), except P0's seed-compressed items,
 // which carry no envelope: P0 then checks the nonce it expands, so it never
-// expands one twice either, and a forged one only gives it material P1 does
-// not have (a wrong output, as the item mismatch a forged sequence gives).
+// uses one twice either. A forged one gives it material P1 does not have;
+// the parties compare serials in the tick's exchange (sameItem), so that
+// tick is abandoned as an item mismatch. Not caught: with compression off,
+// an item whose P0 envelope the broker stripped, which P0 expands from the
+// genuine nonce as if it were compressed (its set-up record does not say
+// whether items are compressed).
 type itemSerials struct {
 	last  []serialMark // by instance, increasing
 	floor uint64

@@ -175,7 +175,8 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 		w.burn = 0 // the skip pairs the items again
 		if mp.item == w.item {
 			// One id, two items: the broker paired different stream
-			// messages under one sequence, or forged P0's nonce.
+			// messages under one sequence, or forged P0's nonce. Nothing
+			// of this tick's output or state update has been computed.
 			w.s.opt.Log.Warn("item mismatch: one id, different serials: resynchronizing", "party", w.id, "loop", w.loop, "tick", t, "item", w.item,
 				"own_serial", serialString(w.itemSerial), "peer_serial", serialString(mp.serial))
 		} else {

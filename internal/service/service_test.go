@@ -29,7 +29,7 @@ func TestBadHTTPAddrStopsTheService(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	for _, addr := range []string{busy.Addr().String(), "127.0.0.1:notaport", "256.0.0.1:0"} {
+	for _, addr := range []string{busy.Addr().String(), "127.0.0.1:notaport", "127.0.0.1:99999"} {
 		t.Setenv("DUET_HTTP_ADDR", addr)
 		t.Setenv("DUET_KEYS_DIR", t.TempDir()) // no keys: reached, they would fail next
 		ran, err := runPlant(t)
