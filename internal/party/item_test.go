@@ -430,3 +430,22 @@ func TestItemSerialCrossCheck(t *testing.T) {
 		t.Errorf("%v item mismatches counted, want 1", got)
 	}
 }
+
+// TestP0RefusesStrippedItem: in a set-up without seed compression
+// (P0Sealed), party 0 refuses an item that comes without its sealed share,
+// which a broker could strip so that party 0 expanded the genuine nonce into
+// material party 1 does not have, under a serial both parties agree on; with
+// compression it expands the nonce, as before.
+func TestP0RefusesStrippedItem(t *testing.T) {
+	prm := pendulumParams(t)
+	w := &worker{id: 0, prm: prm, expander: mpc.NewExpander(prm, [32]byte{1})}
+	r := rawItem{seq: 1 << 8, nonce: mpc.ItemSerial{Instance: 5, Counter: 1}.Nonce()}
+	var m mpc.TickMaterial
+	if err := w.material(r, &m); err != nil {
+		t.Fatalf("compressed set-up: %v, want the nonce expanded", err)
+	}
+	w.p0Sealed = true
+	if err := w.material(r, &m); !errors.Is(err, codec.ErrMalformed) {
+		t.Fatalf("set-up without compression, item without party0's share: %v, want it refused as malformed", err)
+	}
+}

@@ -355,6 +355,12 @@ func (w *worker) material(r rawItem, m *mpc.TickMaterial) error {
 		if w.id != 0 {
 			return fmt.Errorf("%w: item without party1 material", codec.ErrMalformed)
 		}
+		if w.p0Sealed {
+			// Stripped on the way (the set-up's items are not compressed):
+			// expanded, the genuine nonce would give material party1 does
+			// not have, under a serial both agree on.
+			return fmt.Errorf("%w: item without party0 material in a set-up without seed compression", codec.ErrMalformed)
+		}
 		return w.expander.ExpandInto(r.nonce, m)
 	}
 	h, body, err := w.s.sealer.OpenScratch(&w.itemBuf, r.env)

@@ -31,10 +31,10 @@ const maxDealerInstances = 256
 // which carry no envelope: P0 then checks the nonce it expands, so it never
 // uses one twice either. A forged one gives it material P1 does not have;
 // the parties compare serials in the tick's exchange (sameItem), so that
-// tick is abandoned as an item mismatch. Not caught: with compression off,
-// an item whose P0 envelope the broker stripped, which P0 expands from the
-// genuine nonce as if it were compressed (its set-up record does not say
-// whether items are compressed).
+// tick is abandoned as an item mismatch. With compression off, an item
+// whose P0 envelope the broker stripped would have P0 expand the genuine
+// nonce as if it were compressed, under a serial both agree on: P0 refuses
+// such an item (material, worker.p0Sealed).
 type itemSerials struct {
 	last  []serialMark // by instance, increasing
 	floor uint64

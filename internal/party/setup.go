@@ -46,6 +46,7 @@ func (w *worker) applySetup(data []byte) error {
 		}
 		copy(w.p0Seed[:], sp.P0Seed)
 		w.expander = mpc.NewExpander(prm, w.p0Seed)
+		w.p0Sealed = sp.P0Sealed
 	}
 	if prm.Variant == mpc.FixedMask {
 		var u mpc.Matrix

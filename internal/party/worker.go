@@ -64,6 +64,10 @@ type worker struct {
 	prm    mpc.Params
 	p      *mpc.Party
 	p0Seed [32]byte
+	// p0Sealed: the set-up's items carry party0's share sealed (seed
+	// compression off, codec.SetupPayload.P0Sealed); party 0 refuses an
+	// item without it.
+	p0Sealed bool
 	epoch  uint64
 	yBuf   mpc.Matrix
 

@@ -240,7 +240,7 @@ func (s *Sensor) Setup(ctx context.Context) error {
 	seed := sess.P0Seed()
 	recs := map[codec.Role]any{
 		codec.RoleParty0: codec.SetupPayload{Epoch: s.epoch, Params: pw, Phi: codec.PutMatrix(f, phi0), X0: codec.PutMatrix(f, x0),
-			P0Seed: seed[:], Stream: bus.OfflineStream(s.opt.Loop), ItemsPerMsg: s.itemsPerMsg()},
+			P0Seed: seed[:], Stream: bus.OfflineStream(s.opt.Loop), ItemsPerMsg: s.itemsPerMsg(), P0Sealed: !s.opt.Compress},
 		codec.RoleParty1: codec.SetupPayload{Epoch: s.epoch, Params: pw, Phi: codec.PutMatrix(f, phi1), X0: codec.PutMatrix(f, x1),
 			Stream: bus.OfflineStream(s.opt.Loop), ItemsPerMsg: s.itemsPerMsg()},
 		codec.RoleActuator: codec.SetupPayload{Epoch: s.epoch, Params: pw},

@@ -30,6 +30,7 @@ func samplePayloads(t testing.TB) []any {
 		&MeasureMaskedPayload{Item: 12, T: mw(2, 1), SentUnixNano: 1700000000987654321},
 		&TickPayload{SentUnixNano: -1},
 		&SetupPayload{Epoch: 2, Params: PutParams(p), Phi: mw(4, 5), X0: mw(3, 1), P0Seed: seed, Stream: "DUET_ITEMS"},
+		&SetupPayload{Epoch: 2, Params: PutParams(p), Phi: mw(4, 5), X0: mw(3, 1), P0Seed: seed, Stream: "DUET_ITEMS", P0Sealed: true},
 		&SetupPayload{Epoch: 3, Params: PutParams(p), Phi: mw(4, 5), X0: mw(3, 1), FixedU: mw(4, 5), Stream: "s"},
 		&DealerSetupPayload{Epoch: 1, Params: PutParams(p), Secret: seed, Compress: true, Stream: "DUET", Subject: "duet.items.l1"},
 		&MaterialPayload{Nonce: [16]byte{1, 2, 3, 15: 16}, U: mw(4, 5), V: mw(5, 1), W: mw(4, 1), M: mw(3, 1), L: mw(3, 1)},

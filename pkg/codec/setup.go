@@ -44,6 +44,14 @@ type SetupPayload struct {
 	// ItemsPerMsg is the most items one stream message holds (0 or 1: one,
 	// as in earlier releases, which do not know the field).
 	ItemsPerMsg int `msgpack:"items_per_msg,omitempty"`
+	// P0Sealed, in party0's record, says the set-up's items carry party0's
+	// share sealed (seed compression off): party0 then refuses an item
+	// without it, which a broker could otherwise strip so that party0
+	// expands the genuine nonce as if the item were compressed (material
+	// party1 does not have, under a serial both parties agree on). False:
+	// compressed items, or a sensor of an earlier release. An earlier
+	// party refuses a record with the field, as it does ItemsPerMsg.
+	P0Sealed bool `msgpack:"p0_sealed,omitempty"`
 }
 
 func (p *SetupPayload) validate() error {
