@@ -68,8 +68,8 @@ type worker struct {
 	// compression off, codec.SetupPayload.P0Sealed); party 0 refuses an
 	// item without it.
 	p0Sealed bool
-	epoch  uint64
-	yBuf   mpc.Matrix
+	epoch    uint64
+	yBuf     mpc.Matrix
 
 	// Fixed-mask set-up.
 	ownS     mpc.Matrix
