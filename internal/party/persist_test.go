@@ -23,36 +23,21 @@ import (
 // fence check, and the state is stored all the same.
 func TestStateWritesReuseBuffers(t *testing.T) {
 	w := persistingWorker(t, "persist-1")
-	prm, p, f := w.prm, w.p, w.prm.Field
+	prm, f := w.prm, w.prm.Field
 	ctx := context.Background()
 	pst := w.persist
 	write := func(v int64) {
 		t.Helper()
-		x := mpc.NewMatrix(prm.N, 1)
-		x.Data[1] = f.FromInt64(v)
-		if err := p.SetState(x); err != nil {
-			t.Fatal(err)
-		}
-		w.version = uint64(v)
-		if err := w.save(ctx); err != nil {
-			t.Fatal(err)
-		}
+		x := saveState(t, w, v)
 		if !pst.inflight {
 			t.Fatal("no write in flight after save")
 		}
 		if !w.flushState(ctx) {
 			t.Fatalf("state %d not persisted", v)
 		}
-		e, err := pst.kv.Get(ctx, w.loop)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e.Revision() != pst.rev {
-			t.Fatalf("revision %d stored, the party holds %d", e.Revision(), pst.rev)
-		}
-		rec, err := pst.open(e.Value())
-		if err != nil {
-			t.Fatal(err)
+		rev, rec := storedRecord(t, w)
+		if rev != pst.rev {
+			t.Fatalf("revision %d stored, the party holds %d", rev, pst.rev)
 		}
 		got, err := rec.X.Decode(f, prm.N, 1)
 		if err != nil || rec.Version != uint64(v) || !got.Equal(x) {
@@ -138,6 +123,36 @@ func TestRollbackIsPersisted(t *testing.T) {
 	}
 }
 
+// saveState sets w's state (v in its second element) and version (v) and
+// starts the state's write; it returns the state.
+func saveState(t *testing.T, w *worker, v int64) mpc.Matrix {
+	t.Helper()
+	x := mpc.NewMatrix(w.prm.N, 1)
+	x.Data[1] = w.prm.Field.FromInt64(v)
+	if err := w.p.SetState(x); err != nil {
+		t.Fatal(err)
+	}
+	w.version = uint64(v)
+	if err := w.save(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// storedRecord reads w's stored state record: its revision and the record.
+func storedRecord(t *testing.T, w *worker) (uint64, stateRecord) {
+	t.Helper()
+	e, err := w.persist.kv.Get(context.Background(), w.loop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := w.persist.open(e.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Revision(), rec
+}
+
 // persistingWorker is P0's worker for loop with the pendulum's party, its
 // state persisted to a JetStream KV bucket of an embedded server, and the
 // record's key claimed.
@@ -171,31 +186,15 @@ func persistingWorker(t *testing.T, loop string) *worker {
 func TestDeletedRecordWrittenAgain(t *testing.T) {
 	for _, purge := range []bool{false, true} {
 		w := persistingWorker(t, fmt.Sprintf("persist-del-%v", purge))
-		prm, p, f := w.prm, w.p, w.prm.Field
 		ctx := context.Background()
 		write := func(v int64) bool {
 			t.Helper()
-			x := mpc.NewMatrix(prm.N, 1)
-			x.Data[0] = f.FromInt64(v)
-			if err := p.SetState(x); err != nil {
-				t.Fatal(err)
-			}
-			w.version = uint64(v)
-			if err := w.save(ctx); err != nil {
-				t.Fatal(err)
-			}
+			saveState(t, w, v)
 			return w.flushState(ctx)
 		}
 		stored := func() uint64 {
 			t.Helper()
-			e, err := w.persist.kv.Get(ctx, w.loop)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec, err := w.persist.open(e.Value())
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, rec := storedRecord(t, w)
 			return rec.Version
 		}
 		if !write(1) {
