@@ -46,6 +46,7 @@ type Dealer struct {
 	mu    sync.Mutex
 	loops map[string]context.CancelFunc
 	epoch map[string]uint64
+	keys  map[string]string // set-up record key -> its loop
 }
 
 // New returns a dealer replica.
@@ -76,7 +77,7 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Dealer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dealer{nc: nc, js: js, sealer: sealer, opt: opt, loops: map[string]context.CancelFunc{}, epoch: map[string]uint64{}}, nil
+	return &Dealer{nc: nc, js: js, sealer: sealer, opt: opt, loops: map[string]context.CancelFunc{}, epoch: map[string]uint64{}, keys: map[string]string{}}, nil
 }
 
 // Run watches the set-up bucket for loops and serves them until ctx ends.
@@ -100,7 +101,11 @@ func (d *Dealer) Run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
+			if e == nil {
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				d.unregister(e.Key()) // deleted or purged
 				continue
 			}
 			if err := d.register(ctx, &wg, e.Key(), e.Value()); err != nil {
@@ -137,6 +142,7 @@ func (d *Dealer) register(ctx context.Context, wg *sync.WaitGroup, key string, d
 		return err
 	}
 	d.mu.Lock()
+	d.keys[key] = h.Loop
 	if d.epoch[h.Loop] == sp.Epoch {
 		d.mu.Unlock()
 		return nil
@@ -160,6 +166,27 @@ func (d *Dealer) register(ctx context.Context, wg *sync.WaitGroup, key string, d
 		d.serve(lctx, h.Loop, sp.Epoch, prm, gen, stream, max(1, sp.ItemsPerMsg))
 	}()
 	return nil
+}
+
+// unregister stops serving the loop whose set-up record key was deleted or
+// purged (the loop removed by an operator): its generator would otherwise go
+// on filling a queue no party reads, and checking a stream that may be
+// gone, for as long as the dealer runs. A record written again registers
+// the loop anew.
+func (d *Dealer) unregister(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	loop, ok := d.keys[key]
+	if !ok {
+		return
+	}
+	if cancel := d.loops[loop]; cancel != nil {
+		cancel()
+	}
+	delete(d.loops, loop)
+	delete(d.epoch, loop)
+	delete(d.keys, key)
+	d.opt.Log.Info("loop's set-up record removed: no longer served", "dealer", d.opt.Name, "loop", loop)
 }
 
 // lookupStreamMaxWait caps the wait between a loop's stream lookups.
@@ -215,7 +242,9 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 	defer wait.Stop()
 	var cons consumers
 	var pace pacer
-	full := 0 // refill rounds in a row that found the stream full
+	full := 0   // refill rounds in a row that found the stream full
+	failed := 0 // depth checks in a row that failed
+	logs := bus.NewLogLimit()
 	for {
 		// A depth check lost with a server restart is given up after
 		// pollTimeout, not the JetStream default of 5 s: meanwhile the
@@ -225,6 +254,7 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 		cancel()
 		next := d.opt.Poll
 		if err == nil {
+			failed = 0
 			depth *= q.perMsg // items: every message the parties have not taken is full
 			d.opt.Metrics.QueueDepth.WithLabelValues(loop).Set(float64(depth))
 			rate := pace.observe(time.Now(), taken*q.perMsg, d.opt.PollMax)
@@ -253,8 +283,17 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 			}
 		} else {
 			pace = pacer{} // a recreated consumer starts its count again
-			if ctx.Err() == nil {
-				d.opt.Log.Debug("stream info", "loop", loop, "err", err)
+			// Backed off as a full queue is (a stream deleted under a
+			// running dealer was checked every DUET_POLL for good), and,
+			// from the second failure in a row (one is lost to each server
+			// restart), logged the first time and then once a minute (it
+			// was at debug level only).
+			next = backoff(d.opt.Poll, d.opt.PollMax, failed)
+			failed++
+			if failed > 1 && ctx.Err() == nil {
+				if ok, notLogged := logs.Allow(err.Error()); ok {
+					d.opt.Log.Warn("checking a loop's queue depth", "loop", loop, "err", err, "failures_in_a_row", failed, "repeats_not_logged", notLogged)
+				}
 			}
 		}
 		wait.Reset(next)

@@ -22,6 +22,8 @@ import (
 // the old epoch's generator before the loop's stream is looked up, and a
 // lookup that fails (here the stream is gone for a while) is retried until
 // the stream is there, so the queue then holds the new epoch's items only.
+// A record removed stops the loop's generator, and one written again
+// starts it anew.
 // Before, the lookup gave up after about 6 s with an error ("not served"),
 // and the old epoch's generator went on filling the recreated queue with
 // items both parties refuse.
@@ -96,6 +98,22 @@ func TestNewEpochReplacesTheOldAtOnce(t *testing.T) {
 	}
 	stream = queue()
 	filled(stream)
+	// The loop's set-up record removed: its generator stops; a purged
+	// queue stays empty.
+	d.unregister(key)
+	time.Sleep(100 * time.Millisecond) // a round in flight lands
+	if err := stream.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // 15 polls
+	if info, err := stream.Info(ctx); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("after the loop's record was removed: %v messages in its queue (%v), want none", info.State.Msgs, err)
+	}
+	// Written again, the record registers the loop anew.
+	if err := d.register(rctx, &wg, key, record(3)); err != nil {
+		t.Fatal(err)
+	}
+	filled(stream)
 	cancel()
 	wg.Wait()
 	info, err := stream.Info(ctx)
@@ -112,8 +130,8 @@ func TestNewEpochReplacesTheOldAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, it := range items {
-			if it.Epoch != 2 {
-				t.Fatalf("message %d holds an item of epoch %d: the old generator still ran", seq, it.Epoch)
+			if it.Epoch != 3 {
+				t.Fatalf("message %d holds an item of epoch %d, want 3: an old generator still ran", seq, it.Epoch)
 			}
 		}
 	}
