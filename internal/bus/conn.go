@@ -17,7 +17,7 @@ import (
 // Connect dials NATS with reconnection forever and logs connection events.
 // opts are appended (credentials, TLS, ...).
 func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nats.Option) (*nats.Conn, error) {
-	errs := &errorLog{last: map[string]errorLogEntry{}}
+	errs := NewLogLimit()
 	base := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -33,12 +33,12 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 			// Permission violations and slow consumers arrive here; a denied
 			// operation is logged at once with the subject the server names,
 			// and a repeated one (a denied publish every tick) once a minute
-			// with how many were not logged (errorLog).
+			// with how many were not logged (LogLimit).
 			subj := ""
 			if sub != nil {
 				subj = sub.Subject
 			}
-			if ok, suppressed := errs.allow(err.Error()+"\x00"+subj, time.Now()); ok {
+			if ok, suppressed := errs.Allow(err.Error() + "\x00" + subj); ok {
 				log.Error("nats error", "err", err, "subscription", subj, "repeats_not_logged", suppressed)
 			}
 		}),
@@ -174,15 +174,16 @@ func EnsureSetupBucket(ctx context.Context, js jetstream.JetStream, replicas int
 // answering) are retried too, and logged with log (if not nil) once a
 // minute, so that a service that cannot start says why.
 func WaitSetupBucket(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (jetstream.KeyValue, error) {
-	var logged time.Time
+	logs := NewLogLimit()
 	for {
 		kv, err := js.KeyValue(ctx, SetupBucket)
 		if err == nil {
 			return kv, nil
 		}
-		if log != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrBucketNotFound) && time.Since(logged) >= time.Minute {
-			log.Warn("waiting for the set-up bucket", "bucket", SetupBucket, "err", err)
-			logged = time.Now()
+		if log != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			if ok, _ := logs.Allow(""); ok { // whatever the error: once a minute
+				log.Warn("waiting for the set-up bucket", "bucket", SetupBucket, "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -226,48 +227,45 @@ func WaitSetupRecord(ctx context.Context, kv jetstream.KeyValue, key string, log
 	}
 }
 
-// LogLimit decides which of a service's repeated warnings are logged (a
-// plant that stops answering fails every tick's read): each key the first
-// time, then at most once a minute, with how many were not logged since
-// (errorLog's rule). The zero value is not usable: NewLogLimit.
-type LogLimit struct{ l errorLog }
+// LogLimit decides which of a service's repeated warnings, or a
+// connection's asynchronous errors, are logged (a plant that stops
+// answering fails every tick's read; the server sends the same denied
+// publish on every tick, a slow consumer under load): each key the first
+// time, then at most once in errorLogEvery, with how many were not logged
+// since. The zero value is not usable: NewLogLimit. A nil LogLimit logs
+// everything.
+type LogLimit struct {
+	mu   sync.Mutex
+	last map[string]errorLogEntry
+}
 
 // NewLogLimit returns an empty LogLimit.
-func NewLogLimit() *LogLimit { return &LogLimit{l: errorLog{last: map[string]errorLogEntry{}}} }
+func NewLogLimit() *LogLimit { return &LogLimit{last: map[string]errorLogEntry{}} }
 
 // Allow reports whether the warning keyed key is to be logged now, and how
 // many of it were not logged since it last was.
-// A nil LogLimit logs everything.
 func (l *LogLimit) Allow(key string) (ok bool, notLogged int) {
 	if l == nil {
 		return true, 0
 	}
-	return l.l.allow(key, time.Now())
+	return l.allow(key, time.Now())
 }
 
-// errorLogEvery: an asynchronous error the server sends again and again
-// (the same denied publish on every tick, a slow consumer under load) is
-// logged the first time and then at most once in this interval.
+// errorLogEvery is LogLimit's interval.
 var errorLogEvery = time.Minute
-
-// errorLog decides which asynchronous errors of a connection are logged.
-type errorLog struct {
-	mu   sync.Mutex
-	last map[string]errorLogEntry
-}
 
 type errorLogEntry struct {
 	at         time.Time // last logged
 	suppressed int       // since then, not logged
 }
 
-// maxErrorKeys bounds the distinct errors remembered; past it the memory
-// starts over (and each error is logged once more).
+// maxErrorKeys bounds the distinct keys remembered; past it the memory
+// starts over (and each is logged once more).
 const maxErrorKeys = 1024
 
 // allow reports whether the error keyed key, seen at now, is to be logged,
 // and how many of it were not logged since it last was.
-func (l *errorLog) allow(key string, now time.Time) (bool, int) {
+func (l *LogLimit) allow(key string, now time.Time) (bool, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, seen := l.last[key]

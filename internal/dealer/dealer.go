@@ -202,7 +202,8 @@ var lookupStreamMaxWait = 5 * time.Second
 // if any, went on filling the queue with items the parties refuse.
 func (d *Dealer) lookupStream(ctx context.Context, loop string) (jetstream.Stream, error) {
 	logs := bus.NewLogLimit()
-	for wait := 200 * time.Millisecond; ; wait = min(2*wait, lookupStreamMaxWait) {
+	for n := 0; ; n++ {
+		wait := backoff(200*time.Millisecond, lookupStreamMaxWait, n)
 		stream, err := d.js.Stream(ctx, bus.OfflineStream(loop))
 		if err == nil {
 			return stream, nil
