@@ -11,8 +11,9 @@ import (
 
 // maxDealerInstances bounds the dealer instances a loop remembers in an
 // epoch (itemSerials). Each dealer process draws a loop's items as one
-// instance, so this is the dealer starts a set-up epoch sees before the
-// oldest ones are forgotten; a forgotten instance's items are refused.
+// instance, so this is the dealer starts a set-up epoch sees before one is
+// forgotten: the one whose items this party took least recently. A
+// forgotten instance's items are refused.
 const maxDealerInstances = 256
 
 // itemSerials is what keeps a party from using an offline item twice when
@@ -21,10 +22,19 @@ const maxDealerInstances = 256
 // instance it holds the counter of the last item this party took in the
 // epoch; an item is taken only if its counter is above it. An instance's
 // items reach the stream in counter order (one goroutine draws and publishes
-// them, internal/dealer), so an honest queue passes the check. When more
-// than maxDealerInstances are held the oldest (smallest instance, its start
-// time) is forgotten and floor rises to it: no item of an instance at or
-// below floor is taken again.
+// them, internal/dealer), so an honest queue passes the check.
+//
+// The instances are held in the order their items were last taken, the
+// least recent first, and persisted in that order. When more than
+// maxDealerInstances are held, the least recent is forgotten and floor rises
+// to it if it is below: no item of an instance at or below floor is taken
+// unless that instance is still held. So a long-lived dealer replica keeps
+// its place however many others come and go in the epoch (rolling updates,
+// a replica that restarts in a loop). Both parties take the same items in
+// the same order, and a restarted party gets the order back from its record,
+// so both forget the same instance and refuse the same items. (A record of
+// an earlier release holds the instances by start time, the order in which
+// it forgot them.)
 //
 // The serial is sealed into each party's share of the item and checked
 // against the item's nonce (material), except P0's seed-compressed items,
@@ -36,7 +46,7 @@ const maxDealerInstances = 256
 // nonce as if it were compressed, under a serial both agree on: P0 refuses
 // such an item (material, worker.p0Sealed).
 type itemSerials struct {
-	last  []serialMark // by instance, increasing
+	last  []serialMark // by the last take, the least recent first
 	floor uint64
 }
 
@@ -47,14 +57,15 @@ type serialMark struct {
 	ctr  uint32
 }
 
-func (m serialMark) cmp(inst uint64) int {
-	switch {
-	case m.inst < inst:
-		return -1
-	case m.inst > inst:
-		return 1
+// find is the index of inst in last, or -1. It looks from the most recent
+// end, where the live dealers are.
+func (s *itemSerials) find(inst uint64) int {
+	for i := len(s.last) - 1; i >= 0; i-- {
+		if s.last[i].inst == inst {
+			return i
+		}
 	}
-	return 0
+	return -1
 }
 
 // errItemSerial is why an item without a serial is refused.
@@ -67,20 +78,20 @@ func (s *itemSerials) take(nonce [16]byte) error {
 	if !ok {
 		return errItemSerial
 	}
-	if sr.Instance <= s.floor {
-		return fmt.Errorf("%w: offline item %v is from a dealer instance older than the %d this party remembers", codec.ErrReplay, sr, maxDealerInstances)
-	}
-	i, seen := slices.BinarySearchFunc(s.last, sr.Instance, serialMark.cmp)
-	if seen {
-		if sr.Counter <= s.last[i].ctr {
-			return fmt.Errorf("%w: offline item %v was delivered again (this party has taken up to %d of that dealer's items)", codec.ErrReplay, sr, s.last[i].ctr)
-		}
-		s.last[i].ctr = sr.Counter
+	i := s.find(sr.Instance)
+	switch {
+	case i >= 0 && sr.Counter <= s.last[i].ctr:
+		return fmt.Errorf("%w: offline item %v was delivered again (this party has taken up to %d of that dealer's items)", codec.ErrReplay, sr, s.last[i].ctr)
+	case i >= 0:
+		copy(s.last[i:], s.last[i+1:]) // the most recent to the end
+		s.last[len(s.last)-1] = serialMark{sr.Instance, sr.Counter}
 		return nil
+	case sr.Instance <= s.floor:
+		return fmt.Errorf("%w: offline item %v is from a dealer instance this party no longer remembers (it keeps the %d taken from most recently)", codec.ErrReplay, sr, maxDealerInstances)
 	}
-	s.last = slices.Insert(s.last, i, serialMark{sr.Instance, sr.Counter})
+	s.last = append(s.last, serialMark{sr.Instance, sr.Counter})
 	if len(s.last) > maxDealerInstances {
-		s.floor = s.last[0].inst
+		s.floor = max(s.floor, s.last[0].inst)
 		s.last = slices.Delete(s.last, 0, 1)
 	}
 	return nil
@@ -90,8 +101,9 @@ func (s *itemSerials) take(nonce [16]byte) error {
 const serialsLen = 12
 
 // marshal appends the record's encoding to b: floor, then each instance and
-// its counter in instance order (8 + 12 bytes per instance, big-endian).
-// Nothing taken yet appends nothing.
+// its counter, the least recently taken first (8 + 12 bytes per instance,
+// big-endian). An instance may lie below floor (still held: see
+// itemSerials). Nothing taken yet appends nothing.
 func (s *itemSerials) marshal(b []byte) []byte {
 	if len(s.last) == 0 && s.floor == 0 {
 		return b
@@ -116,13 +128,11 @@ func (s *itemSerials) unmarshal(b []byte) error {
 	}
 	floor := binary.BigEndian.Uint64(b)
 	last := make([]serialMark, 0, (len(b)-8)/serialsLen)
-	prev := floor
 	for e := b[8:]; len(e) > 0; e = e[serialsLen:] {
 		m := serialMark{binary.BigEndian.Uint64(e), binary.BigEndian.Uint32(e[8:])}
-		if m.inst <= prev || m.ctr == 0 {
-			return fmt.Errorf("%w: item serials out of order, at or below their floor, or with a zero counter", codec.ErrMalformed)
+		if m.inst == 0 || m.ctr == 0 || slices.ContainsFunc(last, func(o serialMark) bool { return o.inst == m.inst }) {
+			return fmt.Errorf("%w: item serials with instance %d twice, or a zero instance or counter", codec.ErrMalformed, m.inst)
 		}
-		prev = m.inst
 		last = append(last, m)
 	}
 	s.floor, s.last = floor, last

@@ -2,6 +2,7 @@ package party
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/duet-mpc/duet/pkg/codec"
@@ -62,29 +63,65 @@ func TestItemSerialsTake(t *testing.T) {
 	}
 }
 
-// Past maxDealerInstances the oldest instance is forgotten, and its items
-// are refused from then on, not taken again.
-func TestItemSerialsForgetOldest(t *testing.T) {
+// Past maxDealerInstances the instance taken from least recently is
+// forgotten, and its items are refused from then on, not taken again. A
+// long-lived instance that goes on being taken from keeps its place however
+// many others come and go; a restored party keeps the order, so the two
+// parties forget the same instances.
+func TestItemSerialsForgetLeastRecent(t *testing.T) {
 	var s itemSerials
-	for i := range maxDealerInstances + 1 {
-		if err := s.take(serialNonce(uint64(1000+i), 1)); err != nil {
-			t.Fatalf("instance %d: %v", i, err)
+	take := func(inst uint64, ctr uint32) {
+		t.Helper()
+		if err := s.take(serialNonce(inst, ctr)); err != nil {
+			t.Fatalf("take(%d/%d): %v", inst, ctr, err)
 		}
 	}
-	if len(s.last) != maxDealerInstances || s.floor != 1000 {
-		t.Fatalf("%d instances held, floor %d; want %d, 1000", len(s.last), s.floor, maxDealerInstances)
+	// Instance 1000 lives on; 1001, 1002, ... each deal a few items and go.
+	for i := range 2*maxDealerInstances + 10 {
+		take(1000, uint32(1+i))
+		take(uint64(1001+i), 1)
+		take(uint64(1001+i), 2)
 	}
-	for _, n := range [][16]byte{serialNonce(1000, 2), serialNonce(999, 9)} {
+	if len(s.last) != maxDealerInstances {
+		t.Fatalf("%d instances held, want %d", len(s.last), maxDealerInstances)
+	}
+	if s.find(1000) < 0 {
+		t.Error("the long-lived instance was forgotten")
+	}
+	// The short-lived ones taken from least recently were forgotten, up to
+	// floor: the oldest held is the one after it.
+	oldestHeld := uint64(1001 + 2*maxDealerInstances + 10 - maxDealerInstances + 1)
+	if s.floor != oldestHeld-1 {
+		t.Errorf("floor %d, want %d", s.floor, oldestHeld-1)
+	}
+	for _, n := range [][16]byte{serialNonce(oldestHeld-1, 3), serialNonce(1001, 9), serialNonce(999, 9)} {
 		if err := s.take(n); !errors.Is(err, codec.ErrReplay) {
-			t.Errorf("an item of a forgotten instance: %v, want ErrReplay", err)
+			t.Errorf("an item of a forgotten instance, or of one older than floor not held: %v, want ErrReplay", err)
 		}
 	}
-	if err := s.take(serialNonce(1001, 2)); err != nil {
-		t.Errorf("the oldest instance still held: %v", err)
+	take(1000, 2*maxDealerInstances+11) // below floor, and still held
+	take(oldestHeld, 3)                 // the oldest short-lived one still held
+	if err := s.take(serialNonce(1000, 5)); !errors.Is(err, codec.ErrReplay) {
+		t.Errorf("the long-lived instance's earlier item again: %v, want ErrReplay", err)
 	}
+
+	// A restore keeps what is held, in its order, and floor.
 	var r itemSerials
-	if err := r.unmarshal(s.marshal(nil)); err != nil || r.floor != 1000 || len(r.last) != maxDealerInstances {
+	if err := r.unmarshal(s.marshal(nil)); err != nil || r.floor != s.floor || !slices.Equal(r.last, s.last) {
 		t.Fatalf("round trip: %v, floor %d, %d instances", err, r.floor, len(r.last))
+	}
+	if err := r.take(serialNonce(1000, 2*maxDealerInstances+11)); !errors.Is(err, codec.ErrReplay) {
+		t.Errorf("restored: the long-lived instance's last item again: %v, want ErrReplay", err)
+	}
+	// So the restored party forgets the instance the other forgets.
+	for _, x := range []*itemSerials{&s, &r} {
+		if err := x.take(serialNonce(1<<40, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// (oldestHeld was taken from since, so the next one went.)
+	if r.floor != oldestHeld+1 || !slices.Equal(r.last, s.last) {
+		t.Errorf("after a restore: floor %d, want %d, and the instances held as the party that went on", r.floor, oldestHeld+1)
 	}
 }
 
@@ -93,17 +130,17 @@ func TestItemSerialsUnmarshalRejects(t *testing.T) {
 	_ = ok.take(serialNonce(5, 1))
 	_ = ok.take(serialNonce(9, 1))
 	good := ok.marshal(nil)
-	swapped := append(append(append([]byte(nil), good[:8]...), good[20:32]...), good[8:20]...)
-	floorAbove := append([]byte(nil), good...)
-	floorAbove[7] = 6
+	twice := append(append([]byte(nil), good...), good[8:20]...)
+	zeroInst := append(append([]byte(nil), good[:8]...), make([]byte, 8)...)
+	zeroInst = append(zeroInst, good[16:]...)
 	zeroCtr := append([]byte(nil), good...)
 	zeroCtr[19] = 0
 	for name, b := range map[string][]byte{
-		"short":              good[:7],
-		"partial entry":      good[:len(good)-1],
-		"out of order":       swapped,
-		"entry at its floor": floorAbove,
-		"zero counter":       zeroCtr,
+		"short":             good[:7],
+		"partial entry":     good[:len(good)-1],
+		"an instance twice": twice,
+		"instance zero":     zeroInst,
+		"zero counter":      zeroCtr,
 	} {
 		var s itemSerials
 		if err := s.unmarshal(b); !errors.Is(err, codec.ErrMalformed) {
