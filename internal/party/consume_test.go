@@ -78,12 +78,15 @@ func TestConsumerCallbackReturnsWhenLoopStops(t *testing.T) {
 
 // consumeCallbacks counts the goroutines running a worker's offline
 // consumer callback (in this test, blocked on the full buffer).
-func consumeCallbacks() int {
+func consumeCallbacks() int { return goroutinesIn("party.(*worker).consume.func") }
+
+// goroutinesIn counts the goroutines whose stacks hold fn.
+func goroutinesIn(fn string) int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "party.(*worker).consume.func")
+			return strings.Count(string(buf[:n]), fn)
 		}
 		buf = make([]byte, 2*len(buf))
 	}
