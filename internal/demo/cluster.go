@@ -86,6 +86,10 @@ type Options struct {
 	// PlantLate leaves the plant to StartPlant, as when a deployment's
 	// sensor starts before its plant.
 	PlantLate bool
+	// Dial, if set, gives the URL a service (by name: "party1", "sensor",
+	// ...) connects to instead of the server's own, url: a test hook that
+	// puts a proxy playing a malicious broker in front of one service.
+	Dial func(name, url string) string
 }
 
 // TickRecord is everything observed about one tick.
@@ -272,7 +276,11 @@ func (c *Cluster) connAs(name string, role codec.Role) (*nats.Conn, *codec.Seale
 	if _, ok := role.PartyID(); ok {
 		opts = append(opts, bus.CoalesceWrites(party.WriteCoalesceFor(c.opt.WriteCoalesce)))
 	}
-	nc, err := bus.Connect(c.url, "duet-"+name, c.opt.Log, func() { m.Reconnects.Inc() }, opts...)
+	url := c.url
+	if c.opt.Dial != nil {
+		url = c.opt.Dial(name, url)
+	}
+	nc, err := bus.Connect(url, "duet-"+name, c.opt.Log, func() { m.Reconnects.Inc() }, opts...)
 	if err != nil {
 		return nil, nil, nil, err
 	}
