@@ -97,16 +97,10 @@ func exported(t *testing.T) map[string][]string {
 // knownValues are the values a label other than service can take, where
 // duet sets them: by metric name and label name (service: setters).
 func knownValues() map[string]map[string][]string {
-	rejects := []string{"other", "overload", "late"} // the services' own labels
-	for _, err := range []error{codec.ErrTooLarge, codec.ErrMalformed, codec.ErrVersion, codec.ErrKind,
-		codec.ErrRole, codec.ErrRecipient, codec.ErrUnknownSender, codec.ErrAuth, codec.ErrHeader,
-		codec.ErrDimension, codec.ErrRange, codec.ErrReplay, codec.ErrLoopID, codec.ErrKey} {
-		rejects = append(rejects, codec.Reason(err))
-	}
 	return map[string]map[string][]string{
-		"duet_rejects_total":         {"reason": rejects},
+		"duet_rejects_total":         {"reason": metrics.RejectReasons()},
 		"duet_ticks_abandoned_total": {"reason": party.AbandonReasons},
-		"duet_mismatches_total":      {"kind": {"item", "version"}},
+		"duet_mismatches_total":      {"kind": metrics.MismatchKinds},
 	}
 }
 

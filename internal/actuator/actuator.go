@@ -118,6 +118,8 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Actuator, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New("actuator")
 	}
+	metrics.Zero([]string{opt.Loop}, opt.Metrics.Ticks, opt.Metrics.Misses) // from the start: metrics.Zero
+	metrics.Zero([]string{opt.Loop, "item"}, opt.Metrics.Mismatches)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err

@@ -141,6 +141,8 @@ func (d *Dealer) register(ctx context.Context, wg *sync.WaitGroup, key string, d
 	if err != nil {
 		return err
 	}
+	m := d.opt.Metrics
+	metrics.Zero([]string{h.Loop}, m.ItemsPublished, m.LowWater, m.QueueFull, m.PublishErrors) // from the start: metrics.Zero
 	d.mu.Lock()
 	d.keys[key] = h.Loop
 	if d.epoch[h.Loop] == sp.Epoch {
@@ -186,6 +188,7 @@ func (d *Dealer) unregister(key string) {
 	delete(d.loops, loop)
 	delete(d.epoch, loop)
 	delete(d.keys, key)
+	d.opt.Metrics.QueueDepth.DeleteLabelValues(loop) // not a depth for good
 	d.opt.Log.Info("loop's set-up record removed: no longer served", "dealer", d.opt.Name, "loop", loop)
 }
 
@@ -287,11 +290,16 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 			// Backed off as a full queue is (a stream deleted under a
 			// running dealer was checked every DUET_POLL for good), and,
 			// from the second failure in a row (one is lost to each server
-			// restart), logged the first time and then once a minute (it
-			// was at debug level only).
+			// restart), counted as a failed round, its depth no longer
+			// exported (the last one found would hide the queue running
+			// dry, and with it the other replicas' depths in the
+			// DuetOfflineQueueLow alert's max), and logged the first time
+			// and then once a minute.
 			next = backoff(d.opt.Poll, d.opt.PollMax, failed)
 			failed++
 			if failed > 1 && ctx.Err() == nil {
+				d.opt.Metrics.PublishErrors.WithLabelValues(loop).Inc()
+				d.opt.Metrics.QueueDepth.DeleteLabelValues(loop)
 				if ok, notLogged := logs.Allow(err.Error()); ok {
 					d.opt.Log.Warn("checking a loop's queue depth", "loop", loop, "err", err, "failures_in_a_row", failed, "repeats_not_logged", notLogged)
 				}

@@ -346,3 +346,42 @@ func apiRequests(t *testing.T, js jetstream.JetStream) uint64 {
 	}
 	return ai.API.Total
 }
+
+// A queue whose depth cannot be checked (here a party's consumer deleted)
+// is refilled no more: from the second failed check in a row the replica
+// counts each as a failed round (duet_offline_publish_errors_total) and no
+// longer exports the loop's depth, which would otherwise stay at the last
+// one found and hide the queue running dry (and, in the alert's max, the
+// other replicas' depths). A check that succeeds exports it again.
+func TestServeDropsDepthWhenChecksFail(t *testing.T) {
+	const loop, poll, pollMax = "pendulum", 5 * time.Millisecond, 50 * time.Millisecond
+	ctx := context.Background()
+	_, stream, m := startServe(t, loop, 32, 40, poll, pollMax)
+	exported := func() bool { return testutil.CollectAndCount(m.QueueDepth) == 1 }
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 10 s: not %s", what)
+			}
+		}
+	}
+	waitFor("the depth exported", exported)
+	if got := testutil.ToFloat64(m.PublishErrors.WithLabelValues(loop)); got != 0 {
+		t.Fatalf("%v failed rounds before any check failed", got)
+	}
+	cfg, err := stream.Consumer(ctx, bus.ConsumerName(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.DeleteConsumer(ctx, bus.ConsumerName(1)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the depth dropped and the failures counted", func() bool {
+		return !exported() && testutil.ToFloat64(m.PublishErrors.WithLabelValues(loop)) > 0
+	})
+	if _, err := stream.CreateOrUpdateConsumer(ctx, cfg.CachedInfo().Config); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the depth exported again", exported)
+}

@@ -45,6 +45,24 @@ type Set struct {
 	TickLatency *prometheus.HistogramVec // loop, seconds
 }
 
+// RejectReasons are every value of duet_rejects_total's reason label: the
+// codec's (codec.Reasons), and the services' own overload and late.
+func RejectReasons() []string { return append(codec.Reasons(), "overload", "late") }
+
+// MismatchKinds are the values of duet_mismatches_total's kind label.
+var MismatchKinds = []string{"item", "version"}
+
+// Zero exports each vector's series for one label set (in the vector's
+// label order) at 0, before its first event. A counter series that first
+// appears with its first event shows Prometheus no increase, so an alert on
+// increase() would miss that event and any that came with it in the scrape
+// interval: a single forged message, the first miss of a loop.
+func Zero(values []string, vs ...*prometheus.CounterVec) {
+	for _, v := range vs {
+		v.WithLabelValues(values...)
+	}
+}
+
 // LatencyBuckets end at the 40 ms tick period and its deadline.
 var LatencyBuckets = []float64{50e-6, 100e-6, 150e-6, 200e-6, 300e-6, 500e-6, 750e-6, 1e-3, 2e-3, 5e-3, 10e-3, 20e-3, 30e-3, 40e-3, 80e-3}
 
@@ -60,6 +78,9 @@ func New(service string) *Set {
 	}
 	s := &Set{Reg: reg}
 	s.Rejects = c("rejects_total", "Inbound messages rejected, by reason.", "reason")
+	for _, r := range RejectReasons() {
+		Zero([]string{r}, s.Rejects)
+	}
 	s.Ticks = c("ticks_total", "Ticks completed.", "loop")
 	s.Misses = c("deadline_misses_total", "Ticks that missed their deadline or were abandoned.", "loop")
 	s.Abandoned = c("ticks_abandoned_total", "Ticks a party abandoned (each also counts in deadline_misses_total), by reason: late (the tick had not ended when the next measurement came and could not be held for, or a held measurement was given up), not_persisted (the previous state write was not acknowledged), no_item (no offline item in time), item_mismatch, version_mismatch (see mismatches_total), error (a computation failed on accepted input).", "loop", "reason")
@@ -71,7 +92,7 @@ func New(service string) *Set {
 	s.ItemsPublished = c("items_published_total", "Offline items published by dealers.", "loop")
 	s.LowWater = c("queue_low_water_total", "Times a loop's offline queue was found below its low-water mark.", "loop")
 	s.QueueFull = c("queue_full_total", "Refill rounds a dealer found a loop's offline queue full (DUET_QUEUE_MAX) while it was below its low-water mark: one party is far behind the other, or down; the dealer then backs off, up to DUET_POLL_MAX between rounds.", "loop")
-	s.PublishErrors = c("offline_publish_errors_total", "Refill rounds a dealer could not complete for a reason other than a full queue: an item it could not draw or seal, or a message the server refused or did not acknowledge, or the loop's stream could not be looked up (the dealer logs why); the dealer then backs off as for a full queue.", "loop")
+	s.PublishErrors = c("offline_publish_errors_total", "Refill rounds a dealer could not complete for a reason other than a full queue: an item it could not draw or seal, or a message the server refused or did not acknowledge, or the loop's stream could not be looked up, or its queue depth could not be checked a second time in a row (the dealer logs why); the dealer then backs off as for a full queue.", "loop")
 	s.TickPaths = c("tick_paths_total", "Ticks by path, with DUET_TWO_HOP on: the sensor's two_hop (a masked measurement sent: both parties had announced the item's mask) or three_hop (shares sent); a party's two_hop (the exchange was done between ticks) or fallback (a masked measurement run with the exchange after it: the other party's pre-opening was missing or disagreed).", "loop", "path")
 	s.QueueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "duet", Name: "queue_depth",
 		Help: "Offline queue depth (items).", ConstLabels: prometheus.Labels{"service": service}}, []string{"loop"})

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -222,6 +223,24 @@ func (w *worker) count(c *prometheus.Counter, vec *prometheus.CounterVec) {
 	(*c).Inc()
 }
 
+// zeroMetrics exports the loop's counters at 0 from the start
+// (metrics.Zero).
+func (w *worker) zeroMetrics() {
+	m := w.s.opt.Metrics
+	metrics.Zero([]string{w.loop}, m.Ticks, m.Misses, m.Held, m.ItemsConsumed, m.ItemsPrepared, m.ItemsDiscarded, m.LowWater)
+	for _, r := range AbandonReasons {
+		metrics.Zero([]string{w.loop, r}, m.Abandoned)
+	}
+	for _, k := range metrics.MismatchKinds {
+		metrics.Zero([]string{w.loop, k}, m.Mismatches)
+	}
+	if w.s.opt.TwoHop {
+		for _, p := range []string{"two_hop", "fallback"} {
+			metrics.Zero([]string{w.loop, p}, m.TickPaths)
+		}
+	}
+}
+
 func newWorker(s *Service, loop string) *worker {
 	return &worker{
 		s: s, loop: loop, id: s.opt.ID, peer: codec.PartyRole(1 - s.opt.ID),
@@ -239,6 +258,7 @@ func newWorker(s *Service, loop string) *worker {
 }
 
 func (w *worker) run(ctx context.Context) error {
+	w.zeroMetrics()
 	if err := w.setup(ctx); err != nil {
 		return err
 	}

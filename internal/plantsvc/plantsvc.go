@@ -71,6 +71,7 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Service, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New("plant")
 	}
+	metrics.Zero([]string{opt.Loop}, opt.Metrics.Misses) // from the start: metrics.Zero
 	s := &Service{nc: nc, sealer: sealer, opt: opt, guard: codec.NewReplayGuard(),
 		inputs: map[uint64][]float64{}, lastU: make([]float64, opt.Plant.Inputs()), logs: bus.NewLogLimit()}
 	s.cond = sync.NewCond(&s.mu)

@@ -138,6 +138,13 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New("sensor")
 	}
+	metrics.Zero([]string{opt.Loop}, opt.Metrics.Ticks, opt.Metrics.Misses) // from the start: metrics.Zero
+	if opt.TwoHop {
+		metrics.Zero([]string{opt.Loop, "item"}, opt.Metrics.Mismatches)
+		for _, p := range []string{"two_hop", "three_hop"} {
+			metrics.Zero([]string{opt.Loop, p}, opt.Metrics.TickPaths)
+		}
+	}
 	rz, err := opt.Controller.Resolve(opt.Variant)
 	if err != nil {
 		return nil, err

@@ -46,6 +46,15 @@ var reasons = []struct {
 	{ErrInstance, "instance"},
 }
 
+// Reasons returns every label Reason returns, "other" last.
+func Reasons() []string {
+	out := make([]string, 0, len(reasons)+1)
+	for _, r := range reasons {
+		out = append(out, r.label)
+	}
+	return append(out, "other")
+}
+
 // Reason returns a short, fixed label for err's sentinel, suitable as a
 // metrics label: "too_large", "malformed", "version", "kind", "role",
 // "recipient", "unknown_sender", "auth", "header", "dimension", "range",
