@@ -74,12 +74,17 @@ func TestTrimItems(t *testing.T) {
 	}
 
 	for name, data := range map[string][]byte{
-		"other loop":  msg(codec.ItemMsg{Loop: "pend-2", Epoch: epoch, Nonce: nonce, P1: env1}),
-		"other epoch": msg(codec.ItemMsg{Loop: loop, Epoch: epoch + 1, Nonce: nonce, P1: env1}),
+		"other loop":                msg(codec.ItemMsg{Loop: "pend-2", Epoch: epoch, Nonce: nonce, P1: env1}),
+		"later epoch":               msg(codec.ItemMsg{Loop: loop, Epoch: epoch + 1, Nonce: nonce, P1: env1}),
+		"other loop, earlier epoch": msg(codec.ItemMsg{Loop: "pend-2", Epoch: epoch - 1, Nonce: nonce, P1: env1}),
 	} {
 		if r := one(p0, data); !errors.Is(r.err, codec.ErrHeader) {
 			t.Errorf("%s: err %v, want ErrHeader", name, r.err)
 		}
+	}
+	// An earlier set-up's item, left in the queue: discarded, not a reject.
+	if r := one(p0, msg(codec.ItemMsg{Loop: loop, Epoch: epoch - 1, Nonce: nonce, P1: env1})); !errors.Is(r.err, errEarlierEpoch) || errors.Is(r.err, codec.ErrHeader) {
+		t.Errorf("earlier epoch: err %v, want errEarlierEpoch alone", r.err)
 	}
 	if r := one(p1, []byte{0xc1, 0x00}); r.err == nil {
 		t.Error("malformed bytes accepted")

@@ -52,6 +52,15 @@ type item struct {
 	mat     mpc.TickMaterial
 }
 
+// errEarlierEpoch marks the items of an earlier set-up of the loop, left in
+// its queue when the sensor set it up anew: they are discarded and counted
+// in items_discarded_total, not as rejected messages, which made
+// DuetMalformedMessages fire after every new set-up (up to a low-water
+// mark's worth of header rejects at each party). An item of a later epoch
+// than the party's set-up is still rejected: the party must be restarted to
+// read the new set-up.
+var errEarlierEpoch = errors.New("offline item of an earlier set-up")
+
 // trimItems checks a stream message's items (loop, epoch, shape, at most
 // the set-up's items per message) and keeps this party's part of each: its
 // envelopes are copied out of the message unless they are most of it, so
@@ -66,7 +75,9 @@ func (w *worker) trimItems(data []byte, seq uint64) []rawItem {
 		return []rawItem{{seq: itemID(seq, 0), err: err}}
 	}
 	// PeekItems holds every item of a message to the first one's loop and epoch.
-	if it := its[0]; it.Loop != w.loop || it.Epoch != w.epoch {
+	if it := its[0]; it.Loop == w.loop && it.Epoch < w.epoch {
+		return []rawItem{{seq: itemID(seq, 0), err: fmt.Errorf("%w: item of epoch %d, the set-up's is %d", errEarlierEpoch, it.Epoch, w.epoch)}}
+	} else if it.Loop != w.loop || it.Epoch != w.epoch {
 		return []rawItem{{seq: itemID(seq, 0), err: fmt.Errorf("%w: item for loop %q epoch %d, want %q epoch %d", codec.ErrHeader, it.Loop, it.Epoch, w.loop, w.epoch)}}
 	}
 	out := make([]rawItem, len(its))
@@ -340,7 +351,9 @@ func (w *worker) takeItem(ctx context.Context, wait bool) (uint64, codec.Serial,
 		}
 		if it.err != nil {
 			w.recycle(it.mat) // one Prepare refused
-			w.reject(it.err)
+			if !errors.Is(it.err, errEarlierEpoch) {
+				w.reject(it.err)
+			}
 			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
 			continue
 		}
