@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/natstest"
 	"github.com/duet-mpc/duet/pkg/codec"
 )
@@ -40,3 +43,23 @@ func TestRunFailsWithoutItsSubscription(t *testing.T) {
 
 // workerRuns counts the goroutines running a worker's loop.
 func workerRuns() int { return goroutinesIn("party.(*worker).run(") }
+
+// A measurement that comes before the loop's set-up is complete (the
+// fixed-mask set-up waits for the other party's S share) abandons its tick
+// as not_ready; it was a kind reject, which fired DuetForbiddenMessages at
+// every restart of a fixed-mask party.
+func TestMeasurementBeforeReadyNotAReject(t *testing.T) {
+	m := metrics.New("party1")
+	w := &worker{s: &Service{opt: Options{ID: 1, Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}}, id: 1, loop: "l"}
+	w.onMeasure(context.Background(), 5, false)
+	w.onMeasureMasked(context.Background(), 6, itemID(1, 0))
+	if got := testutil.ToFloat64(m.Abandoned.WithLabelValues("l", missNotReady)); got != 2 {
+		t.Errorf("%v ticks abandoned as not_ready, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.Misses.WithLabelValues("l")); got != 2 {
+		t.Errorf("%v misses, want 2", got)
+	}
+	if got := metrics.Sum(m.Rejects); got != 0 {
+		t.Errorf("%v rejects counted, want none", got)
+	}
+}

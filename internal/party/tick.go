@@ -2,7 +2,6 @@ package party
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,12 +52,24 @@ const (
 	missItem    = "item_mismatch" // the parties took different items
 	missVersion = "version_mismatch"
 	missError   = "error" // a computation failed on accepted input
+	// missNotReady: a measurement came before the loop's set-up was
+	// complete (the fixed-mask set-up waits for the other party's S share).
+	// It was a kind reject, which fired DuetForbiddenMessages at every
+	// restart of a fixed-mask party.
+	missNotReady = "not_ready"
 )
 
 // AbandonReasons are the values of duet_ticks_abandoned_total's reason label
 // (for dashboards and alert rules; deploy/prometheus checks its rules against
 // them).
-var AbandonReasons = []string{missLate, missPersist, missNoItem, missItem, missVersion, missError}
+var AbandonReasons = []string{missLate, missPersist, missNoItem, missItem, missVersion, missNotReady, missError}
+
+// notReady counts a tick whose measurement came before the loop's set-up
+// was complete: abandoned, with no tick begun (missNotReady).
+func (w *worker) notReady() {
+	w.s.opt.Metrics.Misses.WithLabelValues(w.loop).Inc()
+	w.s.opt.Metrics.Abandoned.WithLabelValues(w.loop, missNotReady).Inc()
+}
 
 func (w *worker) miss(reason, why string) {
 	w.s.opt.Metrics.Misses.WithLabelValues(w.loop).Inc()
@@ -71,7 +82,7 @@ func (w *worker) miss(reason, why string) {
 // fromHold: the measurement was held (release).
 func (w *worker) onMeasure(ctx context.Context, t uint64, fromHold bool) {
 	if !w.ready.Load() {
-		w.reject(fmt.Errorf("%w: measurement before set-up completed", codec.ErrKind))
+		w.notReady()
 		return
 	}
 	if w.st != idle {

@@ -278,7 +278,7 @@ func (w *worker) decodePreT(mp codec.MulPayload) error {
 // same item and state version is here, else in three.
 func (w *worker) onMeasureMasked(ctx context.Context, t, item uint64) {
 	if !w.ready.Load() {
-		w.reject(fmt.Errorf("%w: measurement before set-up completed", codec.ErrKind))
+		w.notReady()
 		return
 	}
 	w.noteMasked(t)
