@@ -564,3 +564,26 @@ func TestFastPathAllocs(t *testing.T) {
 		}
 	}
 }
+
+// A fast decoder leaves its target as it was when it refuses the input,
+// here a valid encoding followed by a byte: the item message's decoder had
+// already filled its target, with slices into the input, before it found
+// the trailing byte.
+func TestFastDecodersLeaveTargetOnError(t *testing.T) {
+	g := gen{rand.New(rand.NewChaCha8([32]byte{13}))}
+	for range 20 {
+		for i, typ := range fastTypes {
+			data, err := Marshal(g.value(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			target, zero := reflect.New(typ).Interface(), reflect.New(typ).Interface()
+			if err := Unmarshal(append(data, 0xc0), target); err == nil {
+				t.Fatalf("%v: a trailing byte accepted", typ)
+			}
+			if !reflect.DeepEqual(target, zero) {
+				t.Fatalf("%v: the refused input was decoded into the target: %+v", typ, target)
+			}
+		}
+	}
+}

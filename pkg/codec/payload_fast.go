@@ -432,12 +432,17 @@ func (m *ItemMsg) unmarshalMsgpack(data []byte) error {
 	return nil
 }
 
-// parse decodes data into m, P0 and P1 aliasing data.
+// parse decodes data into m, P0 and P1 aliasing data; on an error m is
+// unchanged (as every fast decoder leaves its target).
 func (m *ItemMsg) parse(data []byte) error {
-	n, err := m.parsePrefix(data, "")
+	var v ItemMsg
+	n, err := v.parsePrefix(data, "")
 	if err == nil {
 		r := reader{b: data, off: n}
 		err = r.end("payload")
+	}
+	if err == nil {
+		*m = v
 	}
 	return err
 }
