@@ -74,7 +74,9 @@ func ParseControllerSpec(data []byte) (ControllerSpec, error) {
 	if err := dec.Decode(&s); err != nil {
 		return s, fmt.Errorf("%w: %s", ErrSpec, strings.TrimPrefix(err.Error(), "json: "))
 	}
-	if dec.More() {
+	// Anything but white space after the object, a stray } or ] included
+	// (which Decoder.More does not report).
+	if _, err := dec.Token(); err != io.EOF {
 		return s, fmt.Errorf("%w: trailing data after the JSON object", ErrSpec)
 	}
 	if s.Lambda == 0 {

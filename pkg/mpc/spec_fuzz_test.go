@@ -2,6 +2,7 @@ package mpc
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -24,4 +25,18 @@ func FuzzParseControllerSpec(f *testing.F) {
 			t.Fatalf("parsed spec fails Validate: %v", err)
 		}
 	})
+}
+
+// Anything after the object is refused, a stray } or ] included, which
+// json.Decoder.More did not report; white space is not.
+func TestControllerSpecTrailingData(t *testing.T) {
+	const spec = `{"A":[[0.5]],"B":[[1]],"C":[[1]],"D":[[0]],"x0":[0],"k":18,"l":9}`
+	if _, err := ParseControllerSpec([]byte(spec + " \n\t")); err != nil {
+		t.Fatalf("trailing white space: %v", err)
+	}
+	for _, tail := range []string{"}", "]", " }", "{}", "0", ","} {
+		if _, err := ParseControllerSpec([]byte(spec + tail)); !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "trailing data") {
+			t.Errorf("%q after the object: %v, want a trailing-data error", tail, err)
+		}
+	}
 }
