@@ -2,6 +2,7 @@ package party
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"runtime"
@@ -100,5 +101,46 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after 5 s: not %s", what)
 		}
+	}
+}
+
+// A loop whose offline consumer is deleted under it (nats consumer rm, or
+// the queue removed) stops with that error, so that the party is not ready
+// and is restarted; before, it ran on taking no item, every tick missing,
+// and stayed ready. The deletion reaches the client as such only while a
+// pull waits; otherwise as missed heartbeats, and the loop looks the
+// consumer up.
+func TestDeletedConsumerStopsTheLoop(t *testing.T) {
+	defer func(e time.Duration) { pullExpiry = e }(pullExpiry)
+	pullExpiry = 2 * time.Second // heartbeats every second
+	nc := natstest.Conn(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	const loop = "consume-deleted"
+	stream, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: loop, MaxMsgs: 100}, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Service{nc: nc, js: js, opt: Options{ID: 0, Prefetch: 1,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party")}}
+	w := &worker{s: s, id: 0, loop: loop, perMsg: 1, stop: make(chan struct{})}
+	stop, err := w.consume(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := stream.DeleteConsumer(ctx, bus.ConsumerName(0)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.stop:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the loop did not stop within 20 s of its consumer's deletion")
+	}
+	if e := w.stopErr.Load(); e == nil || !errors.Is(*e, jetstream.ErrConsumerDeleted) && !errors.Is(*e, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("stopped with %v, want the deleted consumer's error", e)
 	}
 }

@@ -7,8 +7,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/duet-mpc/duet/internal/bus"
@@ -220,7 +222,8 @@ func (w *worker) consume(ctx context.Context) (stop func(), err error) {
 		case <-ctx.Done():
 		case <-done:
 		}
-	}, jetstream.PullMaxMessages(pull), jetstream.PullThresholdMessages(pullThreshold(pull)), jetstream.ConsumeErrHandler(w.consumeErrs()))
+	}, jetstream.PullMaxMessages(pull), jetstream.PullThresholdMessages(pullThreshold(pull)), jetstream.PullExpiry(pullExpiry),
+		jetstream.ConsumeErrHandler(w.consumeErrs(ctx, stream, done)))
 	if err != nil {
 		return nil, fmt.Errorf("offline consume: %w", err)
 	}
@@ -232,25 +235,51 @@ func (w *worker) consume(ctx context.Context) (stop func(), err error) {
 
 // consumeErrs reports the offline consumer's errors, which the client
 // otherwise drops: each error the first time and then once a minute. A
-// deleted consumer (the queue removed, `nats stream rm`, while the party
-// runs) ends the subscription for good: the loop then takes no item, and
-// every tick misses (low water) until the party restarts on a queue set up
-// again. Before, nothing said why.
-func (w *worker) consumeErrs() func(jetstream.ConsumeContext, error) {
+// deleted consumer (the queue removed, `nats stream rm` or `nats consumer
+// rm`, while the party runs) ends the subscription for good: the loop would
+// take no item again, every tick missing, so it stops with that error. The
+// party is then not ready, and with no loop left Run returns, so that the
+// party is restarted (and fails to start, saying why, until the sensor has
+// set the queue up again). Before, the loop ran on without items and the
+// party stayed ready.
+func (w *worker) consumeErrs(ctx context.Context, stream jetstream.Stream, done chan struct{}) func(jetstream.ConsumeContext, error) {
 	logs := bus.NewLogLimit()
+	var checking atomic.Bool
 	return func(_ jetstream.ConsumeContext, err error) {
-		ok, notLogged := logs.Allow(err.Error())
-		if !ok {
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrBadRequest) {
+			w.stopWith(fmt.Errorf("offline queue: the loop's consumer stopped (%w): restart the party once the sensor has set the queue up again", err))
 			return
 		}
-		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrBadRequest) {
-			w.s.opt.Log.Error("offline queue: the consumer stopped; this loop takes no more items until the party restarts on a queue set up again",
-				"party", w.id, "loop", w.loop, "err", err, "repeats_not_logged", notLogged)
+		// A consumer deleted while no pull was waiting shows as missed
+		// heartbeats and pulls that no one answers: look it up, off the
+		// client's goroutine, one look at a time.
+		if (errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrNoResponders)) && checking.CompareAndSwap(false, true) {
+			go func() {
+				defer checking.Store(false)
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, cerr := stream.Consumer(cctx, bus.ConsumerName(w.id)); errors.Is(cerr, jetstream.ErrConsumerNotFound) {
+					w.stopWith(fmt.Errorf("offline queue: the loop's consumer was deleted (%w): restart the party once the sensor has set the queue up again", cerr))
+				}
+			}()
+		}
+		ok, notLogged := logs.Allow(err.Error())
+		if !ok {
 			return
 		}
 		w.s.opt.Log.Warn("offline queue: consumer error", "party", w.id, "loop", w.loop, "err", err, "repeats_not_logged", notLogged)
 	}
 }
+
+// pullExpiry is how long a pull request of the offline consumer waits for
+// items (jetstream's default; its heartbeats come at half of it, and two
+// missed ones report a lost consumer). A variable for the tests.
+var pullExpiry = 30 * time.Second
 
 // pullThreshold is the pending count below which a loop's consumer asks
 // for more items: spread over [prefetch/4, 3·prefetch/4] by a random draw,

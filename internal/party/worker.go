@@ -45,6 +45,8 @@ type worker struct {
 	exited atomic.Bool
 	stop   chan struct{}
 	once   sync.Once
+	// stopErr is why stop was closed, when not a fence (stopWith).
+	stopErr atomic.Pointer[error]
 	// items carries the offline queue's stream messages, each as the
 	// items it holds, from the consumer's callback (made before Consume
 	// starts, under mu); batch is the rest of the message being used.
@@ -323,6 +325,9 @@ func (w *worker) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-w.stop:
+			if err := w.stopErr.Load(); err != nil {
+				return *err
+			}
 			return ErrFenced
 		case m := <-w.inbox:
 			if locked(func() { w.handle(ctx, m); w.queued.Add(-1) }) {
@@ -348,6 +353,15 @@ func (w *worker) housekeep() {
 	if w.prm.Variant == mpc.FixedMask && !w.fixedOK {
 		w.sendFixedS(true)
 	}
+}
+
+// stopWith stops the loop with err as Run's reason for it, from any
+// goroutine (a fence closes stop with ErrFenced as the reason).
+func (w *worker) stopWith(err error) {
+	w.once.Do(func() {
+		w.stopErr.Store(&err)
+		close(w.stop)
+	})
 }
 
 // exit marks the worker stopped: the dispatcher drops its messages, and
