@@ -46,7 +46,7 @@ SHELL       := bash
 
 export IMAGE_TAG
 
-.PHONY: all build images keys up down e2e alerts-test ps logs k8s-secrets k8s-monitoring k8s-dashboard clean
+.PHONY: all build images keys up down e2e alerts-test ps logs k8s-secrets k8s-tls k8s-monitoring k8s-dashboard clean
 
 all: build
 
@@ -145,6 +145,15 @@ k8s-secrets: build
 	  --dry-run=client -o yaml | $(KUBECTL) apply -f -
 	$(KUBECTL) -n $(K8S_NS) create secret generic duet-controller --from-file=controller.json=$(CONTROLLER) \
 	  --dry-run=client -o yaml | $(KUBECTL) apply -f -
+
+## k8s-tls: renew the NATS CA and server certificate in K8S_KEYS (valid
+## TLS_DAYS), keeping every role key, and apply them with k8s-secrets; then
+## restart NATS and every service (README, Operations: Renewing the TLS
+## certificate)
+TLS_DAYS ?= 365
+k8s-tls: build
+	$(BIN)/duet keys --tls-only --dir $(K8S_KEYS) --tls-hosts $(NATS_TLS_HOSTS) --tls-days $(TLS_DAYS)
+	$(MAKE) k8s-secrets
 
 ## k8s-monitoring: regenerate k8s/monitoring/prometheusrule.yaml from the
 ## alerting rules, deploy/prometheus/duet-alerts.yaml (go test ./k8s checks it).

@@ -25,11 +25,23 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	force := fs.Bool("force", false, "overwrite existing key files (rotates every key)")
 	ifMissing := fs.Bool("if-missing", false, "do nothing (exit 0) if the directory already holds keys; for init containers")
 	tlsHosts := fs.String("tls-hosts", "", "also write a private CA and a NATS server certificate for these comma-separated host names/IPs (ca.pem, nats-cert.pem, nats-key.pem)")
+	tlsDays := fs.Int("tls-days", 365, "days the CA and the server certificate of --tls-hosts are valid")
+	tlsOnly := fs.Bool("tls-only", false, "write (again) only the CA and the server certificate of --tls-hosts, keeping the role keys: to renew them before they expire")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
+	}
+	if *tlsDays < 1 {
+		return fmt.Errorf("%w: --tls-days %d, want at least 1", ErrUsage, *tlsDays)
+	}
+	if *tlsOnly && (*tlsHosts == "" || *force || *ifMissing) {
+		return fmt.Errorf("%w: --tls-only needs --tls-hosts, and takes neither --force nor --if-missing (it keeps the role keys)", ErrUsage)
+	}
+	validFor := time.Duration(*tlsDays) * 24 * time.Hour
+	if *tlsOnly {
+		return writeTLS(stdout, *dir, *tlsHosts, validFor)
 	}
 	if *ifMissing && !*force {
 		if _, err := os.Stat(keys.SeedPath(*dir, codec.RoleSensor)); err == nil {
@@ -46,10 +58,18 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "wrote into %s, per role: <role>.seed (end-to-end secret key), <role>.pub, <role>.nats.nk (NATS user, for DUET_NATS_CREDS); and %s (the NATS server's users and permissions)\n", *dir, acl.AuthConfigFile)
 	fmt.Fprintf(stdout, "give each service only its own .seed and .nats.nk, and every .pub\n")
 	if *tlsHosts != "" {
-		if err := acl.GenerateTLS(*dir, strings.Split(*tlsHosts, ","), 365*24*time.Hour); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "wrote %s, %s and %s (clients: DUET_TLS_CA=%s)\n", acl.CAFile, acl.ServerCertFile, acl.ServerKeyFile, acl.CAFile)
+		return writeTLS(stdout, *dir, *tlsHosts, validFor)
 	}
+	return nil
+}
+
+// writeTLS writes a new CA and NATS server certificate for hosts into dir
+// and says until when they are valid.
+func writeTLS(stdout io.Writer, dir, hosts string, validFor time.Duration) error {
+	if err := acl.GenerateTLS(dir, strings.Split(hosts, ","), validFor); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s, %s and %s (clients: DUET_TLS_CA=%s), valid until %s: renew them before then (duet keys --tls-only)\n",
+		acl.CAFile, acl.ServerCertFile, acl.ServerKeyFile, acl.CAFile, time.Now().Add(validFor).UTC().Format(time.DateOnly))
 	return nil
 }
