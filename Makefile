@@ -25,14 +25,15 @@ IMAGES    := $(SERVICES) nats tools
 BIN       := build/bin
 CTX       := build/ctx
 GOBUILD   := CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w'
-# The images' platform: the host's by default, for the local stack (make up,
-# make e2e). The node groups of k8s/eks/cluster.yaml are x86 (c7i, m7i): build
-# their images with IMAGE_PLATFORM=linux/amd64 (README, EKS step 2). For
-# another platform than the host's the images get binaries cross-built into
+# The images' platform: Linux on the host's architecture by default, for the
+# local stack (make up, make e2e; Docker on macOS runs Linux images too). The
+# node groups of k8s/eks/cluster.yaml are x86 (c7i, m7i): build their images
+# with IMAGE_PLATFORM=linux/amd64 (README, EKS step 2). For another platform
+# than the host's the images get binaries cross-built into
 # build/bin/<os>-<arch>, while build/bin keeps the host's own (duet keys,
 # duet stalls).
 HOST_PLATFORM  := $(shell $(GO) env GOOS)/$(shell $(GO) env GOARCH)
-IMAGE_PLATFORM ?= $(HOST_PLATFORM)
+IMAGE_PLATFORM ?= linux/$(shell $(GO) env GOARCH)
 ifeq ($(IMAGE_PLATFORM),$(HOST_PLATFORM))
 IMGBIN    := $(BIN)
 else
@@ -57,7 +58,7 @@ build:
 	$(GOBUILD) -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 
 ## images: one FROM scratch image per service, plus duet-nats and duet-tools,
-## for IMAGE_PLATFORM (the host's unless set)
+## for IMAGE_PLATFORM (linux/<the host's architecture> unless set)
 images: build
 ifneq ($(IMGBIN),$(BIN))
 	@mkdir -p $(IMGBIN)

@@ -101,6 +101,7 @@ func knownValues() map[string]map[string][]string {
 		"duet_rejects_total":         {"reason": metrics.RejectReasons()},
 		"duet_ticks_abandoned_total": {"reason": party.AbandonReasons},
 		"duet_mismatches_total":      {"kind": metrics.MismatchKinds},
+		"duet_tick_paths_total":      {"path": metrics.TickPathLabels},
 	}
 }
 

@@ -119,7 +119,7 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Actuator, error) {
 		opt.Metrics = metrics.New("actuator")
 	}
 	metrics.Zero([]string{opt.Loop}, opt.Metrics.Ticks, opt.Metrics.Misses) // from the start: metrics.Zero
-	metrics.Zero([]string{opt.Loop, "item"}, opt.Metrics.Mismatches)
+	metrics.Zero([]string{opt.Loop, metrics.KindItem}, opt.Metrics.Mismatches)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -354,7 +354,7 @@ func (a *Actuator) onShare(t uint64, id int, item uint64, sent int64, share mpc.
 		return
 	}
 	if p.item[0] != p.item[1] {
-		a.opt.Metrics.Mismatches.WithLabelValues(a.opt.Loop, "item").Inc()
+		a.opt.Metrics.Mismatches.WithLabelValues(a.opt.Loop, metrics.KindItem).Inc()
 		a.opt.Log.Error("parties used different items", "tick", t, "p0", p.item[0], "p1", p.item[1])
 		return // the deadline applies the fail-safe
 	}

@@ -25,8 +25,9 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	force := fs.Bool("force", false, "overwrite existing key files (rotates every key)")
 	ifMissing := fs.Bool("if-missing", false, "do nothing (exit 0) if the directory already holds keys; for init containers")
 	tlsHosts := fs.String("tls-hosts", "", "also write a private CA and a NATS server certificate for these comma-separated host names/IPs (ca.pem, nats-cert.pem, nats-key.pem)")
-	tlsDays := fs.Int("tls-days", 365, "days the CA and the server certificate of --tls-hosts are valid")
-	tlsOnly := fs.Bool("tls-only", false, "write (again) only the CA and the server certificate of --tls-hosts, keeping the role keys: to renew them before they expire")
+	tlsDays := fs.Int("tls-days", 365, "days the server certificate of --tls-hosts is valid (its CA: 10 years)")
+	tlsOnly := fs.Bool("tls-only", false, "write only a new server certificate for --tls-hosts, signed by the directory's CA (ca.pem, ca-key.pem), keeping the CA and the role keys: to renew it before it expires")
+	newCA := fs.Bool("new-ca", false, "with --tls-only: write a new CA as well (the old one expired or was exposed)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -39,9 +40,29 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if *tlsOnly && (*tlsHosts == "" || *force || *ifMissing) {
 		return fmt.Errorf("%w: --tls-only needs --tls-hosts, and takes neither --force nor --if-missing (it keeps the role keys)", ErrUsage)
 	}
+	if *newCA && !*tlsOnly {
+		return fmt.Errorf("%w: --new-ca goes with --tls-only (without it, every run writes a new CA)", ErrUsage)
+	}
 	validFor := time.Duration(*tlsDays) * 24 * time.Hour
 	if *tlsOnly {
-		return writeTLS(stdout, *dir, *tlsHosts, validFor)
+		hosts := strings.Split(*tlsHosts, ",")
+		wroteCA := *newCA
+		var err error
+		if wroteCA {
+			err = acl.GenerateTLS(*dir, hosts, validFor)
+		} else {
+			wroteCA, err = acl.RenewServerCert(*dir, hosts, validFor)
+		}
+		if err != nil {
+			return err
+		}
+		if wroteCA {
+			fmt.Fprintf(stdout, "wrote a new CA (%s, its key %s): every client and NATS server must trust it before any server presents the new certificate: restart every NATS server at once, then every service\n", acl.CAFile, acl.CAKeyFile)
+		} else {
+			fmt.Fprintf(stdout, "kept the CA (%s); ", acl.CAFile)
+		}
+		fmt.Fprintf(stdout, "wrote %s and %s, valid until %s\n", acl.ServerCertFile, acl.ServerKeyFile, time.Now().Add(validFor).UTC().Format(time.DateOnly))
+		return nil
 	}
 	if *ifMissing && !*force {
 		if _, err := os.Stat(keys.SeedPath(*dir, codec.RoleSensor)); err == nil {
@@ -58,18 +79,11 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "wrote into %s, per role: <role>.seed (end-to-end secret key), <role>.pub, <role>.nats.nk (NATS user, for DUET_NATS_CREDS); and %s (the NATS server's users and permissions)\n", *dir, acl.AuthConfigFile)
 	fmt.Fprintf(stdout, "give each service only its own .seed and .nats.nk, and every .pub\n")
 	if *tlsHosts != "" {
-		return writeTLS(stdout, *dir, *tlsHosts, validFor)
+		if err := acl.GenerateTLS(*dir, strings.Split(*tlsHosts, ","), validFor); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s (the CA; clients: DUET_TLS_CA=%s; its key %s: keep it offline), %s and %s, the server certificate, valid until %s: renew it before then (duet keys --tls-only)\n",
+			acl.CAFile, acl.CAFile, acl.CAKeyFile, acl.ServerCertFile, acl.ServerKeyFile, time.Now().Add(validFor).UTC().Format(time.DateOnly))
 	}
-	return nil
-}
-
-// writeTLS writes a new CA and NATS server certificate for hosts into dir
-// and says until when they are valid.
-func writeTLS(stdout io.Writer, dir, hosts string, validFor time.Duration) error {
-	if err := acl.GenerateTLS(dir, strings.Split(hosts, ","), validFor); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "wrote %s, %s and %s (clients: DUET_TLS_CA=%s), valid until %s: renew them before then (duet keys --tls-only)\n",
-		acl.CAFile, acl.ServerCertFile, acl.ServerKeyFile, acl.CAFile, time.Now().Add(validFor).UTC().Format(time.DateOnly))
 	return nil
 }

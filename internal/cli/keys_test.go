@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"io"
 	"os"
@@ -12,15 +14,17 @@ import (
 	"time"
 )
 
-// duet keys --tls-only writes a new CA and server certificate and keeps the
-// role keys: the certificates can be renewed before they expire without a
-// new set-up. Before, only --force could write them again, and it rotated
-// every key.
+// duet keys --tls-only writes a new server certificate under the directory's
+// CA and keeps the CA and the role keys, so that the certificate is renewed
+// without a new set-up and the NATS servers can restart one at a time (they
+// and the clients trust the same CA). Before, only --force could write the
+// certificate again, and it rotated every key and the CA. A directory
+// without the CA's key, and --new-ca, get a new CA, and are told so.
 func TestKeysTLSOnlyKeepsRoleKeys(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	var out strings.Builder
-	if err := Run(ctx, []string{"keys", "--dir", dir, "--tls-hosts", "nats,localhost"}, &out, io.Discard); err != nil {
+	hosts := "nats,localhost"
+	if err := Run(ctx, []string{"keys", "--dir", dir, "--tls-hosts", hosts}, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	read := func(name string) []byte {
@@ -31,21 +35,61 @@ func TestKeysTLSOnlyKeepsRoleKeys(t *testing.T) {
 		}
 		return b
 	}
-	seed, ca := read("sensor.seed"), read("ca.pem")
-	out.Reset()
-	if err := Run(ctx, []string{"keys", "--dir", dir, "--tls-only", "--tls-hosts", "nats,localhost", "--tls-days", "30"}, &out, io.Discard); err != nil {
+	parse := func(name string) *x509.Certificate {
+		t.Helper()
+		b, _ := pem.Decode(read(name))
+		if b == nil {
+			t.Fatalf("%s holds no PEM block", name)
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	seed, ca, cert := read("sensor.seed"), read("ca.pem"), read("nats-cert.pem")
+	if d := time.Until(parse("ca.pem").NotAfter); d < 9*365*24*time.Hour {
+		t.Errorf("the CA is valid for %v, want 10 years", d)
+	}
+	var out strings.Builder
+	if err := Run(ctx, []string{"keys", "--dir", dir, "--tls-only", "--tls-hosts", hosts, "--tls-days", "30"}, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(read("sensor.seed"), seed) {
-		t.Error("--tls-only changed a role key")
+	if !bytes.Equal(read("sensor.seed"), seed) || !bytes.Equal(read("ca.pem"), ca) {
+		t.Error("--tls-only changed a role key or the CA")
 	}
-	if bytes.Equal(read("ca.pem"), ca) {
-		t.Error("--tls-only did not write a new CA")
+	if bytes.Equal(read("nats-cert.pem"), cert) {
+		t.Error("--tls-only did not write a new server certificate")
 	}
-	if want := time.Now().Add(30 * 24 * time.Hour).UTC().Format(time.DateOnly); !strings.Contains(out.String(), "valid until "+want) {
-		t.Errorf("output %q does not say the certificates are valid until %s", out.String(), want)
+	roots := x509.NewCertPool()
+	roots.AddCert(parse("ca.pem"))
+	leaf := parse("nats-cert.pem")
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "nats"}); err != nil {
+		t.Errorf("the renewed certificate does not verify under the kept CA: %v", err)
 	}
-	for _, args := range [][]string{{"--tls-only"}, {"--tls-only", "--tls-hosts", "nats", "--force"}, {"--tls-hosts", "nats", "--tls-days", "0"}} {
+	if want := time.Now().Add(30 * 24 * time.Hour).UTC().Format(time.DateOnly); !strings.Contains(out.String(), "kept the CA") || !strings.Contains(out.String(), "valid until "+want) {
+		t.Errorf("output %q does not say the CA was kept and the certificate is valid until %s", out.String(), want)
+	}
+	// A directory written before the CA's key was kept, and --new-ca.
+	for _, c := range []struct {
+		name string
+		args []string
+		prep func()
+	}{
+		{"no CA key", nil, func() { os.Remove(filepath.Join(dir, "ca-key.pem")) }},
+		{"--new-ca", []string{"--new-ca"}, func() {}},
+	} {
+		c.prep()
+		before := read("ca.pem")
+		out.Reset()
+		if err := Run(ctx, append([]string{"keys", "--dir", dir, "--tls-only", "--tls-hosts", hosts}, c.args...), &out, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Equal(read("ca.pem"), before) || !strings.Contains(out.String(), "wrote a new CA") {
+			t.Errorf("%s: no new CA written, or not said (%q)", c.name, out.String())
+		}
+	}
+	for _, args := range [][]string{{"--tls-only"}, {"--tls-only", "--tls-hosts", "nats", "--force"}, {"--tls-hosts", "nats", "--tls-days", "0"}, {"--new-ca", "--tls-hosts", "nats"}} {
 		if err := Run(ctx, append([]string{"keys", "--dir", dir}, args...), io.Discard, io.Discard); !errors.Is(err, ErrUsage) {
 			t.Errorf("keys %v: %v, want a usage error", args, err)
 		}

@@ -192,6 +192,18 @@ func (d *Dealer) unregister(key string) {
 	d.opt.Log.Info("loop's set-up record removed: no longer served", "dealer", d.opt.Name, "loop", loop)
 }
 
+// setDepth exports a loop's queue depth, found by the generator of epoch,
+// if that is still the loop's: not once the loop's set-up record was removed
+// (unregister, which drops the series) or replaced, so that a check that
+// ends just then does not bring the series back for good.
+func (d *Dealer) setDepth(loop string, epoch uint64, depth int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e, ok := d.epoch[loop]; ok && e == epoch {
+		d.opt.Metrics.QueueDepth.WithLabelValues(loop).Set(float64(depth))
+	}
+}
+
 // lookupStreamMaxWait caps the wait between a loop's stream lookups.
 var lookupStreamMaxWait = 5 * time.Second
 
@@ -260,7 +272,7 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 		if err == nil {
 			failed = 0
 			depth *= q.perMsg // items: every message the parties have not taken is full
-			d.opt.Metrics.QueueDepth.WithLabelValues(loop).Set(float64(depth))
+			d.setDepth(loop, epoch, depth)
 			rate := pace.observe(time.Now(), taken*q.perMsg, d.opt.PollMax)
 			if depth < d.opt.LowWater {
 				d.opt.Metrics.LowWater.WithLabelValues(loop).Inc()

@@ -331,6 +331,9 @@ func startServeWith(t *testing.T, loop string, lowWater int, maxMsgs int64, poll
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
+	d.mu.Lock()
+	d.epoch[loop] = 1 // as register records it
+	d.mu.Unlock()
 	go func() { defer close(done); d.serve(ctx, loop, 1, prm, gen, stream, 1) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return js, stream, m

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
@@ -101,6 +102,12 @@ func TestNewEpochReplacesTheOldAtOnce(t *testing.T) {
 	// The loop's set-up record removed: its generator stops; a purged
 	// queue stays empty.
 	d.unregister(key)
+	// A depth check of the removed loop's generator that ends just now
+	// does not export its depth again (it would stay for good).
+	d.setDepth(loop, 2, 100)
+	if n := testutil.CollectAndCount(m.QueueDepth); n != 0 {
+		t.Errorf("%d queue depth series after the loop's record was removed, want none", n)
+	}
 	time.Sleep(100 * time.Millisecond) // a round in flight lands
 	if err := stream.Purge(ctx); err != nil {
 		t.Fatal(err)

@@ -49,8 +49,25 @@ type Set struct {
 // codec's (codec.Reasons), and the services' own overload and late.
 func RejectReasons() []string { return append(codec.Reasons(), "overload", "late") }
 
+// The values of duet_mismatches_total's kind label.
+const (
+	KindItem    = "item"
+	KindVersion = "version"
+)
+
 // MismatchKinds are the values of duet_mismatches_total's kind label.
-var MismatchKinds = []string{"item", "version"}
+var MismatchKinds = []string{KindItem, KindVersion}
+
+// The values of duet_tick_paths_total's path label: the sensor's two_hop
+// and three_hop, the parties' two_hop and fallback.
+const (
+	PathTwoHop   = "two_hop"
+	PathThreeHop = "three_hop"
+	PathFallback = "fallback"
+)
+
+// TickPathLabels are the values of duet_tick_paths_total's path label.
+var TickPathLabels = []string{PathTwoHop, PathThreeHop, PathFallback}
 
 // Zero exports each vector's series for one label set (in the vector's
 // label order) at 0, before its first event. A counter series that first

@@ -247,25 +247,33 @@ func (w *worker) consumeErrs(ctx context.Context, stream jetstream.Stream, done 
 	var checking atomic.Bool
 	return func(_ jetstream.ConsumeContext, err error) {
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrBadRequest) {
-			w.stopWith(fmt.Errorf("offline queue: the loop's consumer stopped (%w): restart the party once the sensor has set the queue up again", err))
+			w.consumerGone(err)
 			return
 		}
 		// A consumer deleted while no pull was waiting shows as missed
 		// heartbeats and pulls that no one answers: look it up, off the
-		// client's goroutine, one look at a time.
+		// client's goroutine, one look at a time, and again a little later
+		// before believing it gone (a server recovering its state).
 		if (errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrNoResponders)) && checking.CompareAndSwap(false, true) {
 			go func() {
 				defer checking.Store(false)
-				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				defer cancel()
-				select {
-				case <-done:
-					return
-				default:
+				var cerr error
+				for i := range 2 {
+					if i > 0 {
+						select {
+						case <-done:
+							return
+						case <-time.After(consumerRecheck):
+						}
+					}
+					cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					_, cerr = stream.Consumer(cctx, bus.ConsumerName(w.id))
+					cancel()
+					if !errors.Is(cerr, jetstream.ErrConsumerNotFound) {
+						return
+					}
 				}
-				if _, cerr := stream.Consumer(cctx, bus.ConsumerName(w.id)); errors.Is(cerr, jetstream.ErrConsumerNotFound) {
-					w.stopWith(fmt.Errorf("offline queue: the loop's consumer was deleted (%w): restart the party once the sensor has set the queue up again", cerr))
-				}
+				w.consumerGone(cerr)
 			}()
 		}
 		ok, notLogged := logs.Allow(err.Error())
@@ -275,6 +283,15 @@ func (w *worker) consumeErrs(ctx context.Context, stream jetstream.Stream, done 
 		w.s.opt.Log.Warn("offline queue: consumer error", "party", w.id, "loop", w.loop, "err", err, "repeats_not_logged", notLogged)
 	}
 }
+
+// consumerGone stops the loop whose offline consumer ended for good.
+func (w *worker) consumerGone(err error) {
+	w.stopWith(fmt.Errorf("offline queue: the loop's consumer %s ended (%w): restart the party once the sensor has set the queue up again", bus.ConsumerName(w.id), err))
+}
+
+// consumerRecheck is how long a loop waits to look its offline consumer up
+// a second time when the first look did not find it.
+var consumerRecheck = 2 * time.Second
 
 // pullExpiry is how long a pull request of the offline consumer waits for
 // items (jetstream's default; its heartbeats come at half of it, and two

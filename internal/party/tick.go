@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -181,7 +182,7 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 		return
 	}
 	if !sameItem(mp.item, mp.serial, w.item, w.itemSerial) {
-		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, "item").Inc()
+		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, metrics.KindItem).Inc()
 		w.minSeq = max(w.item, mp.item) + 1
 		w.burn = 0 // the skip pairs the items again
 		if mp.item == w.item {
@@ -197,7 +198,7 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 		return
 	}
 	if mp.version != w.version {
-		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, "version").Inc()
+		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, metrics.KindVersion).Inc()
 		// The party one update ahead rolls back to the share it kept (P0 is
 		// ahead when its Protocol 2 message was lost; either may be after a
 		// crash between finishing and persisting).
@@ -312,7 +313,7 @@ func (w *worker) onTrunc(t uint64, tp peerTrunc) {
 		return
 	}
 	if tp.item != w.item {
-		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, "item").Inc()
+		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, metrics.KindItem).Inc()
 		w.s.opt.Log.Warn("truncation item mismatch", "party", w.id, "loop", w.loop, "tick", t, "own", w.item, "peer", tp.item)
 		w.miss(missItem, "truncation item mismatch")
 		return

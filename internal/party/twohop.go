@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -296,7 +297,7 @@ func (w *worker) onMeasureMasked(ctx context.Context, t, item uint64) {
 		// (a restart, a resynchronization since it announced the item):
 		// the tick cannot be run. Both skip past the sensor's item, as for
 		// a disagreement between the parties.
-		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, "item").Inc()
+		w.s.opt.Metrics.Mismatches.WithLabelValues(w.loop, metrics.KindItem).Inc()
 		w.minSeq = max(w.minSeq, item+1)
 		if w.pre.ok {
 			w.minSeq = max(w.minSeq, w.pre.seq+1)
@@ -342,11 +343,11 @@ func (w *worker) onMeasureMasked(ctx context.Context, t, item uint64) {
 	// back to three hops, whose Protocol 1 exchange finds the difference.
 	two := !pending && preVersion == w.version && w.peerPre.ok && sameItem(w.peerPre.item, w.peerPre.serial, seq, serial) && w.peerPre.version == w.version
 	if !two {
-		w.countPath(&w.ctrFallback, "fallback")
+		w.countPath(&w.ctrFallback, metrics.PathFallback)
 		w.started(t, seq, serial, msg)
 		return
 	}
-	w.countPath(&w.ctrTwoHop, "two_hop")
+	w.countPath(&w.ctrTwoHop, metrics.PathTwoHop)
 	w.cur, w.item, w.itemSerial, w.st, w.sent = t, seq, serial, begun, w.ySent
 	w.reply = pendingReply{ok: true, tick: t, version: w.version, msg: msg}
 	w.clearPending(t)

@@ -237,7 +237,7 @@ func (w *worker) zeroMetrics() {
 		metrics.Zero([]string{w.loop, k}, m.Mismatches)
 	}
 	if w.s.opt.TwoHop {
-		for _, p := range []string{"two_hop", "fallback"} {
+		for _, p := range []string{metrics.PathTwoHop, metrics.PathFallback} {
 			metrics.Zero([]string{w.loop, p}, m.TickPaths)
 		}
 	}

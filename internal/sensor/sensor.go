@@ -140,8 +140,8 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 	}
 	metrics.Zero([]string{opt.Loop}, opt.Metrics.Ticks, opt.Metrics.Misses) // from the start: metrics.Zero
 	if opt.TwoHop {
-		metrics.Zero([]string{opt.Loop, "item"}, opt.Metrics.Mismatches)
-		for _, p := range []string{"two_hop", "three_hop"} {
+		metrics.Zero([]string{opt.Loop, metrics.KindItem}, opt.Metrics.Mismatches)
+		for _, p := range []string{metrics.PathTwoHop, metrics.PathThreeHop} {
 			metrics.Zero([]string{opt.Loop, p}, opt.Metrics.TickPaths)
 		}
 	}
@@ -380,10 +380,10 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 		if s.opt.TwoHop {
 			s.awaitMask(ctx, s.lastSent)
 			item, vy, masked = s.takeMask(s.lastSent)
-			path := "three_hop"
+			path := metrics.PathThreeHop
 			if masked {
 				f.MatSub(ty, yEnc, vy)
-				path = "two_hop"
+				path = metrics.PathTwoHop
 			}
 			s.opt.Metrics.TickPaths.WithLabelValues(s.opt.Loop, path).Inc()
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -178,7 +179,7 @@ func (s *Sensor) takeMask(last uint64) (item uint64, vy mpc.Matrix, ok bool) {
 		return 0, mpc.Matrix{}, false
 	}
 	if a.item != b.item {
-		s.opt.Metrics.Mismatches.WithLabelValues(s.opt.Loop, "item").Inc()
+		s.opt.Metrics.Mismatches.WithLabelValues(s.opt.Loop, metrics.KindItem).Inc()
 		return 0, mpc.Matrix{}, false
 	}
 	f := s.rz.Params.Field
