@@ -102,6 +102,7 @@ func knownValues() map[string]map[string][]string {
 		"duet_ticks_abandoned_total": {"reason": party.AbandonReasons},
 		"duet_mismatches_total":      {"kind": metrics.MismatchKinds},
 		"duet_tick_paths_total":      {"path": metrics.TickPathLabels},
+		"duet_nats_errors_total":     {"kind": metrics.NATSErrorKinds},
 	}
 }
 
@@ -122,6 +123,7 @@ var parties = []string{"party0", "party1"}
 var setters = map[string][]string{
 	"duet_rejects_total":                allRoles,
 	"duet_nats_reconnects_total":        allRoles,
+	"duet_nats_errors_total":            allRoles,
 	"duet_ticks_total":                  {"sensor", "party0", "party1", "actuator"},
 	"duet_deadline_misses_total":        {"sensor", "party0", "party1", "actuator", "plant"},
 	"duet_ticks_abandoned_total":        parties,

@@ -56,6 +56,23 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 	return nc, nil
 }
 
+// CountAsyncErrors is a Connect option: count is called with each error
+// the server or the client reports asynchronously (a denied publish or
+// subscription, a slow consumer), besides Connect's log of it. A denied
+// publish fails nowhere else: Publish itself returns nil.
+func CountAsyncErrors(count func(error)) nats.Option {
+	return func(o *nats.Options) error {
+		prev := o.AsyncErrorCB
+		o.AsyncErrorCB = func(c *nats.Conn, s *nats.Subscription, err error) {
+			count(err)
+			if prev != nil {
+				prev(c, s, err)
+			}
+		}
+		return nil
+	}
+}
+
 // RedactURL is a NATS server URL list (comma-separated) fit to log: the
 // user information of each URL, a user and password or a token, is
 // replaced by "redacted". A part that does not parse is replaced whole.

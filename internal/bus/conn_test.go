@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/duet-mpc/duet/internal/natstest"
@@ -77,5 +78,20 @@ func TestRedactURL(t *testing.T) {
 	want := "nats://redacted@h1:4222,tls://redacted@h2:4443,nats://h3:4222,redacted@h4:4222,h5:4222,(unparsable URL)"
 	if got != want {
 		t.Errorf("RedactURL = %q, want %q", got, want)
+	}
+}
+
+// CountAsyncErrors counts each asynchronous error and still hands it to the
+// callback set before it (Connect's log).
+func TestCountAsyncErrorsChains(t *testing.T) {
+	o := nats.GetDefaultOptions()
+	var logged, counted []error
+	o.AsyncErrorCB = func(_ *nats.Conn, _ *nats.Subscription, err error) { logged = append(logged, err) }
+	if err := CountAsyncErrors(func(err error) { counted = append(counted, err) })(&o); err != nil {
+		t.Fatal(err)
+	}
+	o.AsyncErrorCB(nil, nil, nats.ErrSlowConsumer)
+	if len(logged) != 1 || len(counted) != 1 || counted[0] != nats.ErrSlowConsumer {
+		t.Errorf("logged %v, counted %v; want the error once in each", logged, counted)
 	}
 }

@@ -280,6 +280,7 @@ func (c *Cluster) connAs(name string, role codec.Role) (*nats.Conn, *codec.Seale
 	if c.opt.Dial != nil {
 		url = c.opt.Dial(name, url)
 	}
+	opts = append(opts, bus.CountAsyncErrors(m.CountNATSError))
 	nc, err := bus.Connect(url, "duet-"+name, c.opt.Log, func() { m.Reconnects.Inc() }, opts...)
 	if err != nil {
 		return nil, nil, nil, err

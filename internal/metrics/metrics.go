@@ -4,7 +4,10 @@
 package metrics
 
 import (
+	"errors"
 	"net/http"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -36,6 +39,9 @@ type Set struct {
 	// three_hop; parties: two_hop or fallback).
 	TickPaths  *prometheus.CounterVec
 	Reconnects prometheus.Counter
+	// NATSErrors: kind (NATSErrorKinds): the connection's asynchronous
+	// errors (CountNATSError).
+	NATSErrors *prometheus.CounterVec
 	// The party's messages to the other party: NATS messages, and the
 	// protocol messages (envelopes) they carried (more when batched).
 	PeerMessages, PeerEnvelopes prometheus.Counter
@@ -114,6 +120,10 @@ func New(service string) *Set {
 	s.QueueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "duet", Name: "queue_depth",
 		Help: "Offline queue depth (items).", ConstLabels: prometheus.Labels{"service": service}}, []string{"loop"})
 	reg.MustRegister(s.QueueDepth)
+	s.NATSErrors = c("nats_errors_total", "Errors the NATS connection reported asynchronously, by kind: permission (the server denied a publish or subscription: the service's messages on that subject are lost), slow_consumer (a subscription's buffer overflowed: messages dropped), other.", "kind")
+	for _, k := range NATSErrorKinds {
+		Zero([]string{k}, s.NATSErrors)
+	}
 	s.Reconnects = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "duet", Name: "nats_reconnects_total",
 		Help: "NATS reconnections.", ConstLabels: prometheus.Labels{"service": service}})
 	reg.MustRegister(s.Reconnects)
@@ -134,6 +144,22 @@ func New(service string) *Set {
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)))
 	return s
+}
+
+// NATSErrorKinds are the values of duet_nats_errors_total's kind label.
+var NATSErrorKinds = []string{"permission", "slow_consumer", "other"}
+
+// CountNATSError counts an asynchronous error of the service's NATS
+// connection by kind (bus.CountAsyncErrors).
+func (s *Set) CountNATSError(err error) {
+	kind := "other"
+	switch {
+	case errors.Is(err, nats.ErrPermissionViolation):
+		kind = "permission"
+	case errors.Is(err, nats.ErrSlowConsumer):
+		kind = "slow_consumer"
+	}
+	s.NATSErrors.WithLabelValues(kind).Inc()
 }
 
 // Reject counts a rejected message by the codec's reason label.

@@ -102,6 +102,7 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 	if o, ok := cfg.(interface{ NATSOptions() []nats.Option }); ok {
 		opts = append(opts, o.NATSOptions()...) // the service's own (the party's write coalescing)
 	}
+	opts = append(opts, bus.CountAsyncErrors(m.CountNATSError))
 	nc, err := bus.Connect(strings.TrimSpace(common.NATSURL), "duet-"+name, log, func() { m.Reconnects.Inc() }, opts...)
 	if err != nil {
 		return err
