@@ -119,7 +119,7 @@ func (w *worker) deferred(ctx context.Context) bool {
 	fenced := w.fenced
 	w.mu.Unlock()
 	if fenced {
-		w.once.Do(func() { close(w.stop) })
+		w.stopWith(ErrFenced)
 	}
 	return true
 }

@@ -65,13 +65,6 @@ const (
 // them).
 var AbandonReasons = []string{missLate, missPersist, missNoItem, missItem, missVersion, missNotReady, missError}
 
-// notReady counts a tick whose measurement came before the loop's set-up
-// was complete: abandoned, with no tick begun (missNotReady).
-func (w *worker) notReady() {
-	w.s.opt.Metrics.Misses.WithLabelValues(w.loop).Inc()
-	w.s.opt.Metrics.Abandoned.WithLabelValues(w.loop, missNotReady).Inc()
-}
-
 func (w *worker) miss(reason, why string) {
 	w.s.opt.Metrics.Misses.WithLabelValues(w.loop).Inc()
 	w.s.opt.Metrics.Abandoned.WithLabelValues(w.loop, reason).Inc()
@@ -83,7 +76,7 @@ func (w *worker) miss(reason, why string) {
 // fromHold: the measurement was held (release).
 func (w *worker) onMeasure(ctx context.Context, t uint64, fromHold bool) {
 	if !w.ready.Load() {
-		w.notReady()
+		w.miss(missNotReady, "measurement before the set-up was complete") // no tick begun: st is idle
 		return
 	}
 	if w.st != idle {

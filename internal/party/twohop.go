@@ -279,7 +279,7 @@ func (w *worker) decodePreT(mp codec.MulPayload) error {
 // same item and state version is here, else in three.
 func (w *worker) onMeasureMasked(ctx context.Context, t, item uint64) {
 	if !w.ready.Load() {
-		w.notReady()
+		w.miss(missNotReady, "measurement before the set-up was complete") // no tick begun: st is idle
 		return
 	}
 	w.noteMasked(t)

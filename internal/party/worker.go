@@ -45,7 +45,8 @@ type worker struct {
 	exited atomic.Bool
 	stop   chan struct{}
 	once   sync.Once
-	// stopErr is why stop was closed, when not a fence (stopWith).
+	// stopErr is why stop was closed (stopWith): ErrFenced, or why the
+	// loop cannot go on.
 	stopErr atomic.Pointer[error]
 	// items carries the offline queue's stream messages, each as the
 	// items it holds, from the consumer's callback (made before Consume
@@ -325,10 +326,7 @@ func (w *worker) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-w.stop:
-			if err := w.stopErr.Load(); err != nil {
-				return *err
-			}
-			return ErrFenced
+			return *w.stopErr.Load() // stored before stop closed (stopWith)
 		case m := <-w.inbox:
 			if locked(func() { w.handle(ctx, m); w.queued.Add(-1) }) {
 				return ErrFenced
@@ -356,7 +354,7 @@ func (w *worker) housekeep() {
 }
 
 // stopWith stops the loop with err as Run's reason for it, from any
-// goroutine (a fence closes stop with ErrFenced as the reason).
+// goroutine; the first reason stands.
 func (w *worker) stopWith(err error) {
 	w.once.Do(func() {
 		w.stopErr.Store(&err)
@@ -404,7 +402,7 @@ func (w *worker) deliverInline(ctx context.Context, m *nats.Msg) (queue bool) {
 			fenced := w.fenced
 			w.mu.Unlock()
 			if fenced {
-				w.once.Do(func() { close(w.stop) })
+				w.stopWith(ErrFenced)
 			}
 			return false
 		}
