@@ -47,7 +47,7 @@ SHELL       := bash
 
 export IMAGE_TAG
 
-.PHONY: all build images keys up down e2e alerts-test ps logs k8s-secrets k8s-tls k8s-monitoring k8s-dashboard clean
+.PHONY: all build images keys up down e2e e2e-ports alerts-test ps logs k8s-secrets k8s-tls k8s-monitoring k8s-dashboard clean
 
 all: build
 
@@ -104,8 +104,12 @@ logs:
 	$(COMPOSE) -p $(PROJECT) logs --tail=50
 
 ## e2e: the end-to-end test against a real stack (builds images; always tears down)
-e2e: images $(PROMETHEUS)
+e2e: e2e-ports images $(PROMETHEUS)
 	COMPOSE='$(COMPOSE)' SKIP_BUILD=1 PROMETHEUS=$(CURDIR)/$(PROMETHEUS) scripts/e2e.sh
+
+## e2e-ports: the ports the e2e stack publishes are free (before any build)
+e2e-ports:
+	@PREFLIGHT=1 COMPOSE='$(COMPOSE)' scripts/e2e.sh
 
 ## alerts-test: Prometheus's own promtool checks the alert rules and runs their unit tests
 ## (deploy/prometheus/duet-alerts.test.yaml); promtool is built once into build/tools

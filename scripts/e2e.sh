@@ -25,7 +25,7 @@
 # summary of what it saw.
 #
 # Environment: COMPOSE (default: `docker compose` if present, else
-# docker-compose), E2E_PROJECT (default duet-e2e), SKIP_BUILD=1, STEADY (30),
+# docker-compose), E2E_PROJECT (default duet-e2e), SKIP_BUILD=1, PREFLIGHT=1 (only check that the published ports are free), STEADY (30),
 # PROMETHEUS, E2E_PROMETHEUS_PORT (19190), MAX_MISSES (default 0: deadline misses, and state version mismatches, that
 # a phase tolerates; a machine busy with other work starves the loop of CPU
 # for more than a period now and then, and item mismatches are never
@@ -78,6 +78,17 @@ dump() {
 		"${DC[@]}" logs --no-color --tail=15 "$s" 2>&1 | tail -15 || true
 	done
 }
+
+# The published ports must be free, checked before anything is built or
+# started: 'make e2e' runs this part alone first (PREFLIGHT=1), so that a
+# stack left by 'make up' stops it at once, not after the images' build.
+for p in $P_SENSOR $P_PARTY0 $P_PARTY1 $P_ACTUATOR $P_PLANT $P_NATS $P_PROM; do
+	if curl -s --max-time 1 -o /dev/null "http://127.0.0.1:$p/"; then
+		echo "e2e: port 127.0.0.1:$p is in use (a stack from 'make up' still running? 'make down' first)" >&2
+		exit 1
+	fi
+done
+[[ "${PREFLIGHT:-}" == 1 ]] && exit 0
 
 cleanup() {
 	local rc=$?
@@ -201,12 +212,6 @@ connz() {
 	curl -fsS --max-time 2 "http://127.0.0.1:$P_NATS/connz" 2>/dev/null |
 		jq -r --arg ip "$1" --arg f "$2" '[.connections[] | select(.ip == $ip) | .[$f]] | first // -1'
 }
-
-for p in $P_SENSOR $P_PARTY0 $P_PARTY1 $P_ACTUATOR $P_PLANT $P_NATS $P_PROM; do
-	if curl -s --max-time 1 -o /dev/null "http://127.0.0.1:$p/"; then
-		fail "port 127.0.0.1:$p is in use (a stack from 'make up' still running? 'make down' first)"
-	fi
-done
 
 if [[ "${SKIP_BUILD:-}" != 1 ]]; then
 	log "building images (make images)"
