@@ -20,6 +20,13 @@ func main() {
 		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal asks the command to stop (a demo still writes its
+	// summary and outputs); once it has, the signals are let go, so that a
+	// second Ctrl-C ends a shutdown that takes too long.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {

@@ -81,15 +81,36 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 
 // loadLoop reads a controller and a plant spec and the Protocol 1 variant;
 // it says on stderr which default spec it read from the copy built into
-// duet (sim.LoadSpecs).
-func loadLoop(ctrlPath, plantPath, mask string, stderr io.Writer) (mpc.ControllerSpec, plant.Spec, mpc.Variant, error) {
+// duet (sim.LoadSpecs). It resolves the controller (sizes the modulus and
+// rounds it onto the Q<k,l> grid) and checks the plant's dimensions against
+// it, so that each such error names its file; the largest rounding, if any,
+// goes to stderr.
+func loadLoop(ctrlPath, plantPath, mask string, stderr io.Writer) (mpc.ControllerSpec, plant.Spec, mpc.Resolved, error) {
+	var rz mpc.Resolved
 	v, err := mpc.ParseVariant(mask)
 	if err != nil {
-		return mpc.ControllerSpec{}, plant.Spec{}, 0, err
+		return mpc.ControllerSpec{}, plant.Spec{}, rz, fmt.Errorf("%w: --mask: %w", ErrUsage, err)
 	}
 	cs, ps, builtin, err := sim.LoadSpecs(ctrlPath, plantPath)
 	for _, p := range builtin {
 		fmt.Fprintf(stderr, "duet: no %s here: using the copy built into duet\n", p)
 	}
-	return cs, ps, v, err
+	if err != nil {
+		return cs, ps, rz, err
+	}
+	if rz, err = cs.Resolve(v); err != nil {
+		return cs, ps, rz, fmt.Errorf("%s: %w", ctrlPath, err)
+	}
+	pl, err := plant.New(ps)
+	if err != nil {
+		return cs, ps, rz, fmt.Errorf("%s: %w", plantPath, err)
+	}
+	if prm := rz.Params; pl.Outputs() != prm.P || pl.Inputs() != prm.M {
+		return cs, ps, rz, fmt.Errorf("the plant %s has %d outputs and %d inputs, the controller %s expects p=%d and m=%d",
+			plantPath, pl.Outputs(), pl.Inputs(), ctrlPath, prm.P, prm.M)
+	}
+	if rz.QuantErr > 0 {
+		fmt.Fprintf(stderr, "duet: %s: entries rounded onto the Q<%d,%d> grid, the largest by %.3g\n", ctrlPath, cs.K, cs.L, rz.QuantErr)
+	}
+	return cs, ps, rz, nil
 }

@@ -36,10 +36,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cs, ps, v, err := loadLoop(*ctrl, *plantPath, *mask, stderr)
+	cs, ps, rz, err := loadLoop(*ctrl, *plantPath, *mask, stderr)
 	if err != nil {
 		return err
 	}
+	v := rz.Params.Variant
 	period := 40 * time.Millisecond
 	if ms := ps.PeriodMs(); ms > 0 {
 		period = time.Duration(ms) * time.Millisecond

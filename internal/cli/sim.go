@@ -16,7 +16,7 @@ func init() {
 	register("sim", "run P0 and P1 in-process on a simulated plant, beside the plaintext controller", runSim)
 }
 
-func runSim(_ context.Context, args []string, stdout, stderr io.Writer) error {
+func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	ctrl := fs.String("controller", examples.QubeController, "controller spec (JSON); the default is read from the copy built into duet when this directory has none")
@@ -29,11 +29,16 @@ func runSim(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cs, ps, v, err := loadLoop(*ctrl, *plantPath, *mask, stderr)
+	if *steps < 1 {
+		return fmt.Errorf("%w: --steps %d: want at least 1", ErrUsage, *steps)
+	}
+	// Everything that can be refused is checked before the trace file is
+	// created: a failed run must not empty an existing one.
+	cs, ps, rz, err := loadLoop(*ctrl, *plantPath, *mask, stderr)
 	if err != nil {
 		return err
 	}
-	cfg := sim.Config{Controller: cs, Plant: ps, Steps: *steps, Variant: v, Compress: *compress}
+	cfg := sim.Config{Controller: cs, Plant: ps, Steps: *steps, Variant: rz.Params.Variant, Compress: *compress, Resolved: &rz}
 	if *seed >= 0 {
 		s := uint64(*seed)
 		cfg.Seed = &s
@@ -46,7 +51,7 @@ func runSim(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		defer f.Close()
 		cfg.Trace = f
 	}
-	res, err := sim.Run(cfg)
+	res, err := sim.Run(ctx, cfg)
 	for _, w := range res.Resolved.Warnings {
 		fmt.Fprintln(stderr, "warning:", w)
 	}

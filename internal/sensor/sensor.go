@@ -168,6 +168,10 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 	for _, wmsg := range rz.Warnings {
 		opt.Log.Warn(wmsg, "loop", opt.Loop)
 	}
+	if rz.QuantErr > 0 {
+		opt.Log.Info("the controller's entries are rounded onto the fixed-point grid", "loop", opt.Loop,
+			"k", opt.Controller.K, "l", opt.Controller.L, "largest_rounding", rz.QuantErr)
+	}
 	var key [32]byte
 	if _, err := rand.Read(key[:]); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@
 package sim
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -24,6 +25,9 @@ type Config struct {
 	Compress   bool      // seed-compressed dealer material
 	Seed       *uint64   // nil: fresh randomness from crypto/rand
 	Trace      io.Writer // optional CSV trace
+	// Resolved, if set, is Controller resolved with Variant (a caller that
+	// resolved it already, to check it); nil: Run resolves it.
+	Resolved *mpc.Resolved
 	// Observe, if set, is called for every tick with its measurement y, the
 	// secure input u and the plaintext controller's uplain, before the plant
 	// advances with u: it must neither keep nor modify them. The run keeps
@@ -53,15 +57,21 @@ func RandSource(seed *uint64) (io.Reader, error) {
 	return mpc.NewPRG(key, [16]byte{}), nil
 }
 
-// Run simulates cfg.Steps ticks.
-func Run(cfg Config) (Result, error) {
+// Run simulates cfg.Steps ticks, or fewer if ctx ends first (an error
+// wrapping ctx's, with the result of the ticks that ran).
+func Run(ctx context.Context, cfg Config) (Result, error) {
 	var res Result
 	if cfg.Steps < 1 {
 		return res, fmt.Errorf("sim: steps must be positive, got %d", cfg.Steps)
 	}
-	rz, err := cfg.Controller.Resolve(cfg.Variant)
-	if err != nil {
-		return res, err
+	var rz mpc.Resolved
+	if cfg.Resolved != nil {
+		rz = *cfg.Resolved
+	} else {
+		var err error
+		if rz, err = cfg.Controller.Resolve(cfg.Variant); err != nil {
+			return res, err
+		}
 	}
 	res.Resolved = rz
 	prm := rz.Params
@@ -93,7 +103,12 @@ func Run(cfg Config) (Result, error) {
 		}
 	}
 	res.Bound = OutputBound(cfg.Controller, rz)
+	var stopped error // ctx ended: the trace keeps the ticks that ran
 	for t := 0; t < cfg.Steps; t++ {
+		if err := ctx.Err(); err != nil {
+			stopped = fmt.Errorf("sim: interrupted after %d of %d ticks: %w", t, cfg.Steps, err)
+			break
+		}
 		y := pl.Measure()
 		u, err := loop.Step(y)
 		if err != nil {
@@ -118,7 +133,7 @@ func Run(cfg Config) (Result, error) {
 			return res, err
 		}
 	}
-	return res, nil
+	return res, stopped
 }
 
 // OutputBound bounds |u_t - uplain_t| for all t when both controllers see

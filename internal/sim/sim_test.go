@@ -2,7 +2,9 @@ package sim
 
 import (
 	"bytes"
+	"context"
 	"encoding/csv"
+	"errors"
 	"math"
 	"reflect"
 	"strings"
@@ -40,7 +42,7 @@ func TestPendulumBalances(t *testing.T) {
 				maxAlpha = math.Max(maxAlpha, math.Abs(y[1]))
 			}
 		}
-		res, err := Run(Config{Controller: cs, Plant: ps, Steps: 500, Variant: v, Compress: true, Seed: &seed, Trace: &trace, Observe: observe})
+		res, err := Run(context.Background(), Config{Controller: cs, Plant: ps, Steps: 500, Variant: v, Compress: true, Seed: &seed, Trace: &trace, Observe: observe})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +77,7 @@ func TestSeedReplays(t *testing.T) {
 	seed := uint64(11)
 	var a, b bytes.Buffer
 	for _, buf := range []*bytes.Buffer{&a, &b} {
-		if _, err := Run(Config{Controller: cs, Plant: ps, Steps: 100, Seed: &seed, Trace: buf}); err != nil {
+		if _, err := Run(context.Background(), Config{Controller: cs, Plant: ps, Steps: 100, Seed: &seed, Trace: buf}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -84,30 +86,59 @@ func TestSeedReplays(t *testing.T) {
 	}
 }
 
+// TestRunStopsWithItsContext: a run whose context ends stops at the next
+// tick, says how far it got, and keeps the ticks that ran in its trace.
+func TestRunStopsWithItsContext(t *testing.T) {
+	cs, ps := specs(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var trace bytes.Buffer
+	ticks := 0
+	_, err := Run(ctx, Config{Controller: cs, Plant: ps, Steps: 1000000, Trace: &trace,
+		Observe: func(tick int, _, _, _ []float64) {
+			if ticks++; tick == 41 {
+				cancel()
+			}
+		}})
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "after 42 of 1000000 ticks") {
+		t.Fatalf("err = %v, want an interruption after 42 ticks", err)
+	}
+	if ticks != 42 {
+		t.Errorf("%d ticks ran, want 42", ticks)
+	}
+	rows, err := csv.NewReader(&trace).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 43 {
+		t.Errorf("trace has %d rows, want a header and 42 ticks", len(rows))
+	}
+}
+
 func TestErrors(t *testing.T) {
 	cs, ps := specs(t)
-	if _, err := Run(Config{Controller: cs, Plant: ps, Steps: 0}); err == nil {
+	if _, err := Run(context.Background(), Config{Controller: cs, Plant: ps, Steps: 0}); err == nil {
 		t.Error("zero steps accepted")
 	}
 	// A plant whose outputs do not match the controller's p.
 	lti := plant.Spec{Kind: plant.KindLTI, A: [][]float64{{0.5}}, B: [][]float64{{1}}, C: [][]float64{{1}}}
-	if _, err := Run(Config{Controller: cs, Plant: lti, Steps: 10}); err == nil || !strings.Contains(err.Error(), "outputs") {
+	if _, err := Run(context.Background(), Config{Controller: cs, Plant: lti, Steps: 10}); err == nil || !strings.Contains(err.Error(), "outputs") {
 		t.Errorf("mismatched plant: %v", err)
 	}
 	// A measurement outside Q<k,l> is an error naming the value and the bound.
 	big := plant.Spec{Kind: plant.KindLTI, A: [][]float64{{1}}, B: [][]float64{{0}}, C: [][]float64{{1}, {1}}, X0: []float64{1000}}
-	if _, err := Run(Config{Controller: cs, Plant: big, Steps: 10}); err == nil || !strings.Contains(err.Error(), "1000") || !strings.Contains(err.Error(), "Q<18,9>") {
+	if _, err := Run(context.Background(), Config{Controller: cs, Plant: big, Steps: 10}); err == nil || !strings.Contains(err.Error(), "1000") || !strings.Contains(err.Error(), "Q<18,9>") {
 		t.Errorf("out-of-range measurement: %v", err)
 	}
 	// An unstable A with "auto" is refused, with a hint.
 	unstable := cs
 	unstable.A = [][]float64{{0, 0, 0}, {0, 0, 0}, {0, 0, 1.25}}
-	if _, err := Run(Config{Controller: unstable, Plant: ps, Steps: 10}); err == nil || !strings.Contains(err.Error(), "explicit") {
+	if _, err := Run(context.Background(), Config{Controller: unstable, Plant: ps, Steps: 10}); err == nil || !strings.Contains(err.Error(), "explicit") {
 		t.Errorf("unstable A with auto: %v", err)
 	}
 	// An explicit modulus with an unstable A runs with a warning.
 	unstable.Modulus = mpc.PresetP25519
-	res, err := Run(Config{Controller: unstable, Plant: ps, Steps: 10})
+	res, err := Run(context.Background(), Config{Controller: unstable, Plant: ps, Steps: 10})
 	if err != nil {
 		t.Fatalf("unstable A with an explicit modulus: %v", err)
 	}
@@ -117,7 +148,7 @@ func TestErrors(t *testing.T) {
 	// Too few bits.
 	small := cs
 	small.Modulus = "18446744073709551557" // an odd 64-bit number
-	if _, err := Run(Config{Controller: small, Plant: ps, Steps: 10}); err == nil || !strings.Contains(err.Error(), "need 93 bits") {
+	if _, err := Run(context.Background(), Config{Controller: small, Plant: ps, Steps: 10}); err == nil || !strings.Contains(err.Error(), "need 93 bits") {
 		t.Errorf("64-bit modulus: %v", err)
 	}
 }

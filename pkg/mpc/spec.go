@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -69,10 +70,13 @@ func ParseControllerSpec(data []byte) (ControllerSpec, error) {
 	if len(data) > maxSpecFileLen {
 		return s, fmt.Errorf("%w: file larger than %d bytes", ErrSpec, maxSpecFileLen)
 	}
+	if err := checkSpecKeys(data); err != nil {
+		return s, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
-		return s, fmt.Errorf("%w: %s", ErrSpec, strings.TrimPrefix(err.Error(), "json: "))
+		return s, specJSONError(err)
 	}
 	// Anything but white space after the object, a stray } or ] included
 	// (which Decoder.More does not report).
@@ -86,6 +90,62 @@ func ParseControllerSpec(data []byte) (ControllerSpec, error) {
 		s.Modulus = ModulusAuto
 	}
 	return s, s.Validate()
+}
+
+// specKeys are the controller file's keys. encoding/json alone matches keys
+// case-insensitively ("a" or "X0" would fill A or x0) and lets a repeated
+// key win silently; checkSpecKeys refuses both, as the plant spec does.
+var specKeys = []string{"A", "B", "C", "D", "x0", "k", "l", "lambda", "modulus"}
+
+// checkSpecKeys reads the top-level object's keys and refuses one that is
+// not a field (matched exactly) or that comes twice.
+func checkSpecKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil {
+		return specJSONError(err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return fmt.Errorf("%w: want a JSON object", ErrSpec)
+	}
+	seen := make(map[string]bool, len(specKeys))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return specJSONError(err)
+		}
+		k, _ := tok.(string) // an object's keys are strings, or Token fails
+		switch {
+		case !slices.Contains(specKeys, k):
+			return fmt.Errorf("%w: unknown field %q (the fields, case-sensitive: %s)", ErrSpec, k, strings.Join(specKeys, ", "))
+		case seen[k]:
+			return fmt.Errorf("%w: field %q given twice", ErrSpec, k)
+		}
+		seen[k] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return specJSONError(err)
+		}
+	}
+	return nil
+}
+
+// specJSONError says what is wrong with a file that is not the JSON it
+// should be: empty, cut short, or where its syntax breaks.
+func specJSONError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("%w: empty file, want a JSON object", ErrSpec)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: the JSON ends early (a file cut short?)", ErrSpec)
+	case errors.As(err, &syn):
+		return fmt.Errorf("%w: JSON syntax error at byte %d: %s", ErrSpec, syn.Offset, strings.TrimPrefix(err.Error(), "json: "))
+	case errors.As(err, &typ) && typ.Field != "":
+		return fmt.Errorf("%w: field %q: cannot use JSON %s as %s", ErrSpec, typ.Field, typ.Value, typ.Type)
+	}
+	return fmt.Errorf("%w: %s", ErrSpec, strings.TrimPrefix(err.Error(), "json: "))
 }
 
 // Dims returns n, m, p.

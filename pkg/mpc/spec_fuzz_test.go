@@ -40,3 +40,29 @@ func TestControllerSpecTrailingData(t *testing.T) {
 		}
 	}
 }
+
+// Keys are matched exactly and once each, and a file that is not JSON says
+// how: encoding/json alone filled A from "a" and let a repeated key win.
+func TestControllerSpecKeysAndJSONErrors(t *testing.T) {
+	const body = `"B":[[1]],"C":[[1]],"D":[[0]],"x0":[0],"k":18,"l":9}`
+	if _, err := ParseControllerSpec([]byte(`{"A":[[0.5]],` + body)); err != nil {
+		t.Fatalf("the valid spec: %v", err)
+	}
+	for _, c := range []struct{ in, want string }{
+		{`{"a":[[0.5]],` + body, `unknown field "a"`},
+		{`{"A":[[0.5]],"X0":[0],` + body, `unknown field "X0"`},
+		{`{"A":[[0.5]],"A":[[0.25]],` + body, `field "A" given twice`},
+		{``, "empty file"},
+		{"  \n", "empty file"},
+		{`{"A":[[0.5]],"B":[[1]`, "ends early"},
+		{`{"A":[[0.5]] "B":[[1]]}`, "syntax error at byte"},
+		{`[1, 2]`, "want a JSON object"},
+		{`null`, "want a JSON object"},
+		{`{"A":[[0.5]],"B":"x","C":[[1]],"D":[[0]],"x0":[0],"k":18,"l":9}`, `field "B": cannot use JSON string`},
+	} {
+		_, err := ParseControllerSpec([]byte(c.in))
+		if !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want an error containing %q", c.in, err, c.want)
+		}
+	}
+}
