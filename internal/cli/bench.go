@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -41,7 +42,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	stateFile := fs.Bool("state-file-store", false, "persist the parties' state to JetStream file storage in the tick and scale sections (DUET_STATE_FILE_STORE=true, the services' default; default: memory storage, as the README's results)")
 	perMsg := fs.Int("items-per-msg", 0, "the sensors' DUET_ITEMS_PER_MSG in the scale section (default: the service default)")
 	repeat := fs.Int("repeat", 0, "steps of the scale search at each loop count; a count holds only if every one of them held (default 1)")
-	mask := fs.String("mask", "", "the sensors' DUET_MASK in the scale section: per-tick (the services' default) or fixed")
+	mask := fs.String("mask", "per-tick", "the sensors' DUET_MASK in the scale section: per-tick (the services' default) or fixed")
 	twoHop := fs.Bool("two-hop", false, "run the scale section's loops with the two-hop tick (DUET_TWO_HOP, on in the shipped deployments; default: three hops, the services' default)")
 	coldHeap := fs.Bool("cold-heap", false, "run each scale step on the heap its set-up leaves, which then faults in its growth a page at a time during the floor and the loops, as the bench did before the forty-third session; default: the step's heap headroom is faulted in after the set-up, as a process that has served its load for a while has it")
 	inProcess := fs.Bool("in-process", false, "connect the scale section's loops and floors to the embedded NATS server in process (in-memory pipes), not over loopback TCP: what the stack costs without the kernel's loopback; not with --nats or --party-bin")
@@ -59,7 +60,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var sections []string
 	if *only != "" {
-		sections = strings.Split(*only, ",")
+		for _, sec := range strings.Split(*only, ",") {
+			sec = strings.TrimSpace(sec)
+			if slices.Contains(sections, sec) {
+				return fmt.Errorf("%w: --only %q: section %q named twice", ErrUsage, *only, sec)
+			}
+			sections = append(sections, sec)
+		}
 	}
 	if *peerBatch < 0 || *peerBatch > codec.MaxBatchEnvelopes {
 		return fmt.Errorf("%w: --peer-batch %d: want 1..%d (0: the default)", ErrUsage, *peerBatch, codec.MaxBatchEnvelopes)

@@ -32,6 +32,9 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fs.Usage()
 		return fmt.Errorf("%w: health takes exactly one URL", ErrUsage)
 	}
+	if *timeout <= 0 {
+		return fmt.Errorf("%w: --timeout %v: want more than 0", ErrUsage, *timeout)
+	}
 	url := fs.Arg(0)
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

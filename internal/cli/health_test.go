@@ -52,6 +52,12 @@ func TestHealth(t *testing.T) {
 			t.Errorf("Run(%q) = %v, want ErrUsage", args, err)
 		}
 	}
+	// A timeout of 0 or less failed as "context deadline exceeded".
+	for _, d := range []string{"0s", "-1s"} {
+		if err := Run(ctx, []string{"health", "--timeout", d, srv.URL + "/readyz"}, io.Discard, io.Discard); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--timeout "+d) {
+			t.Errorf("health --timeout %s: %v, want a usage error naming the flag", d, err)
+		}
+	}
 }
 
 // Bad bench flags are usage errors, refused before anything runs.
@@ -71,6 +77,7 @@ func TestBenchUsage(t *testing.T) {
 		{"bench", "--out", out, "--items-per-msg", "-1"},
 		{"bench", "--out", out, "--items-per-msg", "129"},
 		{"bench", "--out", out, "--loops", "0"},
+		{"bench", "--out", out, "--only", "tick, tick"},
 		{"bench", "--out", out, "--write-coalesce", "-1ms"},
 		{"bench", "--out", out, "--write-coalesce", "11ms"},
 		{"bench", "--out", out, "--write-coalesce", "soon"},

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -43,9 +44,15 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if *newCA && !*tlsOnly {
 		return fmt.Errorf("%w: --new-ca goes with --tls-only (without it, every run writes a new CA)", ErrUsage)
 	}
+	var hosts []string
+	if *tlsHosts != "" {
+		var err error
+		if hosts, err = parseHosts(*tlsHosts); err != nil {
+			return err
+		}
+	}
 	validFor := time.Duration(*tlsDays) * 24 * time.Hour
 	if *tlsOnly {
-		hosts := strings.Split(*tlsHosts, ",")
 		wroteCA := *newCA
 		var err error
 		if wroteCA {
@@ -79,11 +86,51 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "wrote into %s, per role: <role>.seed (end-to-end secret key), <role>.pub, <role>.nats.nk (NATS user, for DUET_NATS_CREDS); and %s (the NATS server's users and permissions)\n", *dir, acl.AuthConfigFile)
 	fmt.Fprintf(stdout, "give each service only its own .seed and .nats.nk, and every .pub\n")
 	if *tlsHosts != "" {
-		if err := acl.GenerateTLS(*dir, strings.Split(*tlsHosts, ","), validFor); err != nil {
+		if err := acl.GenerateTLS(*dir, hosts, validFor); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "wrote %s (the CA; clients: DUET_TLS_CA=%s; its key %s: keep it offline), %s and %s, the server certificate, valid until %s: renew it before then (duet keys --tls-only)\n",
 			acl.CAFile, acl.CAFile, acl.CAKeyFile, acl.ServerCertFile, acl.ServerKeyFile, time.Now().Add(validFor).UTC().Format(time.DateOnly))
 	}
 	return nil
+}
+
+// parseHosts splits --tls-hosts: each entry trimmed, and one that is empty
+// or neither an IP address nor a DNS name refused, naming it (a certificate
+// for " localhost" or "" would fail every client's verification, long after
+// it was written).
+func parseHosts(list string) ([]string, error) {
+	var hosts []string
+	for _, h := range strings.Split(list, ",") {
+		h = strings.TrimSpace(h)
+		switch {
+		case h == "":
+			return nil, fmt.Errorf("%w: --tls-hosts %q: an empty host name", ErrUsage, list)
+		case net.ParseIP(h) == nil && !validDNSName(h):
+			return nil, fmt.Errorf("%w: --tls-hosts: %q is neither an IP address nor a DNS name", ErrUsage, h)
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts, nil
+}
+
+// validDNSName: labels of 1 to 63 letters, digits and hyphens, not starting
+// or ending with a hyphen, 253 characters at most; a leading "*." (a
+// wildcard) and a trailing dot are allowed.
+func validDNSName(h string) bool {
+	h = strings.TrimSuffix(strings.TrimPrefix(h, "*."), ".")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -95,3 +95,40 @@ func TestKeysTLSOnlyKeepsRoleKeys(t *testing.T) {
 		}
 	}
 }
+
+// --tls-hosts entries are trimmed, and an empty one or one that is neither
+// an IP address nor a DNS name is refused before anything is written: a
+// certificate for " localhost" or "" failed every client's verification.
+func TestKeysTLSHostsChecked(t *testing.T) {
+	for _, c := range []struct{ hosts, want string }{
+		{"nats,", "an empty host name"},
+		{"nats,,localhost", "an empty host name"},
+		{"nats,local host", `"local host" is neither`},
+		{"-nats", `"-nats" is neither`},
+	} {
+		dir := t.TempDir()
+		err := Run(context.Background(), []string{"keys", "--dir", dir, "--tls-hosts", c.hosts}, io.Discard, io.Discard)
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--tls-hosts %q: %v, want a usage error containing %q", c.hosts, err, c.want)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+			t.Errorf("--tls-hosts %q: %d files written before the refusal", c.hosts, len(entries))
+		}
+	}
+	dir := t.TempDir()
+	if err := Run(context.Background(), []string{"keys", "--dir", dir, "--tls-hosts", " nats , 127.0.0.1,*.duet.svc"}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "nats-cert.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := pem.Decode(b)
+	cert, err := x509.ParseCertificate(p.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cert.DNSNames, ","); got != "nats,*.duet.svc" || len(cert.IPAddresses) != 1 {
+		t.Errorf("certificate for DNS names %q and IPs %v, want nats,*.duet.svc and 127.0.0.1", got, cert.IPAddresses)
+	}
+}
