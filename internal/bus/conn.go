@@ -42,6 +42,18 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 				log.Error("nats error", "err", err, "subscription", subj, "repeats_not_logged", suppressed)
 			}
 		}),
+		// A server that cannot be reached (a wrong DUET_NATS_URL, TLS on
+		// one side only, the server down) fails every attempt: logged the
+		// first time and then once a minute per error, so that a service
+		// that never connects says why instead of retrying silently.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if ok, suppressed := errs.Allow("connect\x00" + err.Error()); ok {
+				log.Warn("nats connection attempt failed; retrying", "url", RedactURL(url), "err", err, "repeats_not_logged", suppressed)
+			}
+		}),
+		nats.ConnectHandler(func(c *nats.Conn) { // the first connection, at once or after failed attempts
+			log.Info("nats connected", "url", c.ConnectedUrlRedacted())
+		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
 			if onReconnect != nil {

@@ -3,6 +3,7 @@ package bus
 import (
 	"encoding/json"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -80,5 +81,59 @@ func TestConnectLogsRepeatedErrorsOnce(t *testing.T) {
 	got = wait(3)
 	if len(got) != 3 || !strings.Contains(got[2]["err"].(string), "denied.a") || got[2]["repeats_not_logged"] != float64(19) {
 		t.Fatalf("after the interval: %v, want one more line for denied.a with 19 not logged", got)
+	}
+}
+
+// A server that cannot be reached (a wrong DUET_NATS_URL, TLS on one side
+// only) is logged at the first failed attempt and not again within
+// errorLogEvery, with the URL's password redacted: the service used to
+// retry for ever without a line.
+func TestUnreachableServerLogged(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	var sink testlog.Buffer
+	nc, err := Connect("nats://u:hunter2@"+addr, "test", slog.New(slog.NewJSONHandler(&sink, nil)), nil)
+	if err != nil {
+		t.Fatal(err) // retrying on a failed connection, Connect returns at once
+	}
+	t.Cleanup(nc.Close)
+	failed := func() []string {
+		var out []string
+		for _, line := range strings.Split(sink.String(), "\n") {
+			if strings.Contains(line, "nats connection attempt failed") {
+				out = append(out, line)
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(failed()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // four more attempts, 250 ms apart
+	got := failed()
+	if len(got) == 0 {
+		t.Fatalf("no line for the failed attempts: %q", sink.String())
+	}
+	// One line per distinct error (the first attempt's "no servers
+	// available", then each retry's "connection refused").
+	seen := map[string]bool{}
+	for _, line := range got {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if e, _ := rec["err"].(string); seen[e] {
+			t.Errorf("%q logged again within errorLogEvery: %q", e, sink.String())
+		} else {
+			seen[e] = true
+		}
+		if strings.Contains(line, "hunter2") || !strings.Contains(line, addr) {
+			t.Errorf("the line %q should name %s with the password redacted", line, addr)
+		}
 	}
 }

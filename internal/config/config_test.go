@@ -100,6 +100,10 @@ func TestInvalidValuesStop(t *testing.T) {
 		{&dealer.Config{}, map[string]string{"DUET_POLL": "0s"}, "DUET_POLL=0s"},
 		{&dealer.Config{}, map[string]string{"DUET_POLL_MAX": "10ms"}, "DUET_POLL_MAX=10ms: want >= DUET_POLL (50ms)"},
 		{&dealer.Config{}, map[string]string{"DUET_POLL": "2s"}, "DUET_POLL_MAX=1s: want >= DUET_POLL (2s)"},
+		{&dealer.Config{}, map[string]string{"DUET_POLL_MAX": "2m"}, "DUET_POLL_MAX=2m0s: want >= DUET_POLL (50ms) and <= 1m"},
+		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_ITEM_WAIT": "2s"}, "DUET_ITEM_WAIT=2s: want > 0 and <= 1s"},
+		{&plantsvc.Config{}, map[string]string{"DUET_WAIT": "90s"}, "DUET_WAIT=1m30s: want > 0 and <= 1m"},
+		{&sensor.Config{}, map[string]string{"DUET_MASK": ""}, `DUET_MASK: mpc: invalid parameters: mask variant ""`},
 	}
 	for _, c := range cases {
 		t.Run(c.want, func(t *testing.T) {

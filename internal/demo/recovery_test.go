@@ -15,6 +15,7 @@ import (
 
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/internal/testlog"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -385,8 +386,10 @@ func TestSensorRestartResumesSetup(t *testing.T) {
 func testSensorRestart(t *testing.T, before, configured, kept int) {
 	cs, ps := pendulum(t)
 	const queueMax = 456
+	var warnings testlog.Buffer
 	c := startWith(t, Options{Controller: cs, Plant: ps, Variant: mpc.PerTick, Compress: true, Fast: true,
-		Period: 40 * time.Millisecond, Deadline: 250 * time.Millisecond, Dealers: 1, LowWater: 100, QueueMax: queueMax, ItemsPerMsg: before}, 50)
+		Period: 40 * time.Millisecond, Deadline: 250 * time.Millisecond, Dealers: 1, LowWater: 100, QueueMax: queueMax, ItemsPerMsg: before,
+		Log: slog.New(slog.NewTextHandler(&warnings, &slog.HandlerOptions{Level: slog.LevelWarn}))}, 50)
 	if err := c.RunTicks(context.Background(), 100); err != nil {
 		t.Fatal(err)
 	}
@@ -401,6 +404,11 @@ func testSensorRestart(t *testing.T, before, configured, kept int) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	v1, _ := c.Parties[0].Status("pendulum")
+	// A configured value the resumed set-up does not take is a warning
+	// naming the variable, not a line at info level.
+	if warned := strings.Contains(warnings.String(), "DUET_ITEMS_PER_MSG is not applied"); warned != (configured != kept) {
+		t.Errorf("the sensor warned of DUET_ITEMS_PER_MSG %v, want %v (kept %d, configured %d)", warned, configured != kept, kept, configured)
+	}
 	if v1.Version < v0.Version+95 {
 		t.Fatalf("party0 state version %d -> %d: the restarted sensor did not resume the set-up", v0.Version, v1.Version)
 	}

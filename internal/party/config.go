@@ -34,15 +34,15 @@ type Config struct {
 	config.Common
 	Party          int           `envconfig:"PARTY" required:"true" desc:"which party this is: 0 or 1"`
 	Loops          []string      `envconfig:"LOOPS" default:"pendulum" desc:"comma-separated loop ids served"`
-	Prefetch       int           `envconfig:"PREFETCH" default:"64" desc:"offline items requested per pull, per loop (a loop holds up to about three times this many)"`
-	ItemWait       time.Duration `envconfig:"ITEM_WAIT" default:"20ms" desc:"how long a tick waits for an offline item before it is abandoned"`
+	Prefetch       int           `envconfig:"PREFETCH" default:"64" desc:"offline items requested per pull, per loop, 1..100000, rounded up to whole stream messages (a loop holds up to about three times this many)"`
+	ItemWait       time.Duration `envconfig:"ITEM_WAIT" default:"20ms" desc:"how long a tick waits for an offline item before it is abandoned (more than 0, at most 1s)"`
 	Persist        bool          `envconfig:"PERSIST" default:"true" desc:"persist the state share every tick (sealed) for crash recovery without controller reset"`
 	StateFileStore bool          `envconfig:"STATE_FILE_STORE" default:"true" desc:"JetStream file storage for the persisted state"`
-	StateReplicas  int           `envconfig:"STATE_REPLICAS" default:"1" desc:"JetStream replicas of the persisted state"`
-	PersistDelay   time.Duration `envconfig:"PERSIST_DELAY" default:"2ms" desc:"the longest a tick's state write waits to start (off the tick's critical path), gathered with the writes of the other loops' ticks in that window (0: each at once); the next tick waits for the write. While other loops' writes are waiting, P0's Protocol 2 message of a loop ticking at least five times this apart waits for the same window"`
-	WriteCoalesce  time.Duration `envconfig:"WRITE_COALESCE" default:"0" desc:"the party's writes to NATS: after a burst of 4 at once, at most one system call per this interval, the writes in between going out together (fewer system calls with hundreds of loops, at most this much added per message and only while that busy; 250us was measured, see README; 0: every write at once)"`
+	StateReplicas  int           `envconfig:"STATE_REPLICAS" default:"1" desc:"JetStream replicas of the persisted state, 1..5 and at most the NATS servers in the cluster (it and DUET_STATE_FILE_STORE configure the bucket duet-state-party<i>, which every process of this party shares: set both alike on all)"`
+	PersistDelay   time.Duration `envconfig:"PERSIST_DELAY" default:"2ms" desc:"the longest a tick's state write waits to start (off the tick's critical path), gathered with the writes of the other loops' ticks in that window (0..1s; 0: each at once); the next tick waits for the write. While other loops' writes are waiting, P0's Protocol 2 message of a loop ticking at least five times this apart waits for the same window"`
+	WriteCoalesce  time.Duration `envconfig:"WRITE_COALESCE" default:"0" desc:"the party's writes to NATS: after a burst of 4 at once, at most one system call per this interval, the writes in between going out together (fewer system calls with hundreds of loops, at most this much added per message and only while that busy; 250us was measured, see README; 0..10ms, 0: every write at once)"`
 	TwoHop         bool          `envconfig:"TWO_HOP" default:"false" desc:"the two-hop tick: between ticks, open the state part of the exchange with the other party and send the sensor this party's share of the next item's measurement mask, so that a tick with the sensor's masked measurement needs no exchange after it (docs/two-hop-design.md; with persistence, the mask share once the tick's state write is acknowledged); set on both parties and the sensor (while the sensor sends shares instead, 50 ticks in a row, a party pre-opens only after every 25th tick)"`
-	PeerBatch      int           `envconfig:"PEER_BATCH" default:"16" desc:"most messages to the other party sent as one NATS message while more inbound messages wait (1: never batch; set 1 while one party still runs a release without batches)"`
+	PeerBatch      int           `envconfig:"PEER_BATCH" default:"16" desc:"most messages to the other party sent as one NATS message while more inbound messages wait, 1..256 (1: never batch; set 1 while one party still runs a release without batches)"`
 }
 
 // DefaultWriteCoalesce is DUET_WRITE_COALESCE's default (bus.CoalesceWrites):
@@ -119,8 +119,8 @@ func (c *Config) Validate() error {
 	if c.WriteCoalesce < 0 || c.WriteCoalesce > MaxWriteCoalesce {
 		return fmt.Errorf("DUET_WRITE_COALESCE=%v: want 0..%v", c.WriteCoalesce, MaxWriteCoalesce)
 	}
-	if c.ItemWait <= 0 {
-		return fmt.Errorf("DUET_ITEM_WAIT=%v: want > 0", c.ItemWait)
+	if c.ItemWait <= 0 || c.ItemWait > time.Second {
+		return fmt.Errorf("DUET_ITEM_WAIT=%v: want > 0 and <= 1s (a tick waiting longer is past every deadline, and holds its loop)", c.ItemWait)
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ type Config struct {
 	config.Common
 	Loop  string        `envconfig:"LOOP" default:"pendulum" desc:"loop id"`
 	Plant string        `envconfig:"PLANT" default:"examples/qube-servo2/plant.json" desc:"plant spec file (JSON)"`
-	Wait  time.Duration `envconfig:"WAIT" default:"60ms" desc:"how long a read waits for the previous tick's input before holding the last one (a read that comes meanwhile takes over and keeps that deadline; the earlier one goes unanswered)"`
+	Wait  time.Duration `envconfig:"WAIT" default:"60ms" desc:"how long a read waits for the previous tick's input before holding the last one (a read that comes meanwhile takes over and keeps that deadline; the earlier one goes unanswered); more than 0, at most 1m"`
 }
 
 // Validate checks the values.
@@ -24,8 +24,8 @@ func (c *Config) Validate() error {
 	if err := codec.ValidLoopID(c.Loop); err != nil {
 		return fmt.Errorf("DUET_LOOP: %w", err)
 	}
-	if c.Wait <= 0 {
-		return fmt.Errorf("DUET_WAIT=%v: want > 0", c.Wait)
+	if c.Wait <= 0 || c.Wait > time.Minute {
+		return fmt.Errorf("DUET_WAIT=%v: want > 0 and <= 1m", c.Wait)
 	}
 	return nil
 }

@@ -18,12 +18,12 @@ type Config struct {
 	Controller  string        `envconfig:"CONTROLLER" default:"examples/qube-servo2/controller.json" desc:"controller spec file (JSON)"`
 	Mask        string        `envconfig:"MASK" default:"per-tick" desc:"Protocol 1 variant: per-tick (the paper's) or fixed"`
 	Compress    bool          `envconfig:"COMPRESS" default:"true" desc:"dealers seed-compress P0's material"`
-	Period      time.Duration `envconfig:"PERIOD" default:"40ms" desc:"tick period"`
-	QueueMax    int64         `envconfig:"QUEUE_MAX" default:"2000" desc:"offline queue capacity in items (backpressure for dealers)"`
-	ItemsPerMsg int           `envconfig:"ITEMS_PER_MSG" default:"8" desc:"offline items per stream message (1..128; 1 while a party or dealer still runs a release without multi-item messages)"`
-	FileStore   bool          `envconfig:"FILE_STORE" default:"false" desc:"JetStream file storage for the queue and set-up records"`
+	Period      time.Duration `envconfig:"PERIOD" default:"40ms" desc:"tick period (1ms..1m)"`
+	QueueMax    int64         `envconfig:"QUEUE_MAX" default:"2000" desc:"offline queue capacity in items, at least 16 (backpressure for dealers)"`
+	ItemsPerMsg int           `envconfig:"ITEMS_PER_MSG" default:"8" desc:"offline items per stream message (1..128; 1 while a party or dealer still runs a release without multi-item messages). A set-up the sensor resumes keeps the value it was made with, and says so at warning level: a new value takes effect with the next new set-up"`
+	FileStore   bool          `envconfig:"FILE_STORE" default:"false" desc:"JetStream file storage for the queue and set-up records (the set-up records' bucket, duet-setup, is shared by the sensors of every loop: set it alike on all)"`
 	TwoHop      bool          `envconfig:"TWO_HOP" default:"false" desc:"the two-hop tick: when both parties have sent their shares of the next item's measurement mask, send them ȳ minus the mask instead of shares of ȳ, so the tick needs no exchange after the measurement (docs/two-hop-design.md); set on the sensor and both parties"`
-	Replicas    int           `envconfig:"REPLICAS" default:"1" desc:"JetStream replicas for the queue and set-up records"`
+	Replicas    int           `envconfig:"REPLICAS" default:"1" desc:"JetStream replicas for the queue and set-up records, 1..5 and at most the NATS servers in the cluster (the set-up records' bucket is shared by the sensors of every loop: set it alike on all)"`
 	NoticeDelay string        `envconfig:"NOTICE_DELAY" default:"auto" desc:"how long after a tick's measurements the actuator is sent its notice of the tick, which dates a tick whose output shares never come (auto: 5ms, or a quarter of DUET_PERIOD if shorter; 0: with the measurements, inside the tick's latency); under DUET_PERIOD, and keep it under the actuator's DUET_DEADLINE"`
 	PlantWait   time.Duration `envconfig:"PLANT_WAIT" default:"1s" desc:"how long a read of the plant (the plant service's reply to the sensor's request) may take before its tick is counted a miss; no tick is sent while a read waits, so above DUET_PERIOD a plant that hangs costs every period the wait spans, one of them counted; keep it above the plant service's DUET_WAIT (60ms), which a read may wait for the last input; 1ms..1m"`
 }

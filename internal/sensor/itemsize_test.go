@@ -38,3 +38,22 @@ func TestItemOverMaxPayloadRefused(t *testing.T) {
 		t.Fatalf("a compressed item through a 1,024-byte max_payload: %v", err)
 	}
 }
+
+// A queue or set-up bucket the server refuses (here: three replicas on a
+// single server; a storage type that cannot change in place is another
+// case) names the variables it was made with and what they must satisfy.
+func TestRefusedStorageNamesTheVariables(t *testing.T) {
+	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Conn(t)
+	s, err := New(nc, testkeys.Sealers(t)[codec.RoleSensor], Options{Loop: "pendulum", Controller: cs, Variant: mpc.PerTick, Compress: true, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Setup(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "DUET_REPLICAS=3") || !strings.Contains(err.Error(), "DUET_FILE_STORE=false") {
+		t.Fatalf("three replicas on one server: %v, want an error naming DUET_REPLICAS=3 and DUET_FILE_STORE", err)
+	}
+}

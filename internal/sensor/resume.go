@@ -94,7 +94,8 @@ func (s *Sensor) resume(ctx context.Context) (bool, error) {
 	// The parties and dealers hold the set-up's items per message: keep it,
 	// and size the queue with it again.
 	if k := max(1, rec.ItemsPerMsg); k != s.opt.ItemsPerMsg {
-		s.opt.Log.Info("keeping the set-up's offline items per stream message", "loop", s.opt.Loop, "items_per_msg", k, "configured", s.opt.ItemsPerMsg)
+		s.opt.Log.Warn("DUET_ITEMS_PER_MSG is not applied to the set-up resumed: it keeps the offline items per stream message it was made with, which its parties and dealers hold; the value configured takes effect with the next new set-up (a changed controller, DUET_MASK or DUET_COMPRESS, or new keys)",
+			"loop", s.opt.Loop, "items_per_msg", k, "configured", s.opt.ItemsPerMsg)
 		s.opt.ItemsPerMsg = k
 		if err := s.ensureQueue(ctx); err != nil {
 			return false, err

@@ -5,6 +5,7 @@ package service
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,10 +63,11 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 		return err
 	}
 	role := roleOf()
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(common.LogLevel)); err != nil {
-		return fmt.Errorf("config: DUET_LOG_LEVEL %q: want debug, info, warn or error", common.LogLevel)
+	if err := checkCommon(common); err != nil {
+		return err
 	}
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(common.LogLevel)) // checked by checkCommon
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("service", name)
 	// The HTTP endpoints' address is bound first, so that a bad or busy one
 	// stops the service as an invalid value does: served from a goroutine,
@@ -128,6 +130,31 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 	}
 	log.Info("stopped")
 	return err
+}
+
+// checkCommon refuses the common variables' bad values, each naming its
+// variable: a log level other than the four names (slog alone also takes
+// "info+2"), an empty server URL (nats.go would dial 127.0.0.1:4222
+// instead), and a CA file that holds no PEM certificate.
+func checkCommon(c *config.Common) error {
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("config: DUET_LOG_LEVEL %q: want debug, info, warn or error", c.LogLevel)
+	}
+	if strings.TrimSpace(c.NATSURL) == "" {
+		return errors.New("config: DUET_NATS_URL is empty: want the NATS server URL(s), comma-separated")
+	}
+	if c.TLSCA != "" {
+		pem, err := os.ReadFile(c.TLSCA)
+		if err != nil {
+			return fmt.Errorf("config: DUET_TLS_CA: %w", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			return fmt.Errorf("config: DUET_TLS_CA %s: no PEM certificate in the file", c.TLSCA)
+		}
+	}
+	return nil
 }
 
 // TuneGC makes the collector run less often unless GOGC is set: a tick

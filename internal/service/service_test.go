@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"net"
+	"os"
 	"strings"
 	"testing"
 
@@ -62,4 +63,37 @@ func TestHTTPAddrReleasedOnError(t *testing.T) {
 		t.Fatalf("the address is still bound after the service stopped: %v", err)
 	}
 	again.Close()
+}
+
+// The common variables' bad values stop the service before anything
+// starts, each error naming its variable: slog alone took "info+2", nats.go
+// dialled 127.0.0.1:4222 for an empty URL, and a CA file that is no
+// certificate failed at the connection, naming neither.
+func TestBadCommonValuesStopTheService(t *testing.T) {
+	notPEM := t.TempDir() + "/ca.pem"
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ key, val string }{
+		{"DUET_LOG_LEVEL", "info+2"},
+		{"DUET_LOG_LEVEL", "verbose"},
+		{"DUET_NATS_URL", " "},
+		{"DUET_TLS_CA", notPEM},
+		{"DUET_TLS_CA", t.TempDir() + "/missing.pem"},
+	} {
+		t.Run(c.key+"="+c.val, func(t *testing.T) {
+			t.Setenv("DUET_HTTP_ADDR", "")
+			t.Setenv(c.key, c.val)
+			ran, err := runPlant(t)
+			if ran || err == nil || !strings.Contains(err.Error(), c.key) {
+				t.Fatalf("ran %v, err %v; want an error naming %s", ran, err, c.key)
+			}
+		})
+	}
+	t.Setenv("DUET_HTTP_ADDR", "")
+	t.Setenv("DUET_KEYS_DIR", t.TempDir())
+	t.Setenv("DUET_LOG_LEVEL", "WARN") // the four names in any case
+	if _, err := runPlant(t); err == nil || strings.Contains(err.Error(), "DUET_LOG_LEVEL") {
+		t.Fatalf("DUET_LOG_LEVEL=WARN: %v; want it accepted (and the missing keys refused)", err)
+	}
 }

@@ -27,10 +27,11 @@ func (v Variant) String() string {
 	return "per-tick"
 }
 
-// ParseVariant accepts "per-tick" and "fixed".
+// ParseVariant accepts "per-tick" and "fixed" (not "": a variable or flag
+// set empty by mistake is refused, not taken as the default).
 func ParseVariant(s string) (Variant, error) {
 	switch s {
-	case "per-tick", "":
+	case "per-tick":
 		return PerTick, nil
 	case "fixed":
 		return FixedMask, nil

@@ -2,6 +2,7 @@ package mpc
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -77,17 +78,19 @@ func TestParseVariant(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
 		want Variant
-	}{{"per-tick", PerTick}, {"", PerTick}, {"fixed", FixedMask}} {
+	}{{"per-tick", PerTick}, {"fixed", FixedMask}} {
 		got, err := ParseVariant(tc.in)
 		if err != nil || got != tc.want {
 			t.Errorf("ParseVariant(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
-		if tc.in != "" && got.String() != tc.in {
+		if got.String() != tc.in {
 			t.Errorf("%v.String() = %q, want %q", got, got.String(), tc.in)
 		}
 	}
-	if _, err := ParseVariant("fixed-mask"); !errors.Is(err, ErrParams) || !strings.Contains(err.Error(), `"fixed-mask"`) {
-		t.Errorf("ParseVariant(fixed-mask) error = %v", err)
+	for _, in := range []string{"fixed-mask", ""} {
+		if _, err := ParseVariant(in); !errors.Is(err, ErrParams) || !strings.Contains(err.Error(), fmt.Sprintf("%q", in)) {
+			t.Errorf("ParseVariant(%q) error = %v", in, err)
+		}
 	}
 }
 
