@@ -131,6 +131,15 @@ func TestTrimItemsMulti(t *testing.T) {
 	if rs := p1.trimItems(itemMsgs(t, bad...), seq); len(rs) != 1 || !errors.Is(rs[0].err, codec.ErrHeader) {
 		t.Errorf("an item of another epoch inside: %d items, err %v; want one ErrHeader", len(rs), rs[0].err)
 	}
+	// An earlier set-up's message, discarded whole, stands for its four
+	// items in duet_items_discarded_total (it counted one a message).
+	old := append([]codec.ItemMsg{}, ms...)
+	for i := range old {
+		old[i].Epoch--
+	}
+	if rs := p1.trimItems(itemMsgs(t, old...), seq); len(rs) != 1 || !errors.Is(rs[0].err, errEarlierEpoch) || rs[0].items != 4 {
+		t.Errorf("an earlier set-up's message: %d items, err %v, standing for %d; want one errEarlierEpoch for 4", len(rs), rs[0].err, rs[0].items)
+	}
 	if rs := p1.trimItems(append(bytes.Clone(data), 0xc0), seq); len(rs) != 1 || rs[0].err == nil {
 		t.Error("trailing byte after the items accepted")
 	}

@@ -44,6 +44,10 @@ type rawItem struct {
 	env   []byte   // this party's sealed material (nil: P0 expands its seed)
 	nonce [16]byte // the item's nonce, as the dealer published it
 	err   error
+	// items is how many items an error stands for: a message refused
+	// whole carries its items' count, so that duet_items_discarded_total
+	// counts items, not messages (0: one).
+	items int
 }
 
 // item is an item being used: staged (decoded ahead) or taken by a tick.
@@ -78,9 +82,9 @@ func (w *worker) trimItems(data []byte, seq uint64) []rawItem {
 	}
 	// PeekItems holds every item of a message to the first one's loop and epoch.
 	if it := its[0]; it.Loop == w.loop && it.Epoch < w.epoch {
-		return []rawItem{{seq: itemID(seq, 0), err: fmt.Errorf("%w: item of epoch %d, the set-up's is %d", errEarlierEpoch, it.Epoch, w.epoch)}}
+		return []rawItem{{seq: itemID(seq, 0), items: len(its), err: fmt.Errorf("%w: item of epoch %d, the set-up's is %d", errEarlierEpoch, it.Epoch, w.epoch)}}
 	} else if it.Loop != w.loop || it.Epoch != w.epoch {
-		return []rawItem{{seq: itemID(seq, 0), err: fmt.Errorf("%w: item for loop %q epoch %d, want %q epoch %d", codec.ErrHeader, it.Loop, it.Epoch, w.loop, w.epoch)}}
+		return []rawItem{{seq: itemID(seq, 0), items: len(its), err: fmt.Errorf("%w: item for loop %q epoch %d, want %q epoch %d", codec.ErrHeader, it.Loop, it.Epoch, w.loop, w.epoch)}}
 	}
 	out := make([]rawItem, len(its))
 	own := 0
@@ -400,7 +404,7 @@ func (w *worker) takeItem(ctx context.Context, wait bool) (uint64, codec.Serial,
 			if !errors.Is(it.err, errEarlierEpoch) {
 				w.reject(it.err)
 			}
-			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
+			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Add(float64(max(1, it.items)))
 			continue
 		}
 		w.count(&w.ctrConsumed, w.s.opt.Metrics.ItemsConsumed)
