@@ -1,6 +1,7 @@
 package sensor
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -35,18 +36,30 @@ type record struct {
 	// Wire is the wire version the set-up's envelopes were sealed with
 	// (codec.Version; absent in records of releases that spoke version 1).
 	Wire uint8 `msgpack:"wire,omitempty"`
+	// Keys is a digest of the public keys the set-up records are sealed
+	// to (setupRoles; codec.Sealer.PeerKeys); absent in records of earlier
+	// releases, which are resumed as before.
+	Keys []byte `msgpack:"keys,omitempty"`
 }
+
+// setupRoles are the roles the sensor seals a set-up record to.
+var setupRoles = []codec.Role{codec.RoleParty0, codec.RoleParty1, codec.RoleActuator, codec.RoleDealer}
 
 // resumable reports whether a stored record's set-up can be resumed by a
 // sensor whose controller and options digest to digest, and if not, why.
 // A set-up sealed with another wire version cannot be: the parties would
 // refuse its stored set-up envelopes (codec.ErrVersion) and never start.
-func resumable(rec record, digest [32]byte) (bool, string) {
+// A set-up whose recipients' keys changed cannot be either: a role whose
+// key was rotated alone cannot open the records sealed to its old key, and
+// would wait for a new set-up for ever.
+func resumable(rec record, digest, keys [32]byte) (bool, string) {
 	switch {
 	case rec.Wire != codec.Version:
 		return false, fmt.Sprintf("the stored set-up was sealed with wire version %d (0: version 1), this build speaks %d", rec.Wire, codec.Version)
 	case rec.Digest != digest:
 		return false, "controller or options changed"
+	case len(rec.Keys) > 0 && !bytes.Equal(rec.Keys, keys[:]):
+		return false, "the public key of a role the set-up is sealed to (party0, party1, the actuator or the dealers) changed"
 	}
 	return true, ""
 }
@@ -84,7 +97,7 @@ func (s *Sensor) resume(ctx context.Context) (bool, error) {
 		}
 		return false, nil
 	}
-	if ok, why := resumable(rec, s.digest()); !ok {
+	if ok, why := resumable(rec, s.digest(), s.sealer.PeerKeys(setupRoles...)); !ok {
 		// The parties and the actuator read their set-up at start only: a
 		// new one reaches them when they restart.
 		s.opt.Log.Warn(why+"; starting a new set-up (a new epoch, ticks from 1): restart the parties, the actuator and the plant of this loop too", "loop", s.opt.Loop)
@@ -112,7 +125,8 @@ func (s *Sensor) saveRecord(ctx context.Context, next uint64) error {
 	if next == 0 {
 		next = 1
 	}
-	data, err := codec.SealRecord(s.opt.StateKey, record{Epoch: s.epoch, Digest: s.digest(), NextTick: next, ItemsPerMsg: s.itemsPerMsg(), Wire: codec.Version})
+	keys := s.sealer.PeerKeys(setupRoles...)
+	data, err := codec.SealRecord(s.opt.StateKey, record{Epoch: s.epoch, Digest: s.digest(), NextTick: next, ItemsPerMsg: s.itemsPerMsg(), Wire: codec.Version, Keys: keys[:]})
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 // another wire version (or of a release that did not record it) or another
 // digest starts a new set-up, saying why.
 func TestResumable(t *testing.T) {
-	d := [32]byte{1}
+	d, k := [32]byte{1}, [32]byte{3}
 	for _, c := range []struct {
 		name string
 		rec  record
@@ -22,8 +22,11 @@ func TestResumable(t *testing.T) {
 		{"wire version 1 (not recorded)", record{Digest: d}, false, "wire version 0 (0: version 1), this build speaks"},
 		{"another wire version", record{Digest: d, Wire: codec.Version + 1}, false, "wire version"},
 		{"other controller", record{Digest: [32]byte{2}, Wire: codec.Version}, false, "controller or options changed"},
+		{"same keys", record{Digest: d, Wire: codec.Version, Keys: k[:]}, true, ""},
+		{"no keys recorded (an earlier release)", record{Digest: d, Wire: codec.Version}, true, ""},
+		{"a recipient's key changed", record{Digest: d, Wire: codec.Version, Keys: []byte{9}}, false, "public key of a role the set-up is sealed to"},
 	} {
-		ok, why := resumable(c.rec, d)
+		ok, why := resumable(c.rec, d, k)
 		if ok != c.ok || !strings.Contains(why, c.why) || (!ok && why == "") {
 			t.Errorf("%s: resumable = %v, %q; want %v, %q", c.name, ok, why, c.ok, c.why)
 		}

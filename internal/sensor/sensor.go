@@ -277,7 +277,7 @@ func (s *Sensor) Setup(ctx context.Context) error {
 		r.FixedU = codec.PutMatrix(f, u1)
 		recs[codec.RoleParty1] = r
 	}
-	for _, role := range []codec.Role{codec.RoleParty0, codec.RoleParty1, codec.RoleActuator, codec.RoleDealer} {
+	for _, role := range setupRoles {
 		kind := codec.KindSetup
 		if role == codec.RoleDealer {
 			kind = codec.KindDealerSetup

@@ -3,6 +3,7 @@ package codec
 import (
 	"crypto/cipher"
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 type Sealer struct {
 	self Role
 	aead [RolePlant + 1]cipher.AEAD // keyed with the key shared with each peer, nil if none
+	pubs [RolePlant + 1]string      // each peer's public key ("": none)
 	rand io.Reader                  // nonce source; crypto/rand.Reader outside tests
 }
 
@@ -51,8 +53,27 @@ func NewSealer(self Role, id *Identity, peers map[Role]string) (*Sealer, error) 
 		if s.aead[role], err = boxAEAD(&pub, &id.priv); err != nil {
 			return nil, err
 		}
+		s.pubs[role] = pubS
 	}
 	return s, nil
+}
+
+// PeerKeys is a digest of the public keys of roles as this sealer holds
+// them: what was sealed to those roles opens for them as long as it does
+// not change (the sensor keeps it with its set-up, to start a new one when
+// a recipient's key has been rotated).
+func (s *Sealer) PeerKeys(roles ...Role) [32]byte {
+	h := sha256.New()
+	for _, r := range roles {
+		pub := ""
+		if r.Valid() {
+			pub = s.pubs[r]
+		}
+		fmt.Fprintf(h, "%s=%s\n", r, pub)
+	}
+	var d [32]byte
+	h.Sum(d[:0])
+	return d
 }
 
 // Self is the role this sealer speaks for.

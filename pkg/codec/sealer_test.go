@@ -473,3 +473,36 @@ func TestHeaderString(t *testing.T) {
 		t.Error("with changed the header")
 	}
 }
+
+// PeerKeys changes when the key of a role it covers changes, and only then:
+// the sensor starts a new set-up when a recipient's key was rotated, and
+// resumes it when only another role's (the plant's) was.
+func TestPeerKeys(t *testing.T) {
+	roles := []Role{RoleParty0, RoleParty1, RoleActuator, RoleDealer}
+	sealer := func(peers map[Role]string) *Sealer {
+		t.Helper()
+		s, err := NewSealer(RoleSensor, testIdentity(t, RoleSensor), peers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	base := sealer(testPeers(t)).PeerKeys(roles...)
+	if again := sealer(testPeers(t)).PeerKeys(roles...); again != base {
+		t.Fatal("the same keys give another digest")
+	}
+	other, err := GenerateIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []Role{RoleParty1, RolePlant} {
+		peers := testPeers(t)
+		peers[r] = other.PublicKey()
+		if changed := sealer(peers).PeerKeys(roles...) != base; changed != (r != RolePlant) {
+			t.Errorf("%s's key rotated: digest changed %v, want %v", r, changed, r != RolePlant)
+		}
+	}
+	if sealer(testPeers(t)).PeerKeys(RoleParty1, RoleParty0, RoleActuator, RoleDealer) == base {
+		t.Error("the digest does not depend on which role holds which key")
+	}
+}
