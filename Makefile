@@ -131,9 +131,11 @@ CONTROLLER ?= examples/qube-servo2/controller.json
 ROLES      := sensor party0 party1 actuator dealer plant
 KUBECTL    ?= kubectl
 # Names in the NATS server certificate (clients and cluster routes).
+# TLS_DAYS: the server certificate's validity, in days (its CA: ten years).
+TLS_DAYS ?= 365
 NATS_TLS_HOSTS ?= nats,nats.duet,nats.duet.svc,nats-0.nats-headless,nats-1.nats-headless,nats-2.nats-headless,localhost
 k8s-secrets: build
-	@test -e $(K8S_KEYS)/sensor.seed || $(BIN)/duet keys --dir $(K8S_KEYS) --tls-hosts $(NATS_TLS_HOSTS)
+	@test -e $(K8S_KEYS)/sensor.seed || $(BIN)/duet keys --dir $(K8S_KEYS) --tls-hosts $(NATS_TLS_HOSTS) --tls-days $(TLS_DAYS)
 	$(KUBECTL) apply -f k8s/base/namespace.yaml
 	@for r in $(ROLES); do \
 	  $(KUBECTL) -n $(K8S_NS) create secret generic duet-key-$$r --from-file=$$r.seed=$(K8S_KEYS)/$$r.seed \
@@ -151,11 +153,12 @@ k8s-secrets: build
 	$(KUBECTL) -n $(K8S_NS) create secret generic duet-controller --from-file=controller.json=$(CONTROLLER) \
 	  --dry-run=client -o yaml | $(KUBECTL) apply -f -
 
-## k8s-tls: renew the NATS CA and server certificate in K8S_KEYS (valid
-## TLS_DAYS), keeping every role key, and apply them with k8s-secrets; then
-## restart NATS and every service (README, Operations: Renewing the TLS
-## certificate)
-TLS_DAYS ?= 365
+## k8s-tls: renew the NATS server certificate in K8S_KEYS (valid TLS_DAYS)
+## under the directory's CA, keeping the CA and every role key, and apply it
+## with k8s-secrets; then restart the NATS servers one at a time (the
+## services need no restart; a directory without the CA's key gets a new
+## CA, and then every NATS server and service restarts: README, Operations,
+## Renewing the TLS certificate)
 k8s-tls: build
 	$(BIN)/duet keys --tls-only --dir $(K8S_KEYS) --tls-hosts $(NATS_TLS_HOSTS) --tls-days $(TLS_DAYS)
 	$(MAKE) k8s-secrets
