@@ -104,7 +104,8 @@ logs:
 	$(COMPOSE) -p $(PROJECT) logs --tail=50
 
 ## e2e: the end-to-end test against a real stack (builds images; always tears down)
-e2e: e2e-ports images $(PROMETHEUS)
+e2e: e2e-ports
+	$(MAKE) --no-print-directory images $(PROMETHEUS)
 	COMPOSE='$(COMPOSE)' SKIP_BUILD=1 PROMETHEUS=$(CURDIR)/$(PROMETHEUS) scripts/e2e.sh
 
 ## e2e-ports: the ports the e2e stack publishes are free (before any build)

@@ -116,9 +116,10 @@ func parseHosts(list string) ([]string, error) {
 
 // validDNSName: labels of 1 to 63 letters, digits and hyphens, not starting
 // or ending with a hyphen, 253 characters at most; a leading "*." (a
-// wildcard) and a trailing dot are allowed.
+// wildcard) is allowed, a trailing dot is not (Go's verifier refuses such a
+// name in a certificate).
 func validDNSName(h string) bool {
-	h = strings.TrimSuffix(strings.TrimPrefix(h, "*."), ".")
+	h = strings.TrimPrefix(h, "*.")
 	if h == "" || len(h) > 253 {
 		return false
 	}

@@ -105,6 +105,7 @@ func TestKeysTLSHostsChecked(t *testing.T) {
 		{"nats,,localhost", "an empty host name"},
 		{"nats,local host", `"local host" is neither`},
 		{"-nats", `"-nats" is neither`},
+		{"nats.", `"nats." is neither`},
 	} {
 		dir := t.TempDir()
 		err := Run(context.Background(), []string{"keys", "--dir", dir, "--tls-hosts", c.hosts}, io.Discard, io.Discard)

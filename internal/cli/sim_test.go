@@ -85,7 +85,7 @@ func TestSimRefusesBeforeTouchingTheTrace(t *testing.T) {
 	if err := Run(context.Background(), []string{"sim", "--steps", "5", "--controller", rounded, "--plant", lti}, &stdout, &stderr); err != nil {
 		t.Fatalf("sim with a rounded controller: %v", err)
 	}
-	if !strings.Contains(stderr.String(), rounded+": entries rounded onto the Q<18,9> grid, the largest by 0.000") {
+	if !strings.Contains(stderr.String(), rounded+": entries rounded onto the Q<18,9> grid, the largest by 0.000781\n") {
 		t.Errorf("the rounding of 0.3 onto Q<18,9> was not reported:\n%s", stderr.String())
 	}
 }

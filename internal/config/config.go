@@ -4,6 +4,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,6 +27,27 @@ type Common struct {
 	LogLevel string `envconfig:"LOG_LEVEL" default:"info" desc:"log level: debug, info, warn or error"`
 	Creds    string `envconfig:"NATS_CREDS" default:"" desc:"NATS credentials: an nkey seed file for this service's NATS user (empty: none)"`
 	TLSCA    string `envconfig:"TLS_CA" default:"" desc:"CA certificate to verify the NATS server (empty: no TLS)"`
+}
+
+// CommonConfig is the Common a service's configuration embeds (config.Load
+// finds it through this method, promoted by the embedding).
+func (c *Common) CommonConfig() *Common { return c }
+
+// Validate refuses the common variables' bad values, each naming its
+// variable: a log level other than the four names (slog alone also takes
+// "info+2") and an empty server URL (nats.go would dial 127.0.0.1:4222
+// instead). DUET_TLS_CA is read, and refused if it holds no certificate,
+// when the service connects (service.Run).
+func (c *Common) Validate() error {
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("DUET_LOG_LEVEL %q: want debug, info, warn or error", c.LogLevel)
+	}
+	if strings.TrimSpace(c.NATSURL) == "" {
+		return errors.New("DUET_NATS_URL is empty: want the NATS server URL(s), comma-separated")
+	}
+	return nil
 }
 
 // Load fills cfg (a pointer to a struct) from the environment. args are the
@@ -77,6 +99,13 @@ func Load(cfg any, args []string, w io.Writer) error {
 	}
 	if err := envconfig.Process(Prefix, cfg); err != nil {
 		return fmt.Errorf("config: %w", err)
+	}
+	// The common variables first (a service's own Validate would hide
+	// Common's, which it embeds).
+	if c, ok := cfg.(interface{ CommonConfig() *Common }); ok {
+		if err := c.CommonConfig().Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
 	}
 	if v, ok := cfg.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {

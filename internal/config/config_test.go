@@ -104,6 +104,8 @@ func TestInvalidValuesStop(t *testing.T) {
 		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_ITEM_WAIT": "2s"}, "DUET_ITEM_WAIT=2s: want > 0 and <= 1s"},
 		{&plantsvc.Config{}, map[string]string{"DUET_WAIT": "90s"}, "DUET_WAIT=1m30s: want > 0 and <= 1m"},
 		{&sensor.Config{}, map[string]string{"DUET_MASK": ""}, `DUET_MASK: mpc: invalid parameters: mask variant ""`},
+		{&actuator.Config{}, map[string]string{"DUET_LOG_LEVEL": "info+2"}, `DUET_LOG_LEVEL "info+2": want debug, info, warn or error`},
+		{&dealer.Config{}, map[string]string{"DUET_NATS_URL": " "}, "DUET_NATS_URL is empty"},
 	}
 	for _, c := range cases {
 		t.Run(c.want, func(t *testing.T) {

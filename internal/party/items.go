@@ -383,7 +383,7 @@ func (w *worker) takeItem(ctx context.Context, wait bool) (uint64, codec.Serial,
 		}
 		if it.seq <= w.hwm || it.seq < w.minSeq {
 			w.recycle(it.mat) // a staged item's: no one else has it
-			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
+			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Add(float64(max(1, it.items)))
 			continue
 		}
 		w.hwm = it.seq

@@ -102,9 +102,11 @@ func (w *worker) openPersister(ctx context.Context) error {
 	}
 	kv, err := w.s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: StateBucket(w.id), History: 1,
 		Storage: w.s.opt.StateStorage, Replicas: max(1, w.s.opt.StateReplicas)})
-	if err != nil {
+	if api := (*jetstream.APIError)(nil); errors.As(err, &api) { // refused by the server
 		return fmt.Errorf("state bucket %s (made with DUET_STATE_FILE_STORE=%v and DUET_STATE_REPLICAS=%d: the replicas at most the NATS servers in the cluster, and every process of party%d shares the bucket, so set both alike on all): %w",
 			StateBucket(w.id), w.s.opt.StateStorage == jetstream.FileStorage, max(1, w.s.opt.StateReplicas), w.id, err)
+	} else if err != nil {
+		return fmt.Errorf("state bucket %s: %w", StateBucket(w.id), err)
 	}
 	acks, err := w.s.stateAcks()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/duet-mpc/duet/internal/metrics"
@@ -61,5 +62,30 @@ func TestMeasurementBeforeReadyNotAReject(t *testing.T) {
 	}
 	if got := metrics.Sum(m.Rejects); got != 0 {
 		t.Errorf("%v rejects counted, want none", got)
+	}
+}
+
+// A state bucket the server refuses (three replicas on a single server)
+// names the variables it was made with: every process of the party shares
+// the bucket. An error that is not the server's refusal is left bare.
+func TestRefusedStateBucketNamesTheVariables(t *testing.T) {
+	nc := natstest.Conn(t)
+	var key [32]byte
+	s, err := New(nc, testSealer(t, codec.RoleParty1), Options{ID: 1, Loops: []string{"a"}, StateKey: &key, StateReplicas: 3,
+		StateStorage: jetstream.FileStorage, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorker(s, "a")
+	err = w.openPersister(t.Context())
+	for _, want := range []string{"duet-state-party1", "DUET_STATE_FILE_STORE=true", "DUET_STATE_REPLICAS=3"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("three replicas on one server: %v, want an error naming %s", err, want)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := w.openPersister(ctx); err == nil || strings.Contains(err.Error(), "DUET_STATE_REPLICAS") {
+		t.Errorf("a cancelled start: %v, want its error without the variables", err)
 	}
 }

@@ -92,6 +92,11 @@ func (c *Config) Options(id *codec.Identity, log *slog.Logger, m *metrics.Set) (
 	}
 	v, _ := mpc.ParseVariant(c.Mask) // checked by Validate
 	notice, _ := c.noticeDelay()     // checked by Validate
+	// Sizing and rounding errors (a value outside Q<k,l>, too small a
+	// modulus, an unstable A) name the file too; New resolves it again.
+	if _, err := cs.Resolve(v); err != nil {
+		return Options{}, fmt.Errorf("DUET_CONTROLLER %s: %w", c.Controller, err)
+	}
 	key, err := StateKey(id)
 	if err != nil {
 		return Options{}, err

@@ -1,6 +1,7 @@
 package sensor
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -55,5 +56,10 @@ func TestRefusedStorageNamesTheVariables(t *testing.T) {
 	err = s.Setup(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "DUET_REPLICAS=3") || !strings.Contains(err.Error(), "DUET_FILE_STORE=false") {
 		t.Fatalf("three replicas on one server: %v, want an error naming DUET_REPLICAS=3 and DUET_FILE_STORE", err)
+	}
+	// The set-up bucket's refusal goes through the same wrapping; an error
+	// that is not the server's refusal (a cancelled start) is left bare.
+	if err := s.storageErr(context.Canceled); err != context.Canceled {
+		t.Errorf("a cancelled start: %v, want it unwrapped", err)
 	}
 }

@@ -206,17 +206,18 @@ func (s *Sensor) itemsPerMsg() int {
 func (s *Sensor) ensureQueue(ctx context.Context) error {
 	k := int64(s.opt.ItemsPerMsg)
 	_, err := bus.EnsureOfflineQueue(ctx, s.js, bus.OfflineQueue{Loop: s.opt.Loop, MaxMsgs: (s.opt.QueueMax + k - 1) / k}, s.opt.Replicas, s.opt.FileStore)
-	if err != nil && !errors.Is(err, bus.ErrOldQueue) {
-		return fmt.Errorf("%w (%s)", err, s.storageVars())
-	}
-	return err
+	return s.storageErr(err)
 }
 
-// storageVars names the variables a JetStream resource of the sensor's is
-// made with, for the server's refusal of it (a replica count above the
-// cluster's servers, a storage type that cannot change in place).
-func (s *Sensor) storageVars() string {
-	return fmt.Sprintf("made with DUET_FILE_STORE=%v and DUET_REPLICAS=%d: the replicas at most the NATS servers in the cluster, and the set-up records' bucket is shared by the sensors of every loop, so set both alike on all", s.opt.FileStore, s.opt.Replicas)
+// storageErr names the variables a JetStream resource of the sensor's is
+// made with when the server refuses it (a replica count above the
+// cluster's servers, a storage type that cannot change in place); other
+// errors (a timeout, a cancelled start) are returned as they are.
+func (s *Sensor) storageErr(err error) error {
+	if api := (*jetstream.APIError)(nil); !errors.As(err, &api) {
+		return err
+	}
+	return fmt.Errorf("%w (made with DUET_FILE_STORE=%v and DUET_REPLICAS=%d: the replicas at most the NATS servers in the cluster, and the set-up records' bucket is shared by the sensors of every loop, so set both alike on all)", err, s.opt.FileStore, s.opt.Replicas)
 }
 
 // Resolved returns the loop's parameters and sizing.
@@ -236,7 +237,7 @@ func (s *Sensor) Setup(ctx context.Context) error {
 	}
 	kv, err := bus.EnsureSetupBucket(ctx, s.js, s.opt.Replicas, s.opt.FileStore)
 	if err != nil {
-		return fmt.Errorf("%w (%s)", err, s.storageVars())
+		return s.storageErr(err)
 	}
 	s.kv = kv
 	if ok, err := s.resume(ctx); err != nil {

@@ -5,7 +5,6 @@ package service
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,11 +62,8 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 		return err
 	}
 	role := roleOf()
-	if err := checkCommon(common); err != nil {
-		return err
-	}
 	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(common.LogLevel)) // checked by checkCommon
+	_ = lvl.UnmarshalText([]byte(common.LogLevel)) // checked by config.Load (Common.Validate)
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("service", name)
 	// The HTTP endpoints' address is bound first, so that a bad or busy one
 	// stops the service as an invalid value does: served from a goroutine,
@@ -80,6 +76,16 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 			return fmt.Errorf("config: DUET_HTTP_ADDR %q: %w", common.HTTPAddr, err)
 		}
 		defer ln.Close() // also when the server has it: closing twice is harmless
+	}
+	// The CA file is read and checked before anything else reads files,
+	// so that a wrong one is named as such.
+	var tlsOpt nats.Option
+	if common.TLSCA != "" {
+		tc, err := acl.ClientTLS(common.TLSCA)
+		if err != nil {
+			return fmt.Errorf("config: DUET_TLS_CA: %w", err)
+		}
+		tlsOpt = nats.Secure(tc)
 	}
 	id, pubs, err := keys.Load(common.KeysDir, role)
 	if err != nil {
@@ -98,8 +104,8 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 		}
 		opts = append(opts, u.Options()...)
 	}
-	if common.TLSCA != "" {
-		opts = append(opts, nats.RootCAs(common.TLSCA))
+	if tlsOpt != nil {
+		opts = append(opts, tlsOpt)
 	}
 	if o, ok := cfg.(interface{ NATSOptions() []nats.Option }); ok {
 		opts = append(opts, o.NATSOptions()...) // the service's own (the party's write coalescing)
@@ -130,31 +136,6 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 	}
 	log.Info("stopped")
 	return err
-}
-
-// checkCommon refuses the common variables' bad values, each naming its
-// variable: a log level other than the four names (slog alone also takes
-// "info+2"), an empty server URL (nats.go would dial 127.0.0.1:4222
-// instead), and a CA file that holds no PEM certificate.
-func checkCommon(c *config.Common) error {
-	switch strings.ToLower(c.LogLevel) {
-	case "debug", "info", "warn", "error":
-	default:
-		return fmt.Errorf("config: DUET_LOG_LEVEL %q: want debug, info, warn or error", c.LogLevel)
-	}
-	if strings.TrimSpace(c.NATSURL) == "" {
-		return errors.New("config: DUET_NATS_URL is empty: want the NATS server URL(s), comma-separated")
-	}
-	if c.TLSCA != "" {
-		pem, err := os.ReadFile(c.TLSCA)
-		if err != nil {
-			return fmt.Errorf("config: DUET_TLS_CA: %w", err)
-		}
-		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
-			return fmt.Errorf("config: DUET_TLS_CA %s: no PEM certificate in the file", c.TLSCA)
-		}
-	}
-	return nil
 }
 
 // TuneGC makes the collector run less often unless GOGC is set: a tick

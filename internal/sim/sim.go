@@ -25,8 +25,9 @@ type Config struct {
 	Compress   bool      // seed-compressed dealer material
 	Seed       *uint64   // nil: fresh randomness from crypto/rand
 	Trace      io.Writer // optional CSV trace
-	// Resolved, if set, is Controller resolved with Variant (a caller that
-	// resolved it already, to check it); nil: Run resolves it.
+	// Resolved, if set, is Controller already resolved (by a caller that
+	// checked it first), and its Params.Variant is the one run: Variant is
+	// then not used. nil: Run resolves Controller with Variant.
 	Resolved *mpc.Resolved
 	// Observe, if set, is called for every tick with its measurement y, the
 	// secure input u and the plaintext controller's uplain, before the plant

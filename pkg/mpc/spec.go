@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 )
@@ -92,10 +93,19 @@ func ParseControllerSpec(data []byte) (ControllerSpec, error) {
 	return s, s.Validate()
 }
 
-// specKeys are the controller file's keys. encoding/json alone matches keys
-// case-insensitively ("a" or "X0" would fill A or x0) and lets a repeated
-// key win silently; checkSpecKeys refuses both, as the plant spec does.
-var specKeys = []string{"A", "B", "C", "D", "x0", "k", "l", "lambda", "modulus"}
+// specKeys are the controller file's keys, ControllerSpec's JSON names.
+// encoding/json alone matches keys case-insensitively ("a" or "X0" would
+// fill A or x0) and lets a repeated key win silently; checkSpecKeys refuses
+// both.
+var specKeys = func() []string {
+	t := reflect.TypeFor[ControllerSpec]()
+	keys := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		keys = append(keys, name)
+	}
+	return keys
+}()
 
 // checkSpecKeys reads the top-level object's keys and refuses one that is
 // not a field (matched exactly) or that comes twice.
