@@ -25,6 +25,9 @@ func init() {
 	register("bench", "measure Fig. 5, tick latency, dealer throughput and loops per party pair (CSV + PNG)", runBench)
 }
 
+// scaleOnlyFlags are the bench flags that only the scale section uses.
+var scaleOnlyFlags = []string{"loops", "items-per-msg", "repeat", "mask", "two-hop", "cold-heap", "in-process", "live-dealers", "step-duration"}
+
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -66,6 +69,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return fmt.Errorf("%w: --only %q: section %q named twice", ErrUsage, *only, sec)
 			}
 			sections = append(sections, sec)
+		}
+	}
+	// A flag of the scale section alone, with --only leaving that section
+	// out, would change nothing: refused rather than ignored.
+	if len(sections) > 0 && !slices.Contains(sections, bench.SectionScale) {
+		var unused []string
+		fs.Visit(func(f *flag.Flag) {
+			if slices.Contains(scaleOnlyFlags, f.Name) {
+				unused = append(unused, "--"+f.Name)
+			}
+		})
+		if len(unused) > 0 {
+			return fmt.Errorf("%w: %s only affect the scale section, which --only %q leaves out", ErrUsage, strings.Join(unused, ", "), *only)
 		}
 	}
 	if *peerBatch < 0 || *peerBatch > codec.MaxBatchEnvelopes {

@@ -78,6 +78,8 @@ func TestBenchUsage(t *testing.T) {
 		{"bench", "--out", out, "--items-per-msg", "129"},
 		{"bench", "--out", out, "--loops", "0"},
 		{"bench", "--out", out, "--only", "tick, tick"},
+		{"bench", "--out", out, "--only", "tick", "--loops", "100"},
+		{"bench", "--out", out, "--only", "fig5,dealer", "--two-hop"},
 		{"bench", "--out", out, "--write-coalesce", "-1ms"},
 		{"bench", "--out", out, "--write-coalesce", "11ms"},
 		{"bench", "--out", out, "--write-coalesce", "soon"},
