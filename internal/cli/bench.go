@@ -133,6 +133,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return fmt.Errorf("%w: --loops: %w", ErrUsage, err)
 		}
+		if n := slices.Max(ns); n > maxScaleLoops {
+			return fmt.Errorf("%w: --loops: %d loops, want at most %d (each loop holds two streams' worth of items and consumers in the one process)", ErrUsage, n, maxScaleLoops)
+		}
 		plan.ScaleLoops, plan.ScaleNoPersistLoops, plan.ScaleBudget = ns, ns, 0
 	}
 	plan.PeerBatch, plan.ItemsPerMsg, plan.WriteCoalesce, plan.StateFileStore = *peerBatch, *perMsg, coalesce, *stateFile
@@ -183,6 +186,10 @@ func executablePath(path string) (string, error) {
 
 // maxRepeat bounds duet bench --repeat: each step takes 20-30 s here.
 const maxRepeat = 20
+
+// maxScaleLoops bounds a count of duet bench --loops: the default search
+// stops at 1,500.
+const maxScaleLoops = 5000
 
 // maxStepDuration bounds duet bench --step-duration: a longer window shows
 // how a step rides out a disturbance (the README's recovery measurement),

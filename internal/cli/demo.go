@@ -19,6 +19,10 @@ func init() {
 	register("demo", "run the whole secure loop over an embedded NATS server (the README's first command)", runDemo)
 }
 
+// maxDemoDealers bounds duet demo --dealers: every replica runs in the one
+// process, and a handful already keeps one loop's queue full.
+const maxDemoDealers = 16
+
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -48,8 +52,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	switch {
 	case *deadline <= 0 || *deadline > time.Minute:
 		return fmt.Errorf("%w: --deadline %v: want > 0 and <= 1m", ErrUsage, *deadline)
-	case *dealers < 1:
-		return fmt.Errorf("%w: --dealers %d: want at least 1", ErrUsage, *dealers)
+	case *dealers < 1 || *dealers > maxDemoDealers:
+		return fmt.Errorf("%w: --dealers %d: want 1..%d", ErrUsage, *dealers, maxDemoDealers)
 	case *dur < period:
 		return fmt.Errorf("%w: --duration %v: want at least one period (%v)", ErrUsage, *dur, period)
 	case ps.Kind == plant.KindQube && *dur <= demo.BalanceFrom+period:

@@ -40,7 +40,8 @@ func TestDemoFlagsChecked(t *testing.T) {
 	for _, c := range []struct{ flag, val, want string }{
 		{"--deadline", "0s", "--deadline 0s: want > 0"},
 		{"--deadline", "-1ms", "--deadline -1ms"},
-		{"--dealers", "0", "--dealers 0: want at least 1"},
+		{"--dealers", "0", "--dealers 0: want 1..16"},
+		{"--dealers", "17", "--dealers 17: want 1..16"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := Run(context.Background(), []string{"demo", c.flag, c.val, "--out", ""}, &stdout, &stderr)

@@ -77,6 +77,7 @@ func TestBenchUsage(t *testing.T) {
 		{"bench", "--out", out, "--items-per-msg", "-1"},
 		{"bench", "--out", out, "--items-per-msg", "129"},
 		{"bench", "--out", out, "--loops", "0"},
+		{"bench", "--out", out, "--loops", "100,5001"},
 		{"bench", "--out", out, "--only", "tick, tick"},
 		{"bench", "--out", out, "--only", "tick", "--loops", "100"},
 		{"bench", "--out", out, "--only", "fig5,dealer", "--two-hop"},
