@@ -90,7 +90,12 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 	switch {
 	case h.Kind == codec.KindMeasure && h.From == codec.RoleSensor:
 		mp := &w.in.measure
-		if err := w.accept(h, body, mp, func() error { return mp.Y.DecodeInto(w.prm.Field, w.yBuf) }); err != nil {
+		if err := w.accept(h, body, mp, func() error {
+			if err := w.notStale(h.Tick); err != nil {
+				return err
+			}
+			return mp.Y.DecodeInto(w.prm.Field, w.yBuf)
+		}); err != nil {
 			return
 		}
 		w.noteShares(h.Tick)
@@ -100,6 +105,9 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 		mp := &w.in.masked
 		var item uint64
 		if err := w.accept(h, body, mp, func() error {
+			if err := w.notStale(h.Tick); err != nil {
+				return err
+			}
 			item = fromWire(mp.Item)
 			w.tyBuf = sized(w.tyBuf, w.prm.P, 1)
 			return mp.T.DecodeInto(w.prm.Field, w.tyBuf)
@@ -154,6 +162,17 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 	default:
 		w.reject(fmt.Errorf("%w: %s from %s is not accepted by %s", codec.ErrKind, h.Kind, h.From, w.s.sealer.Self()))
 	}
+}
+
+// notStale refuses a measurement of a tick this loop has already begun or
+// given up, whichever kind it came as: the replay guard keeps a tick per
+// kind, so a measurement sent as shares and held back by the broker while
+// later ticks went masked would otherwise pass, and run a stale tick.
+func (w *worker) notStale(t uint64) error {
+	if w.cur != 0 && t <= w.cur {
+		return fmt.Errorf("%w: a measurement of tick %d, this loop is at tick %d", codec.ErrReplay, t, w.cur)
+	}
+	return nil
 }
 
 // accept applies replay protection, decodes the payload and validates it;

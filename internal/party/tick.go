@@ -95,6 +95,17 @@ func (w *worker) onMeasure(ctx context.Context, t uint64, fromHold bool) {
 		w.miss(missPersist, "state not persisted")
 		return
 	}
+	if w.pre.ok && t != w.cur+1 {
+		// This party's mask share of the pre-opened item went to the
+		// sensor after its tick w.cur, so the sensor may have masked the
+		// next tick with it, one this party never received. Used here, the
+		// item would pad this measurement with the same V_y, and the other
+		// party, which holds that tick's T_y, would learn the difference of
+		// the two measurements. Skipped: the other party took it for that
+		// tick, or skips it too (a gap in the ticks, which both see).
+		w.minSeq = max(w.minSeq, w.pre.seq+1)
+		w.dropPre()
+	}
 	seq, serial, mat, err := w.nextItem(ctx)
 	if err != nil {
 		w.s.opt.Metrics.LowWater.WithLabelValues(w.loop).Inc()

@@ -47,6 +47,11 @@ type twoHopRig struct {
 	rng    io.Reader
 	// drop, if set, says whether to drop a message of kind to party i.
 	drop func(to int, kind codec.Kind) bool
+	// measureTo, if set, says whether measure delivers to party i.
+	measureTo func(i int) bool
+	// mulItems are the items of the Protocol 1 messages each party sent,
+	// by tick.
+	mulItems [2]map[uint64]uint64
 }
 
 const rigLoop = "l"
@@ -212,6 +217,17 @@ func (r *twoHopRig) network() {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if h.Kind == codec.KindMul && h.Tick != 0 {
+				_, body, _ := r.peek[to].Open(m.Data)
+				var mp codec.MulPayload
+				if err := codec.Unmarshal(body, &mp); err != nil {
+					t.Fatal(err)
+				}
+				if r.mulItems[1-to] == nil {
+					r.mulItems[1-to] = map[uint64]uint64{}
+				}
+				r.mulItems[1-to][h.Tick] = fromWire(mp.Item)
+			}
 			if h.Kind == codec.KindTrunc {
 				if o := r.outs[h.Tick]; o[0].Data == nil {
 					t.Fatalf("tick %d: P0 sent its Protocol 2 message before its output share", h.Tick)
@@ -262,7 +278,9 @@ func (r *twoHopRig) measure(tick uint64, y mpc.Matrix, masked bool, item uint64)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.handle(context.Background(), &nats.Msg{Subject: bus.MeasureSubject(rigLoop, i), Data: env})
+		if r.measureTo == nil || r.measureTo(i) {
+			w.handle(context.Background(), &nats.Msg{Subject: bus.MeasureSubject(rigLoop, i), Data: env})
+		}
 	}
 	r.network()
 }
@@ -584,5 +602,60 @@ func TestTwoHopBacksOff(t *testing.T) {
 		if two, n := r.paths(i, "two_hop"), metrics.Sum(r.m[i].Misses); two != 3 || n != 0 {
 			t.Errorf("party%d: %v two-hop ticks, %v misses; want 3 and 0", i, two, n)
 		}
+	}
+}
+
+// TestMaskNeverPadsTwoMeasurements: a masked measurement that reaches one
+// party only (dropped for overload, a sensor that died between its two
+// publishes, a broker) must not leave the other party to run the next
+// tick, sent as shares, on the same item: its Protocol 1 message would
+// open the new measurement minus the V_y that padded the first, and the
+// party holding that T_y would learn the difference of the two
+// measurements. The party that missed the tick skips the pre-opened item.
+// And a measurement of a tick already passed, sent as shares after masked
+// ticks (the replay guard keeps a tick per kind), is refused as a replay.
+func TestMaskNeverPadsTwoMeasurements(t *testing.T) {
+	r := newTwoHopRig(t, 16)
+	y := r.y()
+	r.between()
+	first := fromWire(r.masks[0].Item)
+	r.measure(1, y, true, r.masks[0].Item)
+	r.check(1, y, first)
+	r.between()
+	wire := r.masks[0].Item
+	masked := fromWire(wire)
+	if r.masks[1].Item != wire || r.w[1].pre.seq != masked {
+		t.Fatalf("party1 pre-opened item %d, the sensor holds the masks of %d and %d", r.w[1].pre.seq, masked, fromWire(r.masks[1].Item))
+	}
+	r.measureTo = func(i int) bool { return i == 0 } // tick 2, masked, reaches party0 only
+	r.measure(2, y, true, wire)
+	r.measureTo = nil
+	r.measure(3, y, false, 0) // the sensor holds no fresh mask shares: shares
+	got, ok := r.mulItems[1][3]
+	if !ok {
+		t.Fatal("party1 sent no Protocol 1 message for tick 3")
+	}
+	if got == masked {
+		t.Fatalf("party1 ran tick 3 on item %d, whose V_y padded tick 2's measurement", masked)
+	}
+
+	// Two masked ticks, then tick 1 again as shares: the guard has seen no
+	// shares yet, so only the tick the loop is at refuses it.
+	r = newTwoHopRig(t, 16)
+	r.between()
+	for tick := uint64(1); tick <= 2; tick++ {
+		item := fromWire(r.masks[0].Item)
+		r.measure(tick, y, true, r.masks[0].Item)
+		r.check(tick, y, item)
+		r.between()
+	}
+	r.measureTo = func(i int) bool { return i == 1 }
+	r.measure(1, y, false, 0)
+	r.measureTo = nil
+	if n := testutil.ToFloat64(r.m[1].Rejects.WithLabelValues("replay")); n != 1 {
+		t.Errorf("a measurement of tick 1 after tick 2: %v replay rejects, want 1", n)
+	}
+	if _, ran := r.mulItems[1][1]; ran || r.w[1].cur != 2 {
+		t.Errorf("party1 ran tick 1 again (a Protocol 1 message: %v; at tick %d)", ran, r.w[1].cur)
 	}
 }
