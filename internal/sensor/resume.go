@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -135,14 +136,23 @@ func (s *Sensor) saveRecord(ctx context.Context, next uint64) error {
 }
 
 // saveRecords writes the resume record for each next tick number it
-// receives, until the channel closes. A write that fails is logged (the
-// record then lags, by more than resumeMargin only if writes keep failing
-// for 100 ticks; a sensor resumed from it would reuse tick numbers, which
-// the parties and the actuator refuse as replays until it passes them).
+// receives, until the channel closes, and keeps the last one stored in
+// savedNext. A write that fails is logged; the record then lags, and once
+// it lags by resumeMargin ticks the sensor sends no more measurements until
+// a write succeeds (resumeCovers), so that a sensor resumed from it cannot
+// reuse a tick number.
 func (s *Sensor) saveRecords(ctx context.Context, next <-chan uint64) {
 	failed := false
 	for n := range next {
-		err := s.saveRecord(ctx, n)
+		// A write stuck on a lost connection is given up after a second
+		// (not JetStream's default of five), so that the next one is tried
+		// before the ticks stop.
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := s.saveRecord(wctx, n)
+		cancel()
+		if err == nil {
+			s.savedNext.Store(n)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil && !failed:
 			s.opt.Log.Warn("writing the resume record", "loop", s.opt.Loop, "next_tick", n, "err", err)

@@ -64,3 +64,21 @@ func TestLatestReplaces(t *testing.T) {
 	default:
 	}
 }
+
+// No tick at or above the stored record's next tick plus resumeMargin is
+// sent: a sensor restarted from that record starts there, so it can never
+// send a tick number again (with the broker replaying the parties' old mask
+// shares to it, one item's mask would pad two measurements). Without a
+// record (no StateKey) there is no restart to guard against.
+func TestResumeCovers(t *testing.T) {
+	var key [32]byte
+	s := &Sensor{opt: Options{StateKey: &key}}
+	s.savedNext.Store(50)
+	if !s.resumeCovers(50+resumeMargin-1) || s.resumeCovers(50+resumeMargin) {
+		t.Errorf("stored next tick 50: covers %d %v, %d %v; want true, false", 50+resumeMargin-1, s.resumeCovers(50+resumeMargin-1), 50+resumeMargin, s.resumeCovers(50+resumeMargin))
+	}
+	s.opt.StateKey = nil
+	if !s.resumeCovers(1 << 40) {
+		t.Error("without a resume record, a tick was held back")
+	}
+}

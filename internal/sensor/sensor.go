@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -105,6 +106,10 @@ type Sensor struct {
 	masks    masks
 	maskSub  *nats.Subscription
 	lastSent uint64
+	// savedNext is the next tick number of the last resume record stored
+	// (saveRecords): a sensor restarted now would resume at it plus
+	// resumeMargin, so no tick at or above that is sent (resumeCovers).
+	savedNext atomic.Uint64
 	// With Fast, the wait for the mask shares (awaitMask): its timer, the
 	// waits in a row that ended without them, and the ticks since the last
 	// wait once it has given up.
@@ -329,6 +334,7 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 	// The resume record is written by one goroutine, in order, so that a
 	// slow write cannot land after a newer one; it ends with RunN.
 	resume := make(chan uint64, 1)
+	s.savedNext.Store(s.next) // Setup or resume stored it
 	saved := make(chan struct{})
 	go func() {
 		defer close(saved)
@@ -347,6 +353,12 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 			}
 		} else if ctx.Err() != nil {
 			return nil
+		}
+		if !s.resumeCovers(t) {
+			s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
+			s.warnLost("tick not sent: the resume record has not been stored for resumeMargin ticks", t, errRecordLags)
+			s.lost(resume, t)
+			continue
 		}
 		y, err := s.readPlant(ctx, t)
 		if err != nil {
@@ -429,6 +441,20 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 		s.publish(codec.KindTick, codec.RoleActuator, bus.TickSubject(s.opt.Loop), t, codec.TickPayload{SentUnixNano: now})
 	}
 	return nil
+}
+
+// errRecordLags: the resume record's writes have failed for resumeMargin
+// ticks (the KV store down, or a broker refusing them).
+var errRecordLags = errors.New("sensor: the resume record lags; sending no measurement until it is stored")
+
+// resumeCovers reports whether tick t may be sent: whether a sensor
+// restarted now, which resumes from the stored record, would start above
+// it. A tick number used twice could pair two measurements with one
+// offline item's mask (the parties' mask shares for it, stored and replayed
+// by the broker to the restarted sensor): while the record's writes fail,
+// the ticks go unsent (misses) instead.
+func (s *Sensor) resumeCovers(t uint64) bool {
+	return s.opt.StateKey == nil || t < s.savedNext.Load()+resumeMargin
 }
 
 // used records that tick number t is spent: every resumeEvery ticks the
