@@ -181,6 +181,57 @@ func TestPermissionsDenyCrossRoleAccess(t *testing.T) {
 	}
 }
 
+// TestPermissionsDenyForeignPublishes: no role may publish what another
+// role sends (a forged measurement, output, exchange message or offline
+// item), write a set-up record or another party's state, or read another
+// role's set-up record or a party's state through the JetStream API. Each
+// attempt is refused by the server with a permission violation naming its
+// subject (the records stay sealed either way; this keeps the broker's
+// users from even handing them out).
+func TestPermissionsDenyForeignPublishes(t *testing.T) {
+	c := startACL(t, demo.Options{ACL: true})
+	const loop = "pendulum"
+	setupKV := func(role codec.Role) string { return "$KV." + bus.SetupBucket + "." + loop + "." + role.String() }
+	getSetup := func(role codec.Role) string {
+		return "$JS.API.DIRECT.GET.KV_" + bus.SetupBucket + "." + setupKV(role)
+	}
+	stateKV := func(i int) string { return fmt.Sprintf("$KV.duet-state-party%d.%s", i, loop) }
+	getState := func(i int) string { return fmt.Sprintf("$JS.API.DIRECT.GET.KV_duet-state-party%d.%s", i, stateKV(i)) }
+	for role, subjects := range map[codec.Role][]string{
+		codec.RoleParty0: {bus.MeasureSubject(loop, 1), bus.OfflineSubject(loop), bus.ExchangeSubject(loop, 0),
+			setupKV(codec.RoleParty0), getSetup(codec.RoleParty1), getSetup(codec.RoleDealer),
+			stateKV(1), getState(1), "$JS.API.STREAM.UPDATE.KV_duet-state-party1"},
+		codec.RoleParty1: {bus.MeasureSubject(loop, 0), bus.ExchangeSubject(loop, 1), stateKV(0), getState(0), getSetup(codec.RoleParty0)},
+		codec.RoleActuator: {bus.MeasureSubject(loop, 0), bus.OutputSubject(loop), bus.ExchangeSubject(loop, 1),
+			getSetup(codec.RoleParty0), stateKV(0)},
+		codec.RoleDealer: {bus.MeasureSubject(loop, 0), bus.OutputSubject(loop), setupKV(codec.RoleParty0), getSetup(codec.RoleParty0), stateKV(1)},
+		codec.RoleSensor: {bus.ExchangeSubject(loop, 0), bus.OutputSubject(loop), bus.MaskYSubject(loop), stateKV(0), getState(1),
+			getSetup(codec.RoleParty0), bus.OfflineSubject(loop)},
+		codec.RolePlant: {bus.MeasureSubject(loop, 0), bus.OutputSubject(loop), bus.PlantUSubject(loop)},
+	} {
+		nc, errs := connectAs(t, c, role)
+		for _, subj := range subjects {
+			if err := nc.Publish(subj, []byte("x")); err != nil {
+				t.Fatalf("%s publish %s: %v", role, subj, err)
+			}
+		}
+		if err := nc.FlushTimeout(2 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		for _, subj := range subjects {
+			found := false
+			for deadline := time.Now().Add(2 * time.Second); !found && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				for _, e := range errs() {
+					found = found || errors.Is(e, nats.ErrPermissionViolation) && strings.Contains(e.Error(), "Publish") && strings.Contains(e.Error(), `"`+subj+`"`)
+				}
+			}
+			if !found {
+				t.Errorf("%s published on %s without a permission violation", role, subj)
+			}
+		}
+	}
+}
+
 func TestConfigRendersEveryRole(t *testing.T) {
 	users, err := acl.NewUsers()
 	if err != nil {
