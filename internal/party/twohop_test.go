@@ -52,6 +52,9 @@ type twoHopRig struct {
 	// mulItems are the items of the Protocol 1 messages each party sent,
 	// by tick.
 	mulItems [2]map[uint64]uint64
+	// lastPreT and lastMeasure are the last pre-opening and measurement
+	// delivered to each party, to deliver again.
+	lastPreT, lastMeasure [2]*nats.Msg
 }
 
 const rigLoop = "l"
@@ -237,6 +240,9 @@ func (r *twoHopRig) network() {
 			if r.drop != nil && r.drop(to, h.Kind) {
 				continue
 			}
+			if h.Kind == codec.KindPreT {
+				r.lastPreT[to] = m
+			}
 			r.w[to].handle(context.Background(), m)
 		}
 	}
@@ -279,7 +285,8 @@ func (r *twoHopRig) measure(tick uint64, y mpc.Matrix, masked bool, item uint64)
 			t.Fatal(err)
 		}
 		if r.measureTo == nil || r.measureTo(i) {
-			w.handle(context.Background(), &nats.Msg{Subject: bus.MeasureSubject(rigLoop, i), Data: env})
+			r.lastMeasure[i] = &nats.Msg{Subject: bus.MeasureSubject(rigLoop, i), Data: env}
+			w.handle(context.Background(), r.lastMeasure[i])
 		}
 	}
 	r.network()
@@ -657,5 +664,36 @@ func TestMaskNeverPadsTwoMeasurements(t *testing.T) {
 	}
 	if _, ran := r.mulItems[1][1]; ran || r.w[1].cur != 2 {
 		t.Errorf("party1 ran tick 1 again (a Protocol 1 message: %v; at tick %d)", ran, r.w[1].cur)
+	}
+}
+
+// TestTwoHopReplaysRefused: the other party's pre-opening, or the sensor's
+// masked measurement, delivered again is refused as a replay and counted,
+// and the loop runs on with the reference u and state.
+func TestTwoHopReplaysRefused(t *testing.T) {
+	r := newTwoHopRig(t, 16)
+	y := r.y()
+	r.between()
+	for tick := uint64(1); tick <= 3; tick++ {
+		item := fromWire(r.masks[0].Item)
+		r.measure(tick, y, true, r.masks[0].Item)
+		r.check(tick, y, item)
+		oldPre, oldMeasure := r.lastPreT[1], r.lastMeasure[1]
+		r.between()
+		if tick < 2 {
+			continue
+		}
+		before := testutil.ToFloat64(r.m[1].Rejects.WithLabelValues("replay"))
+		r.w[1].handle(context.Background(), oldPre)     // the pre-opening made before this tick
+		r.w[1].handle(context.Background(), oldMeasure) // this tick's masked measurement
+		r.network()
+		if n := testutil.ToFloat64(r.m[1].Rejects.WithLabelValues("replay")) - before; n != 2 {
+			t.Fatalf("after tick %d, a pre-opening and a masked measurement delivered again: %v replay rejects, want 2", tick, n)
+		}
+	}
+	for i := range r.w {
+		if n := metrics.Sum(r.m[i].Misses); n != 0 {
+			t.Errorf("party%d: %v misses", i, n)
+		}
 	}
 }

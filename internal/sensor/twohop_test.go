@@ -2,8 +2,16 @@ package sensor
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/internal/testkeys"
+	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
@@ -100,5 +108,39 @@ func TestAwaitMask(t *testing.T) {
 	c.awaitMask(cctx, 3)
 	if c.maskWaitsFailed != 0 {
 		t.Fatalf("cancelled: %d waits counted", c.maskWaitsFailed)
+	}
+}
+
+// A party's mask share delivered again (a broker replaying it) is refused
+// as a replay and counted, and replaces nothing: only a share made after a
+// later tick is taken.
+func TestMaskShareReplayRefused(t *testing.T) {
+	s := fastSensor(t, false)
+	sealers := testkeys.Sealers(t)
+	s.sealer, s.opt.Loop, s.opt.Metrics = sealers[codec.RoleSensor], "l", metrics.New("sensor")
+	s.opt.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s.rz.Params.P = 1
+	s.masks.guard = codec.NewReplayGuard()
+	f := s.rz.Params.Field
+	share := func(tick, item uint64) *nats.Msg {
+		body, err := codec.Marshal(codec.MaskYPayload{Item: item, V: codec.PutMatrix(f, mpc.NewMatrix(1, 1))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, err := sealers[codec.RoleParty0].Seal(codec.Header{Kind: codec.KindMaskY, Loop: "l", Tick: tick, From: codec.RoleParty0, To: codec.RoleSensor}, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &nats.Msg{Data: env}
+	}
+	first := share(5, 40)
+	s.onMaskY(first)
+	s.onMaskY(share(6, 41))
+	s.onMaskY(first) // replayed
+	if n := testutil.ToFloat64(s.opt.Metrics.Rejects.WithLabelValues("replay")); n != 1 {
+		t.Errorf("%v replay rejects, want 1", n)
+	}
+	if got := s.masks.share[0]; got.after != 6 || got.item != 41 {
+		t.Errorf("party0's share: after tick %d, item %d; want the later one (6, 41)", got.after, got.item)
 	}
 }
