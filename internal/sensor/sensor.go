@@ -360,17 +360,13 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 				// lags, so the tick waits for it, asking for the write
 				// again, instead of spending tick numbers back to back.
 				latest(resume, t)
-				select {
-				case <-ctx.Done():
+				if !fastPause(ctx) {
 					return nil
-				case <-time.After(fastRetry):
 				}
 				s.next, sent = t, sent-1
 				continue
 			}
-			s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
-			s.warnLost("tick not sent: the resume record has not been stored for resumeMargin ticks", t, errRecordLags)
-			s.lost(resume, t)
+			s.missed(resume, "tick not sent: the resume record has not been stored for resumeMargin ticks", t, errRecordLags)
 			continue
 		}
 		y, err := s.readPlant(ctx, t)
@@ -396,17 +392,13 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 					s.next, sent = t, sent-1 // the loop's sent++ makes it even
 					continue
 				}
-				select {
-				case <-ctx.Done():
+				if !fastPause(ctx) {
 					return nil
-				case <-time.After(fastRetry):
 				}
 				s.next, sent = t, sent-1
 				continue
 			}
-			s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
-			s.warnLost("plant read failed", t, err)
-			s.lost(resume, t)
+			s.missed(resume, "plant read failed", t, err)
 			continue
 		}
 		s.plantUp = true
@@ -477,6 +469,25 @@ func (s *Sensor) used(resume chan uint64, t uint64) {
 	if t%resumeEvery == 0 {
 		latest(resume, s.next)
 	}
+}
+
+// fastPause waits fastRetry before a tick is tried again in simulated
+// time; false if ctx ended first.
+func fastPause(ctx context.Context) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(fastRetry):
+		return true
+	}
+}
+
+// missed is tick t lost for why (err): a miss, logged (LogLimit), and the
+// actuator's notice (lost).
+func (s *Sensor) missed(resume chan uint64, why string, t uint64, err error) {
+	s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
+	s.warnLost(why, t, err)
+	s.lost(resume, t)
 }
 
 // lost is a tick with no measurement sent (the plant did not answer, or its
