@@ -92,16 +92,13 @@ func (c *Config) Options(id *codec.Identity, log *slog.Logger, m *metrics.Set) (
 	}
 	v, _ := mpc.ParseVariant(c.Mask) // checked by Validate
 	notice, _ := c.noticeDelay()     // checked by Validate
-	// Sizing and rounding errors (a value outside Q<k,l>, too small a
-	// modulus, an unstable A) name the file too; New resolves it again.
-	if _, err := cs.Resolve(v); err != nil {
-		return Options{}, fmt.Errorf("DUET_CONTROLLER %s: %w", c.Controller, err)
-	}
 	key, err := StateKey(id)
 	if err != nil {
 		return Options{}, err
 	}
-	return Options{Loop: c.Loop, Controller: cs, Variant: v, Compress: c.Compress, Period: c.Period,
+	// Sizing and rounding errors (a value outside Q<k,l>, too small a
+	// modulus, an unstable A) come from New, naming the file too.
+	return Options{Loop: c.Loop, Controller: cs, ControllerFrom: "DUET_CONTROLLER " + c.Controller, Variant: v, Compress: c.Compress, Period: c.Period,
 		QueueMax: c.QueueMax, ItemsPerMsg: c.ItemsPerMsg, FileStore: c.FileStore, Replicas: c.Replicas,
 		TwoHop: c.TwoHop, NoticeDelay: notice, PlantWait: c.PlantWait, StateKey: &key,
 		Log: log, Metrics: m}, nil

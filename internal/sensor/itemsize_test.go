@@ -63,3 +63,17 @@ func TestRefusedStorageNamesTheVariables(t *testing.T) {
 		t.Errorf("a cancelled start: %v, want it unwrapped", err)
 	}
 }
+
+// A controller the sensor cannot size or encode names where it came from
+// (DUET_CONTROLLER and its path, set by Config.Options).
+func TestControllerErrorNamesItsSource(t *testing.T) {
+	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.B[0][0] = 1e6 // outside Q<18,9>
+	_, err = New(natstest.Conn(t), testkeys.Sealers(t)[codec.RoleSensor], Options{Loop: "pendulum", Controller: cs, ControllerFrom: "DUET_CONTROLLER big.json", Variant: mpc.PerTick})
+	if err == nil || !strings.Contains(err.Error(), "DUET_CONTROLLER big.json: ") || !strings.Contains(err.Error(), `field "B"`) {
+		t.Fatalf("a value outside Q<18,9>: %v, want an error naming DUET_CONTROLLER big.json and the field", err)
+	}
+}

@@ -27,12 +27,15 @@ import (
 type Options struct {
 	Loop       string
 	Controller mpc.ControllerSpec
-	Variant    mpc.Variant
-	Compress   bool          // dealers seed-compress P0's material
-	Period     time.Duration // tick period (real-time mode)
-	Fast       bool          // ticks back to back (the plant paces them)
-	Ticks      uint64        // stop after this many ticks (0: run until ctx ends)
-	QueueMax   int64         // offline queue capacity (items)
+	// ControllerFrom names where Controller came from ("DUET_CONTROLLER
+	// <path>"), for its sizing and rounding errors; empty: not named.
+	ControllerFrom string
+	Variant        mpc.Variant
+	Compress       bool          // dealers seed-compress P0's material
+	Period         time.Duration // tick period (real-time mode)
+	Fast           bool          // ticks back to back (the plant paces them)
+	Ticks          uint64        // stop after this many ticks (0: run until ctx ends)
+	QueueMax       int64         // offline queue capacity (items)
 	// ItemsPerMsg is how many offline items the dealers put in one stream
 	// message (0: DefaultItemsPerMsg; 1: one, as earlier releases do).
 	ItemsPerMsg int
@@ -151,7 +154,9 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 		}
 	}
 	rz, err := opt.Controller.Resolve(opt.Variant)
-	if err != nil {
+	if err != nil && opt.ControllerFrom != "" {
+		return nil, fmt.Errorf("%s: %w", opt.ControllerFrom, err)
+	} else if err != nil {
 		return nil, err
 	}
 	// An item is one stream message at the least: one the server cannot
