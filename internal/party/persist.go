@@ -55,6 +55,7 @@ type stateRecord = codec.StateRecord
 type persister struct {
 	kv       jetstream.KeyValue
 	key      [32]byte
+	loop     string // the record's key in the bucket, which its seal binds
 	rev      uint64
 	instance uint64
 	dirty    bool // the latest state is not persisted yet
@@ -87,11 +88,15 @@ type persister struct {
 // saveTimeout bounds a state write; the tick loop never waits longer.
 const saveTimeout = 250 * time.Millisecond
 
-func (p *persister) seal(rec stateRecord) ([]byte, error) { return codec.SealRecord(&p.key, rec) }
+// seal seals a record of the persister's loop, bound to its key in the
+// bucket (the loop ID): another loop's record does not open as this one's.
+func (p *persister) seal(rec stateRecord) ([]byte, error) {
+	return codec.SealRecord(&p.key, p.loop, rec)
+}
 
 func (p *persister) open(data []byte) (stateRecord, error) {
 	var rec stateRecord
-	err := codec.OpenRecord(&p.key, data, &rec)
+	err := codec.OpenRecord(&p.key, p.loop, data, &rec)
 	return rec, err
 }
 
@@ -119,7 +124,7 @@ func (w *worker) openPersister(ctx context.Context) error {
 	msg := nats.NewMsg("$KV." + StateBucket(w.id) + "." + w.loop)
 	lastSeq := []string{""}
 	msg.Header[jetstream.ExpectedLastSubjSeqHeader] = lastSeq
-	w.persist = &persister{kv: kv, key: *w.s.opt.StateKey, instance: binary.LittleEndian.Uint64(inst[:]) | 1,
+	w.persist = &persister{kv: kv, key: *w.s.opt.StateKey, loop: w.loop, instance: binary.LittleEndian.Uint64(inst[:]) | 1,
 		nc: w.s.nc, acks: acks, ackCh: make(chan ackResult, 1), msg: msg, lastSeq: lastSeq}
 	if w.s.opt.TwoHop {
 		w.persist.onResult = w.releaseMask
@@ -168,8 +173,14 @@ func (w *worker) restoreOnce(ctx context.Context) error {
 		return fmt.Errorf("the state record changed while it was restored, to one of another set-up epoch or one that does not open (%v)", err)
 	}
 	if err != nil {
+		// Another key (other_key) is what a key rotation leaves, not
+		// taken for forged input (auth); the broker could also serve one.
 		w.s.opt.Metrics.Reject(err)
-		w.s.opt.Log.Error("persisted state rejected; starting from the set-up state", "loop", w.loop, "err", err)
+		if errors.Is(err, codec.ErrOtherKey) {
+			w.s.opt.Log.Warn("persisted state was sealed under another key of this party's, as after a key rotation; starting from the set-up state", "loop", w.loop, "err", err)
+		} else {
+			w.s.opt.Log.Error("persisted state rejected; starting from the set-up state", "loop", w.loop, "err", err)
+		}
 		return w.claim(ctx, e.Revision())
 	}
 	if rec.Epoch != w.epoch {
@@ -275,7 +286,7 @@ func (w *worker) save(ctx context.Context) error {
 	default:
 	}
 	p.rec, p.wire = w.recordAppend(p.wire[:0])
-	data, err := codec.SealRecordAppend(p.buf[:0], &p.key, &p.rec)
+	data, err := codec.SealRecordAppend(p.buf[:0], &p.key, p.loop, &p.rec)
 	if err != nil {
 		return err
 	}

@@ -1,17 +1,21 @@
 package party
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/natstest"
+	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
@@ -233,5 +237,73 @@ func TestDeletedRecordWrittenAgain(t *testing.T) {
 		if write(4) || !w.fenced {
 			t.Fatalf("purge %v: a record another instance created did not fence this one", purge)
 		}
+	}
+}
+
+// TestRecordUnderAnotherKey: after a key rotation the party's state record,
+// sealed under its old key, does not open; the party starts from the set-up
+// state and says why, counting other_key, not auth (which fired
+// DuetForbiddenMessages on every rotation, once per loop). A record that
+// does not authenticate, here another loop's record moved to this loop's
+// key under the same key, is still rejected and counted as auth.
+func TestRecordUnderAnotherKey(t *testing.T) {
+	ctx := context.Background()
+	first := persistingWorker(t, "rotated")
+	saveState(t, first, 5)
+	if !first.flushState(ctx) {
+		t.Fatal("version 5 not persisted")
+	}
+	restoreWith := func(loop string, key [32]byte) (*worker, *metrics.Set, string) {
+		t.Helper()
+		var logs bytes.Buffer
+		m := metrics.New("party")
+		s := &Service{nc: first.s.nc, js: first.s.js, opt: Options{ID: 0, StateKey: &key, StateStorage: jetstream.MemoryStorage,
+			Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: m}}
+		w := &worker{s: s, id: 0, loop: loop, prm: first.prm, p: first.p, guard: codec.NewReplayGuard(), epoch: first.epoch}
+		if err := w.openPersister(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.restore(ctx); err != nil {
+			t.Fatalf("restore of %s: %v", loop, err)
+		}
+		return w, m, logs.String()
+	}
+
+	// The record restores under its own key and loop.
+	w, _, _ := restoreWith("rotated", first.persist.key)
+	if !w.restored || w.version != 5 {
+		t.Fatalf("the record under its own key: restored %v, version %d; want version 5", w.restored, w.version)
+	}
+
+	// The same key, another loop's record: auth.
+	e, err := first.persist.kv.Get(ctx, "rotated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.persist.kv.Put(ctx, "moved", e.Value()); err != nil {
+		t.Fatal(err)
+	}
+	w, m, logs := restoreWith("moved", first.persist.key)
+	if w.restored || testutil.ToFloat64(m.Rejects.WithLabelValues("auth")) != 1 {
+		t.Fatalf("another loop's record: restored %v, %v auth rejects; want refused and counted once\n%s",
+			w.restored, testutil.ToFloat64(m.Rejects.WithLabelValues("auth")), logs)
+	}
+
+	// Under another key: the old key's record.
+	w, m, logs = restoreWith("rotated", [32]byte{8})
+	if w.restored || w.version != 0 {
+		t.Fatalf("a record of the old key restored (version %d)", w.version)
+	}
+	for _, r := range codec.Reasons() {
+		want := 0.0
+		if r == "other_key" {
+			want = 1
+		}
+		if n := testutil.ToFloat64(m.Rejects.WithLabelValues(r)); n != want {
+			t.Fatalf("the old key's record counted %v rejects %q, want %v", n, r, want)
+		}
+	}
+	if !strings.Contains(logs, "key rotation") {
+		t.Fatalf("the log does not say the key changed:\n%s", logs)
 	}
 }

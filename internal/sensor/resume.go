@@ -92,9 +92,14 @@ func (s *Sensor) resume(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("sensor: reading its record: %w", err)
 	}
 	var rec record
-	if err := codec.OpenRecord(s.opt.StateKey, e.Value(), &rec); err != nil {
-		if errors.Is(err, codec.ErrAuth) {
-			s.opt.Log.Warn("sensor record does not open with this sensor's key; starting a new set-up", "loop", s.opt.Loop)
+	if err := codec.OpenRecord(s.opt.StateKey, s.recordKey(), e.Value(), &rec); err != nil {
+		switch {
+		case errors.Is(err, codec.ErrOtherKey):
+			s.opt.Log.Warn("sensor record was sealed under another key of the sensor's, as after a key rotation; starting a new set-up", "loop", s.opt.Loop, "err", err)
+		case errors.Is(err, codec.ErrAuth):
+			s.opt.Log.Warn("sensor record does not open with this sensor's key; starting a new set-up", "loop", s.opt.Loop, "err", err)
+		default:
+			s.opt.Log.Warn("sensor record unreadable; starting a new set-up", "loop", s.opt.Loop, "err", err)
 		}
 		return false, nil
 	}
@@ -127,7 +132,7 @@ func (s *Sensor) saveRecord(ctx context.Context, next uint64) error {
 		next = 1
 	}
 	keys := s.sealer.PeerKeys(setupRoles...)
-	data, err := codec.SealRecord(s.opt.StateKey, record{Epoch: s.epoch, Digest: s.digest(), NextTick: next, ItemsPerMsg: s.itemsPerMsg(), Wire: codec.Version, Keys: keys[:]})
+	data, err := codec.SealRecord(s.opt.StateKey, s.recordKey(), record{Epoch: s.epoch, Digest: s.digest(), NextTick: next, ItemsPerMsg: s.itemsPerMsg(), Wire: codec.Version, Keys: keys[:]})
 	if err != nil {
 		return err
 	}

@@ -37,12 +37,12 @@ func TestResumable(t *testing.T) {
 // version it was sealed with.
 func TestRecordCarriesWire(t *testing.T) {
 	var k [32]byte
-	data, err := codec.SealRecord(&k, record{Epoch: 3, Digest: [32]byte{1}, NextTick: 9, Wire: codec.Version})
+	data, err := codec.SealRecord(&k, "loop/sensor", record{Epoch: 3, Digest: [32]byte{1}, NextTick: 9, Wire: codec.Version})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got record
-	if err := codec.OpenRecord(&k, data, &got); err != nil || got.Wire != codec.Version || got.Epoch != 3 {
+	if err := codec.OpenRecord(&k, "loop/sensor", data, &got); err != nil || got.Wire != codec.Version || got.Epoch != 3 {
 		t.Fatalf("record %+v, %v", got, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"golang.org/x/crypto/chacha20poly1305"
 	"golang.org/x/crypto/nacl/box"
 	"golang.org/x/crypto/nacl/secretbox"
 
@@ -304,8 +305,9 @@ func BenchmarkPaths(b *testing.B) {
 		}
 	}
 
-	// The state record sealed as SealRecord does (v2, XChaCha20-Poly1305)
-	// and as earlier releases did (v1: secretbox), written every tick.
+	// The state record sealed as SealRecord does (v3: XChaCha20-Poly1305
+	// under a key id, bound to the record's key) and as earlier releases
+	// did (v2: XChaCha20-Poly1305 alone; v1: secretbox), written every tick.
 	var rk [32]byte
 	var recBuf []byte // SealRecordAppend's, reused as a party reuses it
 	for _, path := range []struct {
@@ -323,10 +325,25 @@ func BenchmarkPaths(b *testing.B) {
 			}
 			return secretbox.Seal(nonce[:], body, &nonce, &rk), nil
 		}},
-		{"v2", func() ([]byte, error) { return SealRecord(&rk, state) }},
-		{"v2-append", func() ([]byte, error) {
+		{"v2", func() ([]byte, error) {
+			body, err := Marshal(state)
+			if err != nil {
+				return nil, err
+			}
+			nonce := make([]byte, 24, 24+len(body)+16)
+			if _, err := io.ReadFull(crand.Reader, nonce); err != nil {
+				return nil, err
+			}
+			aead, err := chacha20poly1305.NewX(rk[:])
+			if err != nil {
+				return nil, err
+			}
+			return aead.Seal(nonce, nonce, body, nil), nil
+		}},
+		{"v3", func() ([]byte, error) { return SealRecord(&rk, "loop-1", state) }},
+		{"v3-append", func() ([]byte, error) {
 			var err error
-			recBuf, err = SealRecordAppend(recBuf[:0], &rk, state)
+			recBuf, err = SealRecordAppend(recBuf[:0], &rk, "loop-1", state)
 			return recBuf, err
 		}},
 	} {

@@ -23,6 +23,10 @@ var (
 	// ErrInstance: a message from an instance of a party that another
 	// instance of it has replaced (MulPayload.Inc).
 	ErrInstance = errors.New("codec: message from a replaced instance of the sender")
+	// ErrOtherKey: a service's own record sealed under another of its keys
+	// (OpenRecord), as after a key rotation: counted apart from ErrAuth
+	// ("other_key"), which alerts as forged input.
+	ErrOtherKey = errors.New("codec: record sealed under another key")
 )
 
 var reasons = []struct {
@@ -44,6 +48,7 @@ var reasons = []struct {
 	{ErrLoopID, "loop_id"},
 	{ErrKey, "key"},
 	{ErrInstance, "instance"},
+	{ErrOtherKey, "other_key"},
 }
 
 // Reasons returns every label Reason returns, "other" last.
@@ -58,7 +63,8 @@ func Reasons() []string {
 // Reason returns a short, fixed label for err's sentinel, suitable as a
 // metrics label: "too_large", "malformed", "version", "kind", "role",
 // "recipient", "unknown_sender", "auth", "header", "dimension", "range",
-// "replay", "loop_id", "key", "instance", or "other" for nil and anything else.
+// "replay", "loop_id", "key", "instance", "other_key", or "other" for nil and
+// anything else.
 func Reason(err error) string {
 	if err == nil {
 		return "other"

@@ -138,8 +138,8 @@ func TestReason(t *testing.T) {
 			t.Errorf("%q lacks the codec: prefix", r.err)
 		}
 	}
-	if len(reasons) != 15 {
-		t.Errorf("%d sentinels, want 15", len(reasons))
+	if len(reasons) != 16 {
+		t.Errorf("%d sentinels, want 16", len(reasons))
 	}
 	for _, err := range []error{nil, errors.New("x")} {
 		if got := Reason(err); got != "other" {
