@@ -66,6 +66,7 @@ func exported(t *testing.T) map[string][]string {
 	m.ItemsPublished.WithLabelValues("l").Inc()
 	m.QueueDepth.WithLabelValues("l").Set(1)
 	m.LowWater.WithLabelValues("l").Inc()
+	m.QueueFull.WithLabelValues("l").Inc()
 	m.PublishErrors.WithLabelValues("l").Inc()
 	m.TickLatency.WithLabelValues("l").Observe(0.001)
 	m.TickPaths.WithLabelValues("l", "p").Inc()
@@ -139,6 +140,7 @@ var setters = map[string][]string{
 	"duet_items_published_total":        {"dealer"},
 	"duet_queue_depth":                  {"dealer"},
 	"duet_offline_publish_errors_total": {"dealer"},
+	"duet_queue_full_total":             {"dealer"},
 	"duet_queue_low_water_total":        {"dealer", "party0", "party1"},
 	"duet_tick_latency_seconds":         {"actuator"},
 }
