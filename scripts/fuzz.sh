@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every fuzz target for a short fixed amount of work each (default
 # 20000 inputs): the decoders of everything that arrives from outside (wire
-# format, the parties' batches, JetStream's acknowledgements of state writes,
-# spec files, moduli). Usage: scripts/fuzz.sh [N]
+# format, the parties' batches, the services' own records as the broker
+# stores them, JetStream's acknowledgements of state writes, spec files,
+# moduli). Usage: scripts/fuzz.sh [N]
 #
 # A fixed input count rather than a duration: Go's fuzzer can end a timed run
 # with a spurious "context deadline exceeded" when the machine is loaded and a
@@ -17,6 +18,7 @@ targets=(
   "./pkg/codec FuzzMatrixDecode"
   "./pkg/codec FuzzPeekItems"
   "./pkg/codec FuzzSplitBatch"
+  "./pkg/codec FuzzOpenRecord"
   "./internal/party FuzzPubAck"
   "./pkg/mpc FuzzElemFromBytes"
   "./pkg/mpc FuzzParseModulus"

@@ -1,9 +1,17 @@
 package sensor
 
 import (
+	"bytes"
+	"context"
+	"log/slog"
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/natstest"
+	"github.com/duet-mpc/duet/internal/testkeys"
 	"github.com/duet-mpc/duet/pkg/codec"
 )
 
@@ -81,4 +89,61 @@ func TestResumeCovers(t *testing.T) {
 	if !s.resumeCovers(1 << 40) {
 		t.Error("without a resume record, a tick was held back")
 	}
+}
+
+// TestResumeRecordBoundToItsLoop: the sensor's resume record, on a real
+// JetStream KV bucket, resumes its own loop's set-up only: moved to another
+// loop's key it does not open, and one sealed under another key of the
+// sensor's (a rotation) is reported as such.
+func TestResumeRecordBoundToItsLoop(t *testing.T) {
+	ctx := context.Background()
+	js, err := jetstream.New(natstest.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.EnsureSetupBucket(ctx, js, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealer := testkeys.Sealers(t)[codec.RoleSensor]
+	var logs bytes.Buffer
+	sensorOf := func(loop string, key [32]byte) *Sensor {
+		return &Sensor{opt: Options{Loop: loop, StateKey: &key, ItemsPerMsg: 1, Log: slog.New(slog.NewTextHandler(&logs, nil))},
+			kv: kv, sealer: sealer}
+	}
+	key := [32]byte{4}
+	first := sensorOf("a", key)
+	first.epoch = 5
+	if err := first.saveRecord(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if s := sensorOf("a", key); !resumed(t, s) || s.epoch != 5 {
+		t.Fatalf("its own loop's record: epoch %d, want resumed at 5\n%s", s.epoch, logs.String())
+	}
+	e, err := kv.Get(ctx, first.recordKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := sensorOf("b", key)
+	if _, err := kv.Put(ctx, moved.recordKey(), e.Value()); err != nil {
+		t.Fatal(err)
+	}
+	logs.Reset()
+	if resumed(t, moved) || !strings.Contains(logs.String(), "does not open") {
+		t.Fatalf("loop a's record under loop b's key resumed, or not reported:\n%s", logs.String())
+	}
+	logs.Reset()
+	if resumed(t, sensorOf("a", [32]byte{5})) || !strings.Contains(logs.String(), "key rotation") {
+		t.Fatalf("a record of another key resumed, or not reported as a rotation:\n%s", logs.String())
+	}
+}
+
+// resumed is s.resume's verdict; an error fails the test.
+func resumed(t *testing.T, s *Sensor) bool {
+	t.Helper()
+	ok, err := s.resume(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
 }

@@ -150,8 +150,7 @@ func openCurrent(key *[32]byte, context string, data []byte) ([]byte, error) {
 		return nil, err
 	}
 	nonce := len(recordMagic) + recordKeyIDSize
-	var adBuf [128]byte
-	body, err := aead.Open(nil, data[nonce:recordHead], data[recordHead:], recordAD(adBuf[:0], data[:nonce], context))
+	body, err := aead.Open(nil, data[nonce:recordHead], data[recordHead:], recordAD(nil, data[:nonce], context))
 	if err != nil {
 		return nil, fmt.Errorf("%w: sealed record does not open with this key for %q (altered, or stored under another key)", ErrAuth, context)
 	}
