@@ -84,9 +84,12 @@ func Permissions(r codec.Role) Perms {
 			js + "INFO", js + "STREAM.INFO." + offline, js + "STREAM.INFO." + setup,
 			// The queue depth each party sees.
 			js + "CONSUMER.INFO." + offline + "." + bus.ConsumerName(0), js + "CONSUMER.INFO." + offline + "." + bus.ConsumerName(1),
-			// Watching the dealer records: an ordered consumer on the bucket.
-			js + "CONSUMER.CREATE." + setup, js + "CONSUMER.CREATE." + setup + ".>",
-			js + "CONSUMER.DELETE." + setup + ".>", "$JS.FC.>",
+			// Watching the dealer records: an ordered pull consumer on the
+			// bucket's stream, created with their filter and no other
+			// (the server refuses a create whose configuration's filter
+			// differs from its subject's), so no other role's record.
+			js + "CONSUMER.CREATE." + setup + ".*." + bus.DealerSetupFilter,
+			js + "CONSUMER.MSG.NEXT." + setup + ".*", js + "CONSUMER.DELETE." + setup + ".*",
 		}
 	case codec.RolePlant:
 		p.Sub = []string{subj("%s.%s.plant.y", bus.Prefix, loop), subj("%s.%s.plant.u", bus.Prefix, loop)}

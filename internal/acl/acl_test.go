@@ -204,7 +204,11 @@ func TestPermissionsDenyForeignPublishes(t *testing.T) {
 		codec.RoleParty1: {bus.MeasureSubject(loop, 0), bus.ExchangeSubject(loop, 1), stateKV(0), getState(0), getSetup(codec.RoleParty0)},
 		codec.RoleActuator: {bus.MeasureSubject(loop, 0), bus.OutputSubject(loop), bus.ExchangeSubject(loop, 1),
 			getSetup(codec.RoleParty0), stateKV(0)},
-		codec.RoleDealer: {bus.MeasureSubject(loop, 0), bus.OutputSubject(loop), setupKV(codec.RoleParty0), getSetup(codec.RoleParty0), stateKV(1)},
+		codec.RoleDealer: {bus.MeasureSubject(loop, 0), bus.OutputSubject(loop), setupKV(codec.RoleParty0), getSetup(codec.RoleParty0), stateKV(1),
+			// A consumer of another role's set-up records, or of any
+			// (the filter in the request only).
+			"$JS.API.CONSUMER.CREATE.KV_" + bus.SetupBucket + ".c." + setupKV(codec.RoleParty0),
+			"$JS.API.CONSUMER.CREATE.KV_" + bus.SetupBucket + ".c", "$JS.API.CONSUMER.CREATE.KV_" + bus.SetupBucket},
 		codec.RoleSensor: {bus.ExchangeSubject(loop, 0), bus.OutputSubject(loop), bus.MaskYSubject(loop), stateKV(0), getState(1),
 			getSetup(codec.RoleParty0), bus.OfflineSubject(loop)},
 		codec.RolePlant: {bus.MeasureSubject(loop, 0), bus.OutputSubject(loop), bus.PlantUSubject(loop)},

@@ -85,6 +85,24 @@ func SetupKey(loop string, r codec.Role) string { return loop + "." + r.String()
 // DealerSetupWildcard matches every loop's dealer record.
 const DealerSetupWildcard = "*.dealer"
 
+// SetupStream is the set-up bucket's JetStream stream.
+const SetupStream = "KV_" + SetupBucket
+
+// setupSubjectPrefix starts the subject of every record of the set-up
+// bucket: the prefix and the record's key.
+const setupSubjectPrefix = "$KV." + SetupBucket + "."
+
+// DealerSetupFilter is the subject filter of the dealer records alone, the
+// only filter the dealers may watch the set-up bucket's stream with
+// (internal/acl).
+const DealerSetupFilter = setupSubjectPrefix + DealerSetupWildcard
+
+// SetupKeyOf is the key of the set-up record stored under subject, and
+// false for a subject outside the set-up bucket.
+func SetupKeyOf(subject string) (string, bool) {
+	return strings.CutPrefix(subject, setupSubjectPrefix)
+}
+
 // SubjectLoop returns the loop id of a per-loop subject (Prefix.<loop>...),
 // or "" if subject is not one.
 func SubjectLoop(subject string) string {

@@ -82,39 +82,75 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Dealer, error) {
 
 // Run watches the set-up bucket for loops and serves them until ctx ends.
 func (d *Dealer) Run(ctx context.Context) error {
-	kv, err := bus.WaitSetupBucket(ctx, d.js, d.opt.Log)
-	if err != nil {
+	if _, err := bus.WaitSetupBucket(ctx, d.js, d.opt.Log); err != nil {
 		return nil
 	}
-	w, err := kv.Watch(ctx, bus.DealerSetupWildcard)
+	records, err := d.watchRecords(ctx)
 	if err != nil {
 		return fmt.Errorf("dealer: watch set-up: %w", err)
 	}
-	defer w.Stop()
+	stop := context.AfterFunc(ctx, records.Stop)
+	defer stop()
+	defer records.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		select {
-		case <-ctx.Done():
+		msg, err := records.Next()
+		if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil
-			}
-			if e == nil {
-				continue
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				d.unregister(e.Key()) // deleted or purged
-				continue
-			}
-			if err := d.register(ctx, &wg, e.Key(), e.Value()); err != nil {
-				d.opt.Metrics.Reject(err)
-				d.opt.Log.Error("dealer set-up rejected", "key", e.Key(), "err", err)
-			}
+		}
+		if err != nil {
+			return fmt.Errorf("dealer: watch set-up: %w", err)
+		}
+		key, ok := bus.SetupKeyOf(msg.Subject())
+		if !ok {
+			continue
+		}
+		if recordRemoved(msg.Headers()) {
+			d.unregister(key)
+			continue
+		}
+		if err := d.register(ctx, &wg, key, msg.Data()); err != nil {
+			d.opt.Metrics.Reject(err)
+			d.opt.Log.Error("dealer set-up rejected", "key", key, "err", err)
 		}
 	}
 }
+
+// watchRecords delivers the dealer records of the set-up bucket, the latest
+// of each loop first and then every change, through an ordered consumer
+// filtered on them alone, as a watch of the bucket's keys would. The
+// dealers' right to create consumers on the bucket's stream takes no other
+// filter (internal/acl): a dealer cannot read the other roles' set-up
+// records.
+func (d *Dealer) watchRecords(ctx context.Context) (jetstream.MessagesContext, error) {
+	cons, err := d.js.OrderedConsumer(ctx, bus.SetupStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.DealerSetupFilter},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cons.Messages()
+}
+
+// recordRemoved tells a KV record's deletion or purge, or its removal by
+// the server (a marker), from a record written.
+func recordRemoved(h nats.Header) bool {
+	switch h.Get(kvOperation) {
+	case "DEL", "PURGE":
+		return true
+	}
+	switch h.Get(jetstream.MarkerReasonHeader) {
+	case "MaxAge", "Purge", "Remove":
+		return true
+	}
+	return false
+}
+
+// kvOperation is the header JetStream KV marks a deletion or purge with
+// (the jetstream package does not export it).
+const kvOperation = "KV-Operation"
 
 func (d *Dealer) register(ctx context.Context, wg *sync.WaitGroup, key string, data []byte) error {
 	h, body, err := d.sealer.Open(data)
