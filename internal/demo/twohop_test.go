@@ -26,7 +26,11 @@ func TestLoopTwoHop(t *testing.T) {
 	for _, v := range []mpc.Variant{mpc.PerTick, mpc.FixedMask} {
 		t.Run(v.String(), func(t *testing.T) {
 			cs, ps := pendulum(t)
-			c := startWith(t, Options{Controller: cs, Plant: ps, Variant: v, Compress: true, Period: 10 * time.Millisecond,
+			// A 20-ms period: a stall of the shared machine shorter than
+			// that leaves the mask shares in time for the next tick (with
+			// 10 ms, a run of the package's tests on a busy 2-core VM
+			// sent 259-282 of 300 ticks masked, against 298 when quiet).
+			c := startWith(t, Options{Controller: cs, Plant: ps, Variant: v, Compress: true, Period: 20 * time.Millisecond,
 				Deadline: 250 * time.Millisecond, Dealers: 1, LowWater: 100, TwoHop: true}, 50)
 			// Everything the parties send the sensor, as the broker sees it.
 			nc, err := nats.Connect(c.URL())
