@@ -2,6 +2,7 @@ package acl_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -286,5 +287,44 @@ func loopOverTLS(t *testing.T, coalesce time.Duration) {
 	time.Sleep(100 * time.Millisecond)
 	if s := demo.Summarize(c.Records()); s.Applied < 99 || s.Misses > 1 {
 		t.Fatalf("over TLS: %d of 100 applied, %d misses", s.Applied, s.Misses)
+	}
+}
+
+// TestDealerConsumerTakesItsFilterOnly: the one consumer-create subject a
+// dealer may publish on names the dealer records' filter, and the server
+// refuses a create whose configuration asks for another (a filter of every
+// record, or several filters): so a dealer cannot have a consumer deliver
+// another role's set-up record. With the filter of its subject, the create
+// succeeds.
+func TestDealerConsumerTakesItsFilterOnly(t *testing.T) {
+	c := startACL(t, demo.Options{ACL: true})
+	nc, errs := connectAs(t, c, codec.RoleDealer)
+	subject := "$JS.API.CONSUMER.CREATE.KV_" + bus.SetupBucket + ".probe." + bus.DealerSetupFilter
+	for _, tc := range []struct {
+		name   string
+		config string
+		ok     bool
+	}{
+		{"every record", `"filter_subject":"$KV.` + bus.SetupBucket + `.>"`, false},
+		{"party0's records", `"filter_subject":"$KV.` + bus.SetupBucket + `.*.party0"`, false},
+		{"several filters", `"filter_subjects":["` + bus.DealerSetupFilter + `","$KV.` + bus.SetupBucket + `.*.party0"]`, false},
+		{"the dealer records", `"filter_subject":"` + bus.DealerSetupFilter + `"`, true},
+	} {
+		req := `{"stream_name":"KV_` + bus.SetupBucket + `","config":{"name":"probe","ack_policy":"none","deliver_policy":"last_per_subject",` + tc.config + `}}`
+		msg, err := nc.Request(subject, []byte(req), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v (async errors %v)", tc.name, err, errs())
+		}
+		var resp struct {
+			Error *struct {
+				Description string `json:"description"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(msg.Data, &resp); err != nil {
+			t.Fatalf("%s: %v in %s", tc.name, err, msg.Data)
+		}
+		if (resp.Error == nil) != tc.ok {
+			t.Errorf("%s: response %s; want it %s", tc.name, msg.Data, map[bool]string{true: "created", false: "refused"}[tc.ok])
+		}
 	}
 }

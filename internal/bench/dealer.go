@@ -17,9 +17,9 @@ import (
 // connection) fill a loop's real offline queue (JetStream, memory storage,
 // interest retention with both parties' consumers, nobody consuming). The
 // rate is read from the stream's depth: items per second between 10% and
-// 90% of the target, so start-up (KV watch, registration) is not counted.
-// With three replicas the stream's MaxMsgs stops the overfill, as in
-// production.
+// 90% of the target, so start-up (the watch of the set-up records,
+// registration) is not counted. With three replicas the stream's MaxMsgs
+// stops the overfill, as in production.
 
 // DealerCase is a controller whose items are generated.
 type DealerCase struct {

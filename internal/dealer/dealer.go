@@ -94,6 +94,10 @@ func (d *Dealer) Run(ctx context.Context) error {
 	defer records.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// The loops' generators run under ctx: Run returning for another
+	// reason (the watch failed) stops them before waiting for them.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	for {
 		msg, err := records.Next()
 		if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {

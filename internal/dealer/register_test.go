@@ -4,10 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -141,5 +143,105 @@ func TestNewEpochReplacesTheOldAtOnce(t *testing.T) {
 				t.Fatalf("message %d holds an item of epoch %d, want 3: an old generator still ran", seq, it.Epoch)
 			}
 		}
+	}
+}
+
+// TestRunFollowsTheDealerRecords: Run serves the loops whose dealer records
+// its watch of the set-up bucket delivers, stops serving one whose record
+// is deleted or purged, and serves it again when the record is written
+// again; other roles' records are not delivered. A failed watch (here the
+// connection closed under it) ends Run and its loops' generators, rather
+// than leaving Run waiting for them.
+func TestRunFollowsTheDealerRecords(t *testing.T) {
+	ctx := t.Context()
+	ns, nc := natstest.Start(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.EnsureSetupBucket(ctx, js, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealers := testkeys.Sealers(t)
+	prm := pendulumParams(t, mpc.PerTick)
+	record := func(loop string, epoch uint64) []byte {
+		body, err := codec.Marshal(codec.DealerSetupPayload{Epoch: epoch, Params: codec.PutParams(prm), Secret: make([]byte, 32), Compress: true,
+			Stream: bus.OfflineStream(loop), Subject: bus.OfflineSubject(loop)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, err := sealers[codec.RoleSensor].Seal(codec.Header{Kind: codec.KindDealerSetup, Loop: loop, Tick: epoch, From: codec.RoleSensor, To: codec.RoleDealer}, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	for _, loop := range []string{"a", "b"} {
+		if _, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: loop, MaxMsgs: 1000}, 1, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Loop a's record before the dealer starts (the last per key first),
+	// b's after.
+	if _, err := kv.Put(ctx, bus.SetupKey("a", codec.RoleDealer), record("a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	dnc, err := nats.Connect(ns.ClientURL()) // the dealer's own connection, closed below
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dnc.Close()
+	d, err := New(dnc, sealers[codec.RoleDealer], Options{Name: "d", LowWater: 16, Batch: 8, Poll: 20 * time.Millisecond, PollMax: 100 * time.Millisecond,
+		Metrics: metrics.New("d"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	served := func() []string {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		var out []string
+		for loop := range d.loops {
+			out = append(out, loop)
+		}
+		slices.Sort(out)
+		return out
+	}
+	waitServed := func(want ...string) {
+		t.Helper()
+		for end := time.Now().Add(5 * time.Second); !slices.Equal(served(), want); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("serving %v, want %v", served(), want)
+			}
+		}
+	}
+	waitServed("a")
+	// Another role's record of loop c is not a dealer record.
+	if _, err := kv.Put(ctx, bus.SetupKey("c", codec.RoleParty0), record("c", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, bus.SetupKey("b", codec.RoleDealer), record("b", 1)); err != nil {
+		t.Fatal(err)
+	}
+	waitServed("a", "b")
+	if err := kv.Delete(ctx, bus.SetupKey("a", codec.RoleDealer)); err != nil {
+		t.Fatal(err)
+	}
+	waitServed("b")
+	if err := kv.Purge(ctx, bus.SetupKey("b", codec.RoleDealer)); err != nil {
+		t.Fatal(err)
+	}
+	waitServed()
+	if _, err := kv.Put(ctx, bus.SetupKey("a", codec.RoleDealer), record("a", 2)); err != nil {
+		t.Fatal(err)
+	}
+	waitServed("a")
+	dnc.Close()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its connection closed (it waited for loop a's generator)")
 	}
 }
