@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -57,18 +58,7 @@ func TestNewEpochReplacesTheOldAtOnce(t *testing.T) {
 	}
 	prm := pendulumParams(t, mpc.PerTick)
 	key := bus.SetupKey(loop, codec.RoleDealer)
-	record := func(epoch uint64) []byte {
-		body, err := codec.Marshal(codec.DealerSetupPayload{Epoch: epoch, Params: codec.PutParams(prm), Secret: make([]byte, 32), Compress: true,
-			Stream: bus.OfflineStream(loop), Subject: bus.OfflineSubject(loop)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		env, err := sealers[codec.RoleSensor].Seal(codec.Header{Kind: codec.KindDealerSetup, Loop: loop, Tick: epoch, From: codec.RoleSensor, To: codec.RoleDealer}, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return env
-	}
+	record := func(epoch uint64) []byte { return dealerRecord(t, sealers[codec.RoleSensor], prm, loop, epoch) }
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
@@ -166,16 +156,7 @@ func TestRunFollowsTheDealerRecords(t *testing.T) {
 	sealers := testkeys.Sealers(t)
 	prm := pendulumParams(t, mpc.PerTick)
 	record := func(loop string, epoch uint64) []byte {
-		body, err := codec.Marshal(codec.DealerSetupPayload{Epoch: epoch, Params: codec.PutParams(prm), Secret: make([]byte, 32), Compress: true,
-			Stream: bus.OfflineStream(loop), Subject: bus.OfflineSubject(loop)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		env, err := sealers[codec.RoleSensor].Seal(codec.Header{Kind: codec.KindDealerSetup, Loop: loop, Tick: epoch, From: codec.RoleSensor, To: codec.RoleDealer}, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return env
+		return dealerRecord(t, sealers[codec.RoleSensor], prm, loop, epoch)
 	}
 	for _, loop := range []string{"a", "b"} {
 		if _, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: loop, MaxMsgs: 1000}, 1, false); err != nil {
@@ -202,12 +183,7 @@ func TestRunFollowsTheDealerRecords(t *testing.T) {
 	served := func() []string {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		var out []string
-		for loop := range d.loops {
-			out = append(out, loop)
-		}
-		slices.Sort(out)
-		return out
+		return slices.Sorted(maps.Keys(d.loops))
 	}
 	waitServed := func(want ...string) {
 		t.Helper()
@@ -244,4 +220,20 @@ func TestRunFollowsTheDealerRecords(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after its connection closed (it waited for loop a's generator)")
 	}
+}
+
+// dealerRecord is the sensor's dealer set-up record of loop and epoch for
+// the parameters prm, sealed by sensor.
+func dealerRecord(t *testing.T, sensor *codec.Sealer, prm mpc.Params, loop string, epoch uint64) []byte {
+	t.Helper()
+	body, err := codec.Marshal(codec.DealerSetupPayload{Epoch: epoch, Params: codec.PutParams(prm), Secret: make([]byte, 32), Compress: true,
+		Stream: bus.OfflineStream(loop), Subject: bus.OfflineSubject(loop)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := sensor.Seal(codec.Header{Kind: codec.KindDealerSetup, Loop: loop, Tick: epoch, From: codec.RoleSensor, To: codec.RoleDealer}, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
 }
