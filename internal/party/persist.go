@@ -54,7 +54,7 @@ type stateRecord = codec.StateRecord
 
 type persister struct {
 	kv       jetstream.KeyValue
-	key      [32]byte
+	key      codec.RecordKey
 	loop     string // the record's key in the bucket, which its seal binds
 	rev      uint64
 	instance uint64
@@ -91,12 +91,12 @@ const saveTimeout = 250 * time.Millisecond
 // seal seals a record of the persister's loop, bound to its key in the
 // bucket (the loop ID): another loop's record does not open as this one's.
 func (p *persister) seal(rec stateRecord) ([]byte, error) {
-	return codec.SealRecord(&p.key, p.loop, rec)
+	return p.key.SealAppend(nil, p.loop, rec)
 }
 
 func (p *persister) open(data []byte) (stateRecord, error) {
 	var rec stateRecord
-	err := codec.OpenRecord(&p.key, p.loop, data, &rec)
+	err := p.key.Open(p.loop, data, &rec)
 	return rec, err
 }
 
@@ -124,7 +124,7 @@ func (w *worker) openPersister(ctx context.Context) error {
 	msg := nats.NewMsg("$KV." + StateBucket(w.id) + "." + w.loop)
 	lastSeq := []string{""}
 	msg.Header[jetstream.ExpectedLastSubjSeqHeader] = lastSeq
-	w.persist = &persister{kv: kv, key: *w.s.opt.StateKey, loop: w.loop, instance: binary.LittleEndian.Uint64(inst[:]) | 1,
+	w.persist = &persister{kv: kv, key: codec.NewRecordKey(w.s.opt.StateKey), loop: w.loop, instance: binary.LittleEndian.Uint64(inst[:]) | 1,
 		nc: w.s.nc, acks: acks, ackCh: make(chan ackResult, 1), msg: msg, lastSeq: lastSeq}
 	if w.s.opt.TwoHop {
 		w.persist.onResult = w.releaseMask
@@ -286,7 +286,7 @@ func (w *worker) save(ctx context.Context) error {
 	default:
 	}
 	p.rec, p.wire = w.recordAppend(p.wire[:0])
-	data, err := codec.SealRecordAppend(p.buf[:0], &p.key, p.loop, &p.rec)
+	data, err := p.key.SealAppend(p.buf[:0], p.loop, &p.rec)
 	if err != nil {
 		return err
 	}

@@ -157,6 +157,9 @@ func storedRecord(t *testing.T, w *worker) (uint64, stateRecord) {
 	return e.Revision(), rec
 }
 
+// testStateKey is the state key of persistingWorker's party.
+var testStateKey = [32]byte{7}
+
 // persistingWorker is P0's worker for loop with the pendulum's party, its
 // state persisted to a JetStream KV bucket of an embedded server, and the
 // record's key claimed.
@@ -168,7 +171,7 @@ func persistingWorker(t *testing.T, loop string) *worker {
 		t.Fatal(err)
 	}
 	prm, p := pendulumParty(t)
-	key := [32]byte{7}
+	key := testStateKey
 	s := &Service{nc: nc, js: js, opt: Options{ID: 0, StateKey: &key, StateStorage: jetstream.MemoryStorage,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party")}}
 	w := &worker{s: s, id: 0, loop: loop, prm: prm, p: p}
@@ -270,7 +273,7 @@ func TestRecordUnderAnotherKey(t *testing.T) {
 	}
 
 	// The record restores under its own key and loop.
-	w, _, _ := restoreWith("rotated", first.persist.key)
+	w, _, _ := restoreWith("rotated", testStateKey)
 	if !w.restored || w.version != 5 {
 		t.Fatalf("the record under its own key: restored %v, version %d; want version 5", w.restored, w.version)
 	}
@@ -283,7 +286,7 @@ func TestRecordUnderAnotherKey(t *testing.T) {
 	if _, err := first.persist.kv.Put(ctx, "moved", e.Value()); err != nil {
 		t.Fatal(err)
 	}
-	w, m, logs := restoreWith("moved", first.persist.key)
+	w, m, logs := restoreWith("moved", testStateKey)
 	if w.restored || testutil.ToFloat64(m.Rejects.WithLabelValues("auth")) != 1 {
 		t.Fatalf("another loop's record: restored %v, %v auth rejects; want refused and counted once\n%s",
 			w.restored, testutil.ToFloat64(m.Rejects.WithLabelValues("auth")), logs)

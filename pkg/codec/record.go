@@ -77,6 +77,16 @@ func recordAD(buf []byte, head []byte, context string) []byte {
 	return append(append(buf, head...), context...)
 }
 
+// RecordKey is a record key with its id (RecordKeyID), derived once, for a
+// writer that seals a record every tick.
+type RecordKey struct {
+	key [32]byte
+	id  [recordKeyIDSize]byte
+}
+
+// NewRecordKey returns key with its id.
+func NewRecordKey(key *[32]byte) RecordKey { return RecordKey{key: *key, id: RecordKeyID(key)} }
+
 // SealRecord encodes v and seals it under key with a random nonce, bound to
 // context (the key the record is stored under).
 func SealRecord(key *[32]byte, context string, v any) ([]byte, error) {
@@ -87,13 +97,18 @@ func SealRecord(key *[32]byte, context string, v any) ([]byte, error) {
 // writer that reuses one buffer: v is encoded after the head and sealed in
 // place, so a buffer of the right capacity is not reallocated.
 func SealRecordAppend(dst []byte, key *[32]byte, context string, v any) ([]byte, error) {
-	aead, err := chacha20poly1305.NewX(key[:])
+	k := NewRecordKey(key)
+	return k.SealAppend(dst, context, v)
+}
+
+// SealAppend is SealRecordAppend under k.
+func (k *RecordKey) SealAppend(dst []byte, context string, v any) ([]byte, error) {
+	aead, err := chacha20poly1305.NewX(k.key[:])
 	if err != nil {
 		return nil, err
 	}
 	start := len(dst)
-	id := RecordKeyID(key)
-	dst = append(append(dst, recordMagic...), id[:]...)
+	dst = append(append(dst, recordMagic...), k.id[:]...)
 	nonce := len(dst)
 	dst = slices.Grow(dst, chacha20poly1305.NonceSizeX)[:nonce+chacha20poly1305.NonceSizeX]
 	if _, err := rand.Read(dst[nonce:]); err != nil {
@@ -117,18 +132,24 @@ func SealRecordAppend(dst []byte, key *[32]byte, context string, v any) ([]byte,
 // ErrOtherKey if it was sealed under another key (its key id is not key's),
 // ErrAuth if it does not open with key for context.
 func OpenRecord(key *[32]byte, context string, data []byte, v any) error {
+	k := NewRecordKey(key)
+	return k.Open(context, data, v)
+}
+
+// Open is OpenRecord under k.
+func (k *RecordKey) Open(context string, data []byte, v any) error {
 	if len(data) < 24+max(secretbox.Overhead, chacha20poly1305.Overhead) {
 		return fmt.Errorf("%w: sealed record too short", ErrMalformed)
 	}
 	var cur error // why data does not open as a record of the current layout
 	if len(data) >= recordHead+chacha20poly1305.Overhead && string(data[:len(recordMagic)]) == recordMagic {
-		body, err := openCurrent(key, context, data)
+		body, err := k.openCurrent(context, data)
 		if err == nil {
 			return Unmarshal(body, v)
 		}
 		cur = err
 	}
-	body, err := openEarlier(key, data)
+	body, err := openEarlier(&k.key, data)
 	if err != nil {
 		if cur != nil {
 			return cur
@@ -139,13 +160,12 @@ func OpenRecord(key *[32]byte, context string, data []byte, v any) error {
 }
 
 // openCurrent opens a record of the current layout.
-func openCurrent(key *[32]byte, context string, data []byte) ([]byte, error) {
-	id := RecordKeyID(key)
+func (k *RecordKey) openCurrent(context string, data []byte) ([]byte, error) {
 	got := data[len(recordMagic) : len(recordMagic)+recordKeyIDSize]
-	if string(got) != string(id[:]) {
-		return nil, fmt.Errorf("%w: the record was sealed under the key with id %x, this service's key has id %x (a key rotation makes the records of the old key unreadable)", ErrOtherKey, got, id)
+	if string(got) != string(k.id[:]) {
+		return nil, fmt.Errorf("%w: the record was sealed under the key with id %x, this service's key has id %x (a key rotation makes the records of the old key unreadable)", ErrOtherKey, got, k.id)
 	}
-	aead, err := chacha20poly1305.NewX(key[:])
+	aead, err := chacha20poly1305.NewX(k.key[:])
 	if err != nil {
 		return nil, err
 	}
