@@ -220,7 +220,9 @@ func TestTwoHopPartiesRejectMalformed(t *testing.T) {
 // short at both parties and nothing is refused as a wrong kind.
 func TestTwoHopThroughBatches(t *testing.T) {
 	cs, ps := pendulum(t)
-	c := startWith(t, Options{Controller: cs, Plant: ps, Variant: mpc.PerTick, Compress: true, Period: 10 * time.Millisecond,
+	// 20 ms, as TestLoopTwoHop: at 10 ms a stall of the shared VM pushed
+	// ticks to three hops (173 of 200 in two hops in one run of the suite).
+	c := startWith(t, Options{Controller: cs, Plant: ps, Variant: mpc.PerTick, Compress: true, Period: 20 * time.Millisecond,
 		Deadline: 250 * time.Millisecond, Dealers: 1, LowWater: 100, TwoHop: true, PeerBatchAlways: true}, 50)
 	nc, err := nats.Connect(c.URL())
 	if err != nil {
