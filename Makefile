@@ -85,7 +85,8 @@ up: keys
 	$(COMPOSE) -p $(PROJECT) ps
 
 ## keys: `duet keys --dir /keys --if-missing` into the stack's keys volume,
-## once: a volume that already holds keys keeps them ("already exists", from a
+## once: a volume that already holds keys keeps them, its nats-auth.conf
+## rewritten with this release's NATS permissions ("already exists", from a
 ## keys service run without --if-missing, counts as done too). The compose
 ## keys service is then scaled to 0 so that `up` does not run it again.
 keys: images
@@ -124,7 +125,9 @@ alerts-test: $(PROMTOOL)
 	$(PROMTOOL) test rules deploy/prometheus/duet-alerts.test.yaml
 
 ## k8s-secrets: the Secrets and the ConfigMap that k8s/ mounts, from `duet keys`
-## (generated once into K8S_KEYS; keep that directory offline and out of git):
+## (generated once into K8S_KEYS; keep that directory offline and out of git;
+## a later run keeps its keys and rewrites nats-auth.conf with this release's
+## NATS permissions, `duet keys --if-missing`):
 ## duet-key-<role> (<role>.seed), duet-pubkeys (every .pub), duet-controller.
 K8S_KEYS   ?= build/k8s-keys
 K8S_NS     ?= duet
@@ -136,7 +139,7 @@ KUBECTL    ?= kubectl
 TLS_DAYS ?= 365
 NATS_TLS_HOSTS ?= nats,nats.duet,nats.duet.svc,nats-0.nats-headless,nats-1.nats-headless,nats-2.nats-headless,localhost
 k8s-secrets: build
-	@test -e $(K8S_KEYS)/sensor.seed || $(BIN)/duet keys --dir $(K8S_KEYS) --tls-hosts $(NATS_TLS_HOSTS) --tls-days $(TLS_DAYS)
+	$(BIN)/duet keys --dir $(K8S_KEYS) --if-missing --tls-hosts $(NATS_TLS_HOSTS) --tls-days $(TLS_DAYS)
 	$(KUBECTL) apply -f k8s/base/namespace.yaml
 	@for r in $(ROLES); do \
 	  $(KUBECTL) -n $(K8S_NS) create secret generic duet-key-$$r --from-file=$$r.seed=$(K8S_KEYS)/$$r.seed \

@@ -221,6 +221,24 @@ fi
 log "starting stack $PROJECT"
 "${DC[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
 "${DC[@]}" run --rm keys >/dev/null || fail "duet keys into the keys volume"
+# The keys service again, as `make up` runs it on a volume that holds keys
+# (an upgrade): it keeps them and rewrites an earlier release's nats-auth.conf
+# (here a stale one copied in) with this release's permissions, which the
+# NATS server below then runs under; on a current file it says so.
+kvol=$(docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT" --filter "label=com.docker.compose.volume=keys")
+[[ -n $kvol ]] || fail "no keys volume of project $PROJECT"
+stale=$(mktemp)
+printf 'authorization {\n  users = []\n}\n' >"$stale"
+chmod 644 "$stale"
+kc=$(docker create -v "$kvol:/keys" "duet-tools:${IMAGE_TAG:-latest}" keys --dir /keys)
+docker cp "$stale" "$kc:/keys/nats-auth.conf" >/dev/null || fail "copying a stale nats-auth.conf into the keys volume"
+docker rm "$kc" >/dev/null
+rm -f "$stale"
+out=$("${DC[@]}" run --rm keys 2>&1) || fail "duet keys --if-missing on a volume with keys: $out"
+[[ $out == *"kept them, and rewrote nats-auth.conf"* ]] || fail "duet keys --if-missing did not rewrite a stale nats-auth.conf: $out"
+out=$("${DC[@]}" run --rm keys 2>&1) || fail "duet keys --if-missing on a volume with keys: $out"
+[[ $out == *"already has this release's permissions"* ]] || fail "duet keys --if-missing on a current nats-auth.conf: $out"
+pass "keys service on a volume with keys: kept them, a stale nats-auth.conf rewritten with this release's permissions"
 "${DC[@]}" up -d --scale keys=0 --scale dealer=1 2>&1 | grep -v -e '^Creating' -e '^$' || true
 for s in nats sensor party0 party1 actuator dealer plant; do
 	wait_healthy "$s" 1 120 || fail "$s did not become healthy within 120 s"

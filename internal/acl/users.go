@@ -96,6 +96,51 @@ func GenerateUsers(dir string, force bool) error {
 	return os.WriteFile(filepath.Join(dir, AuthConfigFile), []byte(Config(Publics(users))), 0o644)
 }
 
+// RefreshAuthConfig brings dir's nats-auth.conf up to this release's
+// permissions for the NATS users whose seeds dir holds, keeping every key: an
+// upgrade that narrows or adds a role's rights reaches a deployment whose keys
+// were written by an earlier release. The file is replaced whole (written
+// beside it, then renamed), so a server reading it meanwhile sees the old one
+// or the new one. changed reports whether its content differed; a role's
+// missing or unreadable user seed is an error naming the file.
+func RefreshAuthConfig(dir string) (changed bool, err error) {
+	pubs := map[codec.Role]string{}
+	for _, r := range codec.AllRoles {
+		u, err := LoadUser(UserSeedPath(dir, r), r)
+		if err != nil {
+			return false, err
+		}
+		pubs[r] = u.Pub
+	}
+	want := []byte(Config(pubs))
+	path := filepath.Join(dir, AuthConfigFile)
+	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, want) {
+		return false, nil
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("acl: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+AuthConfigFile+".*")
+	if err != nil {
+		return false, fmt.Errorf("acl: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // after a rename, no file of that name is left
+	if _, err := tmp.Write(want); err != nil {
+		tmp.Close()
+		return false, fmt.Errorf("acl: %w", err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return false, fmt.Errorf("acl: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return false, fmt.Errorf("acl: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return false, fmt.Errorf("acl: %w", err)
+	}
+	return true, nil
+}
+
 // LoadUser reads a role's NATS user seed file, under the rules for secret
 // key files of keys.Load (its mode and size).
 func LoadUser(path string, r codec.Role) (*User, error) {

@@ -24,7 +24,7 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "keys", "output directory: <role>.seed (0600, secret) and <role>.pub per role")
 	force := fs.Bool("force", false, "overwrite existing key files (rotates every key)")
-	ifMissing := fs.Bool("if-missing", false, "do nothing (exit 0) if the directory already holds keys; for init containers")
+	ifMissing := fs.Bool("if-missing", false, "keep the keys (exit 0) if the directory already holds them, only bringing its nats-auth.conf up to this release's permissions; for init containers and upgrades")
 	tlsHosts := fs.String("tls-hosts", "", "also write a private CA and a NATS server certificate for these comma-separated host names/IPs (ca.pem, nats-cert.pem, nats-key.pem)")
 	tlsDays := fs.Int("tls-days", 365, "days the server certificate of --tls-hosts is valid (its CA: 10 years)")
 	tlsOnly := fs.Bool("tls-only", false, "write only a new server certificate for --tls-hosts, signed by the directory's CA (ca.pem, ca-key.pem), keeping the CA and the role keys: to renew it before it expires")
@@ -73,7 +73,15 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *ifMissing && !*force {
 		if _, err := os.Stat(keys.SeedPath(*dir, codec.RoleSensor)); err == nil {
-			fmt.Fprintf(stdout, "%s already holds keys; kept them\n", *dir)
+			changed, err := acl.RefreshAuthConfig(*dir)
+			if err != nil {
+				return fmt.Errorf("%s already holds keys, kept; its %s could not be brought up to this release's permissions: %w", *dir, acl.AuthConfigFile, err)
+			}
+			if changed {
+				fmt.Fprintf(stdout, "%s already holds keys; kept them, and rewrote %s with this release's permissions: reload or restart the NATS server to apply them\n", *dir, acl.AuthConfigFile)
+			} else {
+				fmt.Fprintf(stdout, "%s already holds keys; kept them (%s already has this release's permissions)\n", *dir, acl.AuthConfigFile)
+			}
 			return nil
 		}
 	}

@@ -133,3 +133,59 @@ func TestKeysTLSHostsChecked(t *testing.T) {
 		t.Errorf("certificate for DNS names %q and IPs %v, want nats,*.duet.svc and 127.0.0.1", got, cert.IPAddresses)
 	}
 }
+
+// duet keys --if-missing, as the compose stack's keys service, `make up` and
+// `make k8s-secrets` run it, keeps a directory's keys and brings its
+// nats-auth.conf up to this release's permissions, so that an upgrade that
+// changes a role's rights reaches a deployment whose keys an earlier release
+// wrote. Before, it kept the earlier release's grants for good.
+func TestKeysIfMissingRefreshesPermissions(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	if err := Run(ctx, []string{"keys", "--dir", dir}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"sensor.seed", "party0.seed", "dealer.seed", "sensor.nats.nk", "party1.nats.nk", "dealer.nats.nk", "dealer.pub"}
+	files := map[string][]byte{}
+	for _, n := range append(names, "nats-auth.conf") {
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[n] = b
+	}
+	conf := filepath.Join(dir, "nats-auth.conf")
+	if err := os.WriteFile(conf, []byte("authorization {\n  users = []\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := Run(ctx, []string{"keys", "--dir", dir, "--if-missing"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(conf); !bytes.Equal(got, files["nats-auth.conf"]) {
+		t.Error("--if-missing did not bring nats-auth.conf back to this release's permissions")
+	}
+	if !strings.Contains(out.String(), "kept them, and rewrote nats-auth.conf") || !strings.Contains(out.String(), "reload or restart the NATS server") {
+		t.Errorf("output %q does not say the keys were kept and the permissions rewritten", out.String())
+	}
+	for _, n := range names {
+		if got, _ := os.ReadFile(filepath.Join(dir, n)); !bytes.Equal(got, files[n]) {
+			t.Errorf("--if-missing changed %s", n)
+		}
+	}
+	out.Reset()
+	if err := Run(ctx, []string{"keys", "--dir", dir, "--if-missing"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "already has this release's permissions") {
+		t.Errorf("a second run's output %q does not say the file was current", out.String())
+	}
+	// Keys without a NATS user seed: refused, naming it.
+	seed := filepath.Join(dir, "party0.nats.nk")
+	if err := os.Remove(seed); err != nil {
+		t.Fatal(err)
+	}
+	if err := Run(ctx, []string{"keys", "--dir", dir, "--if-missing"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), seed) {
+		t.Errorf("without %s: %v, want an error naming it", seed, err)
+	}
+}
