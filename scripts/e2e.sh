@@ -223,17 +223,26 @@ log "starting stack $PROJECT"
 "${DC[@]}" run --rm keys >/dev/null || fail "duet keys into the keys volume"
 # The keys service again, as `make up` runs it on a volume that holds keys
 # (an upgrade): it keeps them and rewrites an earlier release's nats-auth.conf
-# (here a stale one copied in) with this release's permissions, which the
-# NATS server below then runs under; on a current file it says so.
+# with this release's permissions, which the NATS server below then runs
+# under; on a current file it says so. The earlier file stands in for the
+# grants before 1b713ad: the dealers may not pull their set-up records, so a
+# rewrite that did not happen leaves the queues unfilled and the loop below
+# without items.
 kvol=$(docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT" --filter "label=com.docker.compose.volume=keys")
 [[ -n $kvol ]] || fail "no keys volume of project $PROJECT"
-stale=$(mktemp)
-printf 'authorization {\n  users = []\n}\n' >"$stale"
-chmod 644 "$stale"
+kdir=$(mktemp -d)
 kc=$(docker create -v "$kvol:/keys" "duet-tools:${IMAGE_TAG:-latest}" keys --dir /keys)
-docker cp "$stale" "$kc:/keys/nats-auth.conf" >/dev/null || fail "copying a stale nats-auth.conf into the keys volume"
+staled=0
+if docker cp "$kc:/keys/nats-auth.conf" "$kdir/current" >/dev/null &&
+	sed 's/, "\$JS\.API\.CONSUMER\.MSG\.NEXT\.KV_[^"]*"//' "$kdir/current" >"$kdir/nats-auth.conf" &&
+	! cmp -s "$kdir/current" "$kdir/nats-auth.conf" &&
+	chmod 644 "$kdir/nats-auth.conf" &&
+	docker cp "$kdir/nats-auth.conf" "$kc:/keys/nats-auth.conf" >/dev/null; then
+	staled=1
+fi
 docker rm "$kc" >/dev/null
-rm -f "$stale"
+rm -rf "$kdir"
+((staled)) || fail "could not put an earlier release's nats-auth.conf (without the dealers' pull right) into the keys volume"
 out=$("${DC[@]}" run --rm keys 2>&1) || fail "duet keys --if-missing on a volume with keys: $out"
 [[ $out == *"kept them, and rewrote nats-auth.conf"* ]] || fail "duet keys --if-missing did not rewrite a stale nats-auth.conf: $out"
 out=$("${DC[@]}" run --rm keys 2>&1) || fail "duet keys --if-missing on a volume with keys: $out"

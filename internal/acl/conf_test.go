@@ -107,8 +107,9 @@ func TestLoadUserChecksMode(t *testing.T) {
 // an earlier release's file (here an empty users list, standing for any
 // other grants) becomes exactly what GenerateUsers wrote for those users,
 // and the real nats-server parser reads every role from it. A file that is
-// already current is left alone; a missing user seed is an error naming it,
-// and the file is then not touched.
+// already current is left alone; the one replaced is kept beside it (a
+// rollback's, or hand-added users); a missing user seed is an error naming
+// it, and the file is then not touched.
 func TestRefreshAuthConfig(t *testing.T) {
 	dir := t.TempDir()
 	if err := acl.GenerateUsers(dir, false); err != nil {
@@ -138,6 +139,9 @@ func TestRefreshAuthConfig(t *testing.T) {
 		}
 		if !bytes.Equal(got, current) {
 			t.Errorf("%s: rewritten file differs from the one generated for these users:\n%s", c.name, got)
+		}
+		if prev, err := os.ReadFile(filepath.Join(dir, acl.PrevAuthConfigFile)); err != nil || !bytes.Equal(prev, stale) {
+			t.Errorf("%s: %s holds %q (%v), want the replaced file", c.name, acl.PrevAuthConfigFile, prev, err)
 		}
 		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o644 {
 			t.Errorf("%s: mode %v (%v), want 0644", c.name, fi.Mode().Perm(), err)

@@ -96,12 +96,17 @@ func GenerateUsers(dir string, force bool) error {
 	return os.WriteFile(filepath.Join(dir, AuthConfigFile), []byte(Config(Publics(users))), 0o644)
 }
 
+// PrevAuthConfigFile keeps the nats-auth.conf that RefreshAuthConfig
+// replaced: for a rollback, or users an operator had added by hand.
+const PrevAuthConfigFile = AuthConfigFile + ".prev"
+
 // RefreshAuthConfig brings dir's nats-auth.conf up to this release's
 // permissions for the NATS users whose seeds dir holds, keeping every key: an
 // upgrade that narrows or adds a role's rights reaches a deployment whose keys
 // were written by an earlier release. The file is replaced whole (written
-// beside it, then renamed), so a server reading it meanwhile sees the old one
-// or the new one. changed reports whether its content differed; a role's
+// beside it, synced, then renamed), so a server reading it meanwhile, or after
+// a crash, sees the old one or the new one; the old one is kept as
+// nats-auth.conf.prev. changed reports whether its content differed; a role's
 // missing or unreadable user seed is an error naming the file.
 func RefreshAuthConfig(dir string) (changed bool, err error) {
 	pubs := map[codec.Role]string{}
@@ -114,31 +119,52 @@ func RefreshAuthConfig(dir string) (changed bool, err error) {
 	}
 	want := []byte(Config(pubs))
 	path := filepath.Join(dir, AuthConfigFile)
-	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, want) {
+	have, err := os.ReadFile(path)
+	switch {
+	case err == nil && bytes.Equal(have, want):
 		return false, nil
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+	case err == nil:
+		if err := writeSynced(dir, PrevAuthConfigFile, have); err != nil {
+			return false, err
+		}
+	case !errors.Is(err, os.ErrNotExist):
 		return false, fmt.Errorf("acl: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+AuthConfigFile+".*")
-	if err != nil {
-		return false, fmt.Errorf("acl: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // after a rename, no file of that name is left
-	if _, err := tmp.Write(want); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("acl: %w", err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("acl: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return false, fmt.Errorf("acl: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return false, fmt.Errorf("acl: %w", err)
+	if err := writeSynced(dir, AuthConfigFile, want); err != nil {
+		return false, err
 	}
 	return true, nil
+}
+
+// writeSynced replaces dir/name with b (0644): written to a file beside it,
+// synced, renamed over it, and the directory synced.
+func writeSynced(dir, name string, b []byte) error {
+	tmp, err := os.CreateTemp(dir, "."+name+".*")
+	if err != nil {
+		return fmt.Errorf("acl: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // after a rename, no file of that name is left
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Chmod(0o644)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
+	}
+	if err != nil {
+		return fmt.Errorf("acl: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync() // the rename made durable where the file system allows
+		d.Close()
+	}
+	return nil
 }
 
 // LoadUser reads a role's NATS user seed file, under the rules for secret

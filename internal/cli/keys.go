@@ -78,7 +78,7 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 				return fmt.Errorf("%s already holds keys, kept; its %s could not be brought up to this release's permissions: %w", *dir, acl.AuthConfigFile, err)
 			}
 			if changed {
-				fmt.Fprintf(stdout, "%s already holds keys; kept them, and rewrote %s with this release's permissions: reload or restart the NATS server to apply them\n", *dir, acl.AuthConfigFile)
+				fmt.Fprintf(stdout, "%s already holds keys; kept them, and rewrote %s with this release's permissions (the earlier file kept as %s): reload or restart the NATS server to apply them\n", *dir, acl.AuthConfigFile, acl.PrevAuthConfigFile)
 			} else {
 				fmt.Fprintf(stdout, "%s already holds keys; kept them (%s already has this release's permissions)\n", *dir, acl.AuthConfigFile)
 			}
