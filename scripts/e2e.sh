@@ -4,6 +4,10 @@
 # Builds the images (unless SKIP_BUILD=1), starts the stack under its own
 # compose project and checks, reading the services' Prometheus metrics on
 # 127.0.0.1:
+#   0. the keys service run again on the keys volume (as `make up` runs it
+#      after an upgrade) keeps the keys and rewrites an earlier release's
+#      nats-auth.conf with this release's permissions; the stack then runs
+#      under the rewritten file;
 #   1. the loop runs: the actuator reconstructs u_t every tick and the
 #      simulated pendulum stays in range (the sensor rejects no measurement),
 #      and every service labels its metrics with its role;
@@ -230,8 +234,8 @@ log "starting stack $PROJECT"
 # without items.
 kvol=$(docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT" --filter "label=com.docker.compose.volume=keys")
 [[ -n $kvol ]] || fail "no keys volume of project $PROJECT"
+kc=$(docker create -v "$kvol:/keys" "duet-tools:${IMAGE_TAG:-latest}" keys --dir /keys) || fail "docker create on the keys volume $kvol"
 kdir=$(mktemp -d)
-kc=$(docker create -v "$kvol:/keys" "duet-tools:${IMAGE_TAG:-latest}" keys --dir /keys)
 staled=0
 if docker cp "$kc:/keys/nats-auth.conf" "$kdir/current" >/dev/null &&
 	sed 's/, "\$JS\.API\.CONSUMER\.MSG\.NEXT\.KV_[^"]*"//' "$kdir/current" >"$kdir/nats-auth.conf" &&
@@ -240,7 +244,7 @@ if docker cp "$kc:/keys/nats-auth.conf" "$kdir/current" >/dev/null &&
 	docker cp "$kdir/nats-auth.conf" "$kc:/keys/nats-auth.conf" >/dev/null; then
 	staled=1
 fi
-docker rm "$kc" >/dev/null
+docker rm -f "$kc" >/dev/null 2>&1 || true
 rm -rf "$kdir"
 ((staled)) || fail "could not put an earlier release's nats-auth.conf (without the dealers' pull right) into the keys volume"
 out=$("${DC[@]}" run --rm keys 2>&1) || fail "duet keys --if-missing on a volume with keys: $out"

@@ -106,14 +106,16 @@ const PrevAuthConfigFile = AuthConfigFile + ".prev"
 // were written by an earlier release. The file is replaced whole (written
 // beside it, synced, then renamed), so a server reading it meanwhile, or after
 // a crash, sees the old one or the new one; the old one is kept as
-// nats-auth.conf.prev. changed reports whether its content differed; a role's
-// missing or unreadable user seed is an error naming the file.
-func RefreshAuthConfig(dir string) (changed bool, err error) {
+// nats-auth.conf.prev (prevKept; with no file before, nothing is kept and an
+// earlier .prev is left as it is). changed reports whether the file was
+// written; a role's missing or unreadable user seed is an error naming the
+// file.
+func RefreshAuthConfig(dir string) (changed, prevKept bool, err error) {
 	pubs := map[codec.Role]string{}
 	for _, r := range codec.AllRoles {
 		u, err := LoadUser(UserSeedPath(dir, r), r)
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
 		pubs[r] = u.Pub
 	}
@@ -122,18 +124,19 @@ func RefreshAuthConfig(dir string) (changed bool, err error) {
 	have, err := os.ReadFile(path)
 	switch {
 	case err == nil && bytes.Equal(have, want):
-		return false, nil
+		return false, false, nil
 	case err == nil:
 		if err := writeSynced(dir, PrevAuthConfigFile, have); err != nil {
-			return false, err
+			return false, false, err
 		}
+		prevKept = true
 	case !errors.Is(err, os.ErrNotExist):
-		return false, fmt.Errorf("acl: %w", err)
+		return false, false, fmt.Errorf("acl: %w", err)
 	}
 	if err := writeSynced(dir, AuthConfigFile, want); err != nil {
-		return false, err
+		return false, prevKept, err
 	}
-	return true, nil
+	return true, prevKept, nil
 }
 
 // writeSynced replaces dir/name with b (0644): written to a file beside it,

@@ -73,12 +73,16 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *ifMissing && !*force {
 		if _, err := os.Stat(keys.SeedPath(*dir, codec.RoleSensor)); err == nil {
-			changed, err := acl.RefreshAuthConfig(*dir)
+			changed, prevKept, err := acl.RefreshAuthConfig(*dir)
 			if err != nil {
 				return fmt.Errorf("%s already holds keys, kept; its %s could not be brought up to this release's permissions: %w", *dir, acl.AuthConfigFile, err)
 			}
 			if changed {
-				fmt.Fprintf(stdout, "%s already holds keys; kept them, and rewrote %s with this release's permissions (the earlier file kept as %s): reload or restart the NATS server to apply them\n", *dir, acl.AuthConfigFile, acl.PrevAuthConfigFile)
+				kept := "there was none before"
+				if prevKept {
+					kept = "the earlier file kept as " + acl.PrevAuthConfigFile
+				}
+				fmt.Fprintf(stdout, "%s already holds keys; kept them, and rewrote %s with this release's permissions (%s): reload or restart the NATS server to apply them\n", *dir, acl.AuthConfigFile, kept)
 			} else {
 				fmt.Fprintf(stdout, "%s already holds keys; kept them (%s already has this release's permissions)\n", *dir, acl.AuthConfigFile)
 			}

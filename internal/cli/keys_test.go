@@ -165,7 +165,7 @@ func TestKeysIfMissingRefreshesPermissions(t *testing.T) {
 	if got, _ := os.ReadFile(conf); !bytes.Equal(got, files["nats-auth.conf"]) {
 		t.Error("--if-missing did not bring nats-auth.conf back to this release's permissions")
 	}
-	if !strings.Contains(out.String(), "kept them, and rewrote nats-auth.conf") || !strings.Contains(out.String(), "reload or restart the NATS server") {
+	if !strings.Contains(out.String(), "kept them, and rewrote nats-auth.conf") || !strings.Contains(out.String(), "earlier file kept as nats-auth.conf.prev") || !strings.Contains(out.String(), "reload or restart the NATS server") {
 		t.Errorf("output %q does not say the keys were kept and the permissions rewritten", out.String())
 	}
 	for _, n := range names {
