@@ -229,9 +229,9 @@ log "starting stack $PROJECT"
 # (an upgrade): it keeps them and rewrites an earlier release's nats-auth.conf
 # with this release's permissions, which the NATS server below then runs
 # under; on a current file it says so. The earlier file stands in for the
-# grants before 1b713ad: the dealers may not pull their set-up records, so a
-# rewrite that did not happen leaves the queues unfilled and the loop below
-# without items.
+# grants before 1b713ad: the dealers may not pull their set-up records, so
+# after a rewrite that did not happen they exit (naming the remedy), and the
+# loop below has no items.
 kvol=$(docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT" --filter "label=com.docker.compose.volume=keys")
 [[ -n $kvol ]] || fail "no keys volume of project $PROJECT"
 kc=$(docker create -v "$kvol:/keys" "duet-tools:${IMAGE_TAG:-latest}" keys --dir /keys) || fail "docker create on the keys volume $kvol"

@@ -47,6 +47,12 @@ type Dealer struct {
 	loops map[string]context.CancelFunc
 	epoch map[string]uint64
 	keys  map[string]string // set-up record key -> its loop
+
+	// denied receives the server's refusal of a pull of the dealer's
+	// set-up records, which reaches the connection's asynchronous error
+	// handler only (noteAsyncError): the ordered consumer would otherwise
+	// be created again and again, the dealer serving nothing.
+	denied chan error
 }
 
 // New returns a dealer replica.
@@ -77,7 +83,28 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Dealer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dealer{nc: nc, js: js, sealer: sealer, opt: opt, loops: map[string]context.CancelFunc{}, epoch: map[string]uint64{}, keys: map[string]string{}}, nil
+	d := &Dealer{nc: nc, js: js, sealer: sealer, opt: opt, loops: map[string]context.CancelFunc{}, epoch: map[string]uint64{}, keys: map[string]string{}, denied: make(chan error, 1)}
+	prev := nc.ErrorHandler()
+	nc.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
+		d.noteAsyncError(err)
+		if prev != nil {
+			prev(c, sub, err)
+		}
+	})
+	return d, nil
+}
+
+// noteAsyncError passes a refusal of the pull of the dealer's set-up
+// records on to Run. A NATS server whose permissions come from an earlier
+// release's nats-auth.conf lets the dealer create its filtered consumer but
+// not pull from it.
+func (d *Dealer) noteAsyncError(err error) {
+	if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "CONSUMER.MSG.NEXT."+bus.SetupStream+".") {
+		select {
+		case d.denied <- err:
+		default:
+		}
+	}
 }
 
 // Run watches the set-up bucket for loops and serves them until ctx ends.
@@ -98,8 +125,27 @@ func (d *Dealer) Run(ctx context.Context) error {
 	// reason (the watch failed) stops them before waiting for them.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A refused pull stops the watch, and Run returns saying why, so that
+	// the dealer is restarted and its log names the remedy, rather than
+	// staying up and ready with no loop served.
+	deniedErr := make(chan error, 1)
+	go func() {
+		select {
+		case err := <-d.denied:
+			deniedErr <- err
+			records.Stop()
+		case <-ctx.Done():
+		}
+	}()
 	for {
 		msg, err := records.Next()
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			select {
+			case derr := <-deniedErr:
+				return fmt.Errorf("dealer: the NATS server refused the pull of the dealer's set-up records (%w): its nats-auth.conf lacks this release's permissions: run `duet keys --if-missing` on the keys directory and reload or restart the NATS server (README, Operations, Upgrading)", derr)
+			default:
+			}
+		}
 		if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 			return nil
 		}

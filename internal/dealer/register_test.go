@@ -2,18 +2,22 @@ package dealer
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/duet-mpc/duet/internal/acl"
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/natstest"
@@ -236,4 +240,94 @@ func dealerRecord(t *testing.T, sensor *codec.Sealer, prm mpc.Params, loop strin
 		t.Fatal(err)
 	}
 	return env
+}
+
+// TestRunStopsWhenItsPullIsRefused runs a dealer as the NATS user of its
+// role under this release's permissions, where it serves its loop, and
+// under an earlier release's (nats-auth.conf before 1b713ad, which did not
+// grant the pull from the dealers' filtered consumer of the set-up bucket),
+// where the server lets it create the consumer but refuses every pull. Run
+// then returns, naming the remedy, instead of creating the consumer again
+// and again while the dealer stays up and ready and serves nothing.
+func TestRunStopsWhenItsPullIsRefused(t *testing.T) {
+	ctx := t.Context()
+	perm := acl.Permissions(codec.RoleDealer)
+	earlier := slices.DeleteFunc(slices.Clone(perm.Pub), func(s string) bool {
+		return strings.HasPrefix(s, "$JS.API.CONSUMER.MSG.NEXT."+bus.SetupStream)
+	})
+	if len(earlier) != len(perm.Pub)-1 {
+		t.Fatalf("the dealer's grants %v hold no pull of the set-up records to take out", perm.Pub)
+	}
+	user := func(name string, pub []string) *server.User {
+		return &server.User{Username: name, Password: name, Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: pub},
+			Subscribe: &server.SubjectPermission{Allow: perm.Sub},
+		}}
+	}
+	ns := natstest.Server(t, &server.Options{JetStream: true, StoreDir: t.TempDir(), Users: []*server.User{
+		{Username: "admin", Password: "admin"}, user("dealer", perm.Pub), user("earlier", earlier),
+	}})
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("admin", "admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.EnsureSetupBucket(ctx, js, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: "a", MaxMsgs: 1000}, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	sealers := testkeys.Sealers(t)
+	if _, err := kv.Put(ctx, bus.SetupKey("a", codec.RoleDealer), dealerRecord(t, sealers[codec.RoleSensor], pendulumParams(t, mpc.PerTick), "a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	start := func(name string) (*Dealer, chan error) {
+		dnc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(name, name), nats.CustomInboxPrefix(acl.Inbox(codec.RoleDealer)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(dnc.Close)
+		d, err := New(dnc, sealers[codec.RoleDealer], Options{Name: name, LowWater: 16, Batch: 8, Poll: 20 * time.Millisecond, PollMax: 100 * time.Millisecond,
+			Metrics: metrics.New("d"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		return d, done
+	}
+	// This release's grants: the loop is served, and Run goes on.
+	d, done := start("dealer")
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		d.mu.Lock()
+		_, ok := d.loops["a"]
+		d.mu.Unlock()
+		if ok {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the dealer did not serve loop a under this release's permissions")
+		}
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned under this release's permissions: %v", err)
+	case <-time.After(time.Second):
+	}
+	// An earlier release's grants: refused, and said so.
+	_, done = start("earlier")
+	select {
+	case err := <-done:
+		if err == nil || !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "duet keys --if-missing") {
+			t.Fatalf("Run returned %v, want the refused pull and the remedy", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run went on under an earlier release's permissions, which refuse its pulls")
+	}
 }
