@@ -149,14 +149,7 @@ func TestNewEpochReplacesTheOldAtOnce(t *testing.T) {
 func TestRunFollowsTheDealerRecords(t *testing.T) {
 	ctx := t.Context()
 	ns, nc := natstest.Start(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := bus.EnsureSetupBucket(ctx, js, 1, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, kv := setupBucket(t, nc)
 	sealers := testkeys.Sealers(t)
 	prm := pendulumParams(t, mpc.PerTick)
 	record := func(loop string, epoch uint64) []byte {
@@ -177,11 +170,7 @@ func TestRunFollowsTheDealerRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dnc.Close()
-	d, err := New(dnc, sealers[codec.RoleDealer], Options{Name: "d", LowWater: 16, Batch: 8, Poll: 20 * time.Millisecond, PollMax: 100 * time.Millisecond,
-		Metrics: metrics.New("d"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := testDealer(t, dnc, sealers[codec.RoleDealer], "d")
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
 	served := func() []string {
@@ -272,14 +261,7 @@ func TestRunStopsWhenItsPullIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := bus.EnsureSetupBucket(ctx, js, 1, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, kv := setupBucket(t, nc)
 	if _, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: "a", MaxMsgs: 1000}, 1, false); err != nil {
 		t.Fatal(err)
 	}
@@ -293,11 +275,7 @@ func TestRunStopsWhenItsPullIsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(dnc.Close)
-		d, err := New(dnc, sealers[codec.RoleDealer], Options{Name: name, LowWater: 16, Batch: 8, Poll: 20 * time.Millisecond, PollMax: 100 * time.Millisecond,
-			Metrics: metrics.New("d"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
+		d := testDealer(t, dnc, sealers[codec.RoleDealer], name)
 		done := make(chan error, 1)
 		go func() { done <- d.Run(ctx) }()
 		return d, done
@@ -330,4 +308,30 @@ func TestRunStopsWhenItsPullIsRefused(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("Run went on under an earlier release's permissions, which refuse its pulls")
 	}
+}
+
+// setupBucket creates the set-up bucket through nc.
+func setupBucket(t *testing.T, nc *nats.Conn) (jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.EnsureSetupBucket(t.Context(), js, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, kv
+}
+
+// testDealer is a dealer on nc sealing with sealer, with the tests' short
+// pacing and a quiet log.
+func testDealer(t *testing.T, nc *nats.Conn, sealer *codec.Sealer, name string) *Dealer {
+	t.Helper()
+	d, err := New(nc, sealer, Options{Name: name, LowWater: 16, Batch: 8, Poll: 20 * time.Millisecond, PollMax: 100 * time.Millisecond,
+		Metrics: metrics.New("d"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
