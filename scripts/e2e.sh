@@ -231,7 +231,7 @@ log "starting stack $PROJECT"
 # under; on a current file it says so. The earlier file stands in for the
 # grants before 1b713ad: the dealers may not pull their set-up records, so
 # after a rewrite that did not happen they exit (naming the remedy), and the
-# loop below has no items.
+# stack below does not become healthy.
 kvol=$(docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT" --filter "label=com.docker.compose.volume=keys")
 [[ -n $kvol ]] || fail "no keys volume of project $PROJECT"
 kc=$(docker create -v "$kvol:/keys" "duet-tools:${IMAGE_TAG:-latest}" keys --dir /keys) || fail "docker create on the keys volume $kvol"

@@ -84,12 +84,15 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Dealer, error) {
 		return nil, err
 	}
 	d := &Dealer{nc: nc, js: js, sealer: sealer, opt: opt, loops: map[string]context.CancelFunc{}, epoch: map[string]uint64{}, keys: map[string]string{}, denied: make(chan error, 1)}
+	// The connection's own handler (bus.Connect's log, the metrics) runs
+	// first. Not safe against another New on the same connection at the
+	// same time: each dealer has a connection of its own.
 	prev := nc.ErrorHandler()
 	nc.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
-		d.noteAsyncError(err)
 		if prev != nil {
 			prev(c, sub, err)
 		}
+		d.noteAsyncError(err)
 	})
 	return d, nil
 }
@@ -111,6 +114,10 @@ func (d *Dealer) noteAsyncError(err error) {
 func (d *Dealer) Run(ctx context.Context) error {
 	if _, err := bus.WaitSetupBucket(ctx, d.js, d.opt.Log); err != nil {
 		return nil
+	}
+	select { // a refusal of an earlier Run's watch, which came after it ended
+	case <-d.denied:
+	default:
 	}
 	records, err := d.watchRecords(ctx)
 	if err != nil {

@@ -269,7 +269,7 @@ func TestRunStopsWhenItsPullIsRefused(t *testing.T) {
 	if _, err := kv.Put(ctx, bus.SetupKey("a", codec.RoleDealer), dealerRecord(t, sealers[codec.RoleSensor], pendulumParams(t, mpc.PerTick), "a", 1)); err != nil {
 		t.Fatal(err)
 	}
-	start := func(name string) (*Dealer, chan error) {
+	start := func(name string) (*Dealer, chan error, *nats.Conn) {
 		dnc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(name, name), nats.CustomInboxPrefix(acl.Inbox(codec.RoleDealer)))
 		if err != nil {
 			t.Fatal(err)
@@ -278,10 +278,11 @@ func TestRunStopsWhenItsPullIsRefused(t *testing.T) {
 		d := testDealer(t, dnc, sealers[codec.RoleDealer], name)
 		done := make(chan error, 1)
 		go func() { done <- d.Run(ctx) }()
-		return d, done
+		return d, done, dnc
 	}
-	// This release's grants: the loop is served, and Run goes on.
-	d, done := start("dealer")
+	// This release's grants: the loop is served, and Run goes on, also
+	// past a refusal of something else (a publish the dealer may not make).
+	d, done, dnc := start("dealer")
 	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		d.mu.Lock()
 		_, ok := d.loops["a"]
@@ -293,13 +294,25 @@ func TestRunStopsWhenItsPullIsRefused(t *testing.T) {
 			t.Fatal("the dealer did not serve loop a under this release's permissions")
 		}
 	}
+	if err := dnc.Publish(bus.OutputSubject("a"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("Run returned under this release's permissions: %v", err)
 	case <-time.After(time.Second):
 	}
+	dnc.Close()
+	select {
+	case err := <-done:
+		if err != nil && strings.Contains(err.Error(), "duet keys --if-missing") {
+			t.Errorf("Run took another refusal for its pull's: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its connection closed")
+	}
 	// An earlier release's grants: refused, and said so.
-	_, done = start("earlier")
+	_, done, _ = start("earlier")
 	select {
 	case err := <-done:
 		if err == nil || !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "duet keys --if-missing") {
