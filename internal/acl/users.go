@@ -126,48 +126,17 @@ func RefreshAuthConfig(dir string) (changed, prevKept bool, err error) {
 	case err == nil && bytes.Equal(have, want):
 		return false, false, nil
 	case err == nil:
-		if err := writeSynced(dir, PrevAuthConfigFile, have); err != nil {
+		if err := keys.ReplaceFile(filepath.Join(dir, PrevAuthConfigFile), have, 0o644); err != nil {
 			return false, false, err
 		}
 		prevKept = true
 	case !errors.Is(err, os.ErrNotExist):
 		return false, false, fmt.Errorf("acl: %w", err)
 	}
-	if err := writeSynced(dir, AuthConfigFile, want); err != nil {
+	if err := keys.ReplaceFile(path, want, 0o644); err != nil {
 		return false, prevKept, err
 	}
 	return true, prevKept, nil
-}
-
-// writeSynced replaces dir/name with b (0644): written to a file beside it,
-// synced, renamed over it, and the directory synced.
-func writeSynced(dir, name string, b []byte) error {
-	tmp, err := os.CreateTemp(dir, "."+name+".*")
-	if err != nil {
-		return fmt.Errorf("acl: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // after a rename, no file of that name is left
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
-	}
-	if err != nil {
-		return fmt.Errorf("acl: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync() // the rename made durable where the file system allows
-		d.Close()
-	}
-	return nil
 }
 
 // LoadUser reads a role's NATS user seed file, under the rules for secret

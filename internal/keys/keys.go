@@ -140,8 +140,19 @@ func writeFile(path string, data []byte, mode os.FileMode, replace bool) (err er
 		if err = os.Rename(name, path); err != nil {
 			return fmt.Errorf("keys: %w", err)
 		}
+		if d, derr := os.Open(filepath.Dir(path)); derr == nil {
+			_ = d.Sync() // the rename made durable where the file system allows
+			d.Close()
+		}
 	}
 	return nil
+}
+
+// ReplaceFile writes data to path with exactly mode, replacing any file
+// there whole: written beside it, synced and renamed over it, so a reader
+// meanwhile, or after a crash, finds the old content or the new.
+func ReplaceFile(path string, data []byte, mode os.FileMode) error {
+	return writeFile(path, data, mode, true)
 }
 
 // Load returns role self's identity, read from <dir>/<self>.seed (and no
