@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"crypto/cipher"
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
@@ -77,15 +78,22 @@ func recordAD(buf []byte, head []byte, context string) []byte {
 	return append(append(buf, head...), context...)
 }
 
-// RecordKey is a record key with its id (RecordKeyID), derived once, for a
-// writer that seals a record every tick.
+// RecordKey is a record key with its id (RecordKeyID) and its cipher,
+// derived once, for a writer that seals a record every tick.
 type RecordKey struct {
-	key [32]byte
-	id  [recordKeyIDSize]byte
+	key  [32]byte
+	id   [recordKeyIDSize]byte
+	aead cipher.AEAD
 }
 
-// NewRecordKey returns key with its id.
-func NewRecordKey(key *[32]byte) RecordKey { return RecordKey{key: *key, id: RecordKeyID(key)} }
+// NewRecordKey returns key with its id and cipher.
+func NewRecordKey(key *[32]byte) RecordKey {
+	aead, err := chacha20poly1305.NewX(key[:])
+	if err != nil { // only a key of another size than 32 bytes
+		panic(err)
+	}
+	return RecordKey{key: *key, id: RecordKeyID(key), aead: aead}
+}
 
 // SealRecord encodes v and seals it under key with a random nonce, bound to
 // context (the key the record is stored under).
@@ -103,10 +111,7 @@ func SealRecordAppend(dst []byte, key *[32]byte, context string, v any) ([]byte,
 
 // SealAppend is SealRecordAppend under k.
 func (k *RecordKey) SealAppend(dst []byte, context string, v any) ([]byte, error) {
-	aead, err := chacha20poly1305.NewX(k.key[:])
-	if err != nil {
-		return nil, err
-	}
+	aead := k.aead
 	start := len(dst)
 	dst = append(append(dst, recordMagic...), k.id[:]...)
 	nonce := len(dst)
@@ -114,7 +119,8 @@ func (k *RecordKey) SealAppend(dst []byte, context string, v any) ([]byte, error
 	if _, err := rand.Read(dst[nonce:]); err != nil {
 		return nil, err
 	}
-	if dst, err = MarshalAppend(dst, v); err != nil {
+	dst, err := MarshalAppend(dst, v)
+	if err != nil {
 		return nil, err
 	}
 	// The associated data is built in dst's spare capacity after where the
@@ -165,12 +171,8 @@ func (k *RecordKey) openCurrent(context string, data []byte) ([]byte, error) {
 	if string(got) != string(k.id[:]) {
 		return nil, fmt.Errorf("%w: the record was sealed under the key with id %x, this service's key has id %x (a key rotation makes the records of the old key unreadable)", ErrOtherKey, got, k.id)
 	}
-	aead, err := chacha20poly1305.NewX(k.key[:])
-	if err != nil {
-		return nil, err
-	}
 	nonce := len(recordMagic) + recordKeyIDSize
-	body, err := aead.Open(nil, data[nonce:recordHead], data[recordHead:], recordAD(nil, data[:nonce], context))
+	body, err := k.aead.Open(nil, data[nonce:recordHead], data[recordHead:], recordAD(nil, data[:nonce], context))
 	if err != nil {
 		return nil, fmt.Errorf("%w: sealed record does not open with this key for %q (altered, or stored under another key)", ErrAuth, context)
 	}
