@@ -149,7 +149,7 @@ func (d *Dealer) Run(ctx context.Context) error {
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 			select {
 			case derr := <-deniedErr:
-				return fmt.Errorf("dealer: the NATS server refused the pull of the dealer's set-up records (%w): its nats-auth.conf lacks this release's permissions: run `duet keys --if-missing` on the keys directory and reload or restart the NATS server (README, Operations, Upgrading)", derr)
+				return fmt.Errorf("dealer: the NATS server refused the pull of the dealer's set-up records (%w): its nats-auth.conf lacks this release's permissions: run `duet keys --if-missing` on the keys directory and reload or restart the NATS server (compose: `make up`, then `docker compose -p duet kill -s HUP nats`; Kubernetes: `make k8s-secrets`, then `kubectl -n duet rollout restart statefulset/nats`; README, Operations, Upgrading: the NATS permissions)", derr)
 			default:
 			}
 		}

@@ -315,8 +315,8 @@ func TestRunStopsWhenItsPullIsRefused(t *testing.T) {
 	_, done, _ = start("earlier")
 	select {
 	case err := <-done:
-		if err == nil || !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "duet keys --if-missing") {
-			t.Fatalf("Run returned %v, want the refused pull and the remedy", err)
+		if err == nil || !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "duet keys --if-missing") || !strings.Contains(err.Error(), "make k8s-secrets") {
+			t.Fatalf("Run returned %v, want the refused pull and the remedy, for compose and Kubernetes", err)
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("Run went on under an earlier release's permissions, which refuse its pulls")
