@@ -84,8 +84,11 @@ type Actuator struct {
 	guard  *codec.ReplayGuard
 	ready  atomic.Bool
 
-	mu      sync.Mutex
-	ticks   map[uint64]*pending
+	mu    sync.Mutex
+	ticks map[uint64]*pending
+	// pruneAt: the number of pending ticks at which entry next looks for
+	// ticks to forget (prune).
+	pruneAt int
 	last    []float64
 	lastApp uint64
 	uBuf    mpc.Matrix
@@ -288,17 +291,54 @@ func (a *Actuator) entry(t uint64) *pending {
 	if p == nil {
 		p = &pending{}
 		a.ticks[t] = p
-		// Forget ticks that can no longer complete.
-		for k, old := range a.ticks {
-			if k+64 < t {
-				if old.timer != nil {
-					old.timer.Stop()
-				}
-				delete(a.ticks, k)
-			}
+		if n := len(a.ticks); n > pruneWindow && (n > a.pruneAt || n > maxPending) {
+			a.prune(t)
 		}
 	}
 	return p
+}
+
+// pruneWindow: a pending tick that no stamp has dated, this many ticks
+// behind the newest, is forgotten (prune).
+const pruneWindow = 64
+
+// maxPending bounds the ticks pending at once: above it the oldest meets its
+// deadline at once. A minute's deadline (the longest) at the sensor's
+// shortest period, 1 ms, stays under it. A variable for the tests.
+var maxPending = 1 << 16
+
+// prune forgets the pending ticks that no deadline will end: those no stamp
+// dated (a notice or share without one), pruneWindow ticks behind t, each
+// counted a miss if no later tick was applied before it. A dated tick is
+// left to its deadline, however far behind: before, every tick more than 64
+// behind was dropped with its deadline timer, so with DUET_DEADLINE longer
+// than 64 sensor periods a tick whose shares never came applied no
+// fail-safe and counted no miss. Above maxPending pending ticks the oldest
+// ones meet their deadline now. prune runs when the map has grown to twice
+// its size after the last prune (or above maxPending), so its cost per tick
+// stays constant.
+func (a *Actuator) prune(t uint64) {
+	for k, old := range a.ticks {
+		if old.timer != nil || k+pruneWindow >= t {
+			continue
+		}
+		delete(a.ticks, k)
+		if k > a.lastApp {
+			a.opt.Metrics.Misses.WithLabelValues(a.opt.Loop).Inc()
+			a.opt.Log.Debug("undated tick forgotten: counted as a miss", "loop", a.opt.Loop, "tick", k, "newest", t)
+		}
+	}
+	for len(a.ticks) > maxPending {
+		oldest := uint64(0)
+		for k := range a.ticks {
+			if k != t && (oldest == 0 || k < oldest) {
+				oldest = k
+			}
+		}
+		a.deadlineLocked(oldest)
+		delete(a.ticks, oldest) // ended: the deadline applied it, or it was done
+	}
+	a.pruneAt = 2 * len(a.ticks)
 }
 
 // onTick is the sensor's notice of tick t, which it sends after the tick's
@@ -325,7 +365,9 @@ func (a *Actuator) date(t uint64, p *pending, sent int64) {
 		p.timer.Stop() // an earlier deadline replaces it
 	}
 	p.sent = sent
-	wait := time.Until(time.Unix(0, sent).Add(a.opt.Deadline))
+	// A stamp from the future (the sensor's clock ahead of this one's)
+	// gives the tick no longer than a deadline from now.
+	wait := min(time.Until(time.Unix(0, sent).Add(a.opt.Deadline)), a.opt.Deadline)
 	p.timer = time.AfterFunc(wait, func() { a.deadline(t) })
 }
 
@@ -341,7 +383,7 @@ func (a *Actuator) onShare(t uint64, id int, item uint64, sent int64, share mpc.
 		return
 	}
 	a.date(t, p, sent)
-	if p.sent != 0 && time.Now().UnixNano() >= p.sent+int64(a.opt.Deadline) {
+	if p.sent != 0 && time.Since(time.Unix(0, p.sent)) >= a.opt.Deadline {
 		// Past the tick's deadline, whose timer is due: the fail-safe
 		// applies, never an input this late. Before, a share that raced the
 		// due timer to the lock could complete the tick, so a broker that held
@@ -372,6 +414,12 @@ func (a *Actuator) onShare(t uint64, id int, item uint64, sent int64, share mpc.
 func (a *Actuator) deadline(t uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.deadlineLocked(t)
+}
+
+// deadlineLocked ends tick t at its deadline: the fail-safe, or a miss only
+// when a later tick was applied.
+func (a *Actuator) deadlineLocked(t uint64) {
 	p := a.ticks[t]
 	if p == nil || p.done || a.stopped {
 		return

@@ -310,3 +310,119 @@ func TestWatchdogLongerThanDeadline(t *testing.T) {
 		}
 	}
 }
+
+// A deadline longer than 64 sensor periods: every tick the sensor dated is
+// still ended by its own deadline, however many later ticks came meanwhile.
+// Before, a tick more than 64 behind the newest was dropped with its
+// deadline timer, so ticks whose shares never came applied no fail-safe
+// and counted no miss (here ticks 1 to 135 of 200).
+func TestLongDeadlineEndsEveryDatedTick(t *testing.T) {
+	const ticks, step = 200, 2 * time.Millisecond
+	r := newRig(t, time.Second)
+	m := metrics.New("actuator")
+	r.a.opt.Metrics = m
+	now := time.Now()
+	for k := uint64(1); k <= ticks; k++ { // the notices of ticks 2 ms apart, no shares
+		r.send(t, codec.RoleSensor, codec.KindTick, k, codec.TickPayload{SentUnixNano: now.Add(-time.Duration(ticks-k) * step).UnixNano()})
+	}
+	first := r.wait(t, 5*time.Second)
+	if !first.Miss || first.Tick > 20 {
+		t.Errorf("first applied %+v, want the fail-safe of one of the oldest ticks, whose deadlines come first", first)
+	}
+	go func() { // later fail-safes: keep OnApply from blocking
+		for range r.got {
+		}
+	}()
+	misses := func() float64 { return testutil.ToFloat64(m.Misses.WithLabelValues("loop1")) }
+	deadline := time.Now().Add(5 * time.Second)
+	for misses() < ticks && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // nothing counted twice
+	if got := misses(); got != ticks {
+		t.Errorf("%v misses counted, want %d: one for every tick", got, ticks)
+	}
+}
+
+// A tick no stamp dates (its shares and notice carry none) has no deadline:
+// once it is more than 64 ticks behind the newest it is forgotten, counted
+// as a miss, so the ticks pending stay bounded and every tick is either
+// pending or counted.
+func TestUndatedTickForgottenAsMiss(t *testing.T) {
+	const ticks = 200
+	r := newRig(t, 50*time.Millisecond)
+	m := metrics.New("actuator")
+	r.a.opt.Metrics = m
+	for k := uint64(1); k <= ticks; k++ {
+		r.share(t, 0, k, 0) // P0's share alone, undated
+	}
+	misses := int(testutil.ToFloat64(m.Misses.WithLabelValues("loop1")))
+	r.a.mu.Lock()
+	pending, oldest := len(r.a.ticks), uint64(ticks)
+	for k := range r.a.ticks {
+		oldest = min(oldest, k)
+	}
+	r.a.mu.Unlock()
+	if misses == 0 || misses+pending != ticks || pending > 2*pruneWindow+2 {
+		t.Errorf("%d misses and %d ticks pending after %d undated ticks, want some forgotten as misses, the two adding up, at most %d pending", misses, pending, ticks, 2*pruneWindow+2)
+	}
+	if uint64(misses)+1 != oldest {
+		t.Errorf("oldest pending tick %d after %d forgotten, want the oldest forgotten first", oldest, misses)
+	}
+}
+
+// A stamp from the future (the sensor's clock ahead of the actuator's)
+// gives its tick no more than one deadline from when it is dated. Before,
+// a stamp 10 s ahead put the fail-safe 10 s off.
+func TestFutureStampWaitsOneDeadline(t *testing.T) {
+	r := newRig(t, 50*time.Millisecond)
+	began := time.Now()
+	r.send(t, codec.RoleSensor, codec.KindTick, 1, codec.TickPayload{SentUnixNano: began.Add(10 * time.Second).UnixNano()})
+	ap := r.wait(t, 5*time.Second)
+	if ap.Tick != 1 || !ap.Miss {
+		t.Fatalf("applied %+v, want tick 1's fail-safe", ap)
+	}
+	if took := time.Since(began); took < 50*time.Millisecond {
+		t.Errorf("fail-safe after %v, want at least the 50 ms deadline", took)
+	}
+}
+
+// Above maxPending ticks pending at once (here 100; the code's limit is
+// 65,536) the oldest meets its deadline at once, in order, so a flood of
+// dated ticks cannot grow the actuator's memory without bound.
+func TestPendingTicksBounded(t *testing.T) {
+	defer func(n int) { maxPending = n }(maxPending)
+	maxPending = 100
+	r := newRig(t, 10*time.Second)
+	var got []uint64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for tick := range r.got {
+			got = append(got, tick)
+			if len(got) == 50 {
+				return
+			}
+		}
+	}()
+	now := time.Now().UnixNano()
+	for k := uint64(1); k <= 150; k++ {
+		r.send(t, codec.RoleSensor, codec.KindTick, k, codec.TickPayload{SentUnixNano: now})
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%d fail-safes applied within 5 s of 150 ticks pending, want 50 at once", len(got))
+	}
+	for i, tick := range got {
+		if tick != uint64(i+1) {
+			t.Fatalf("fail-safes applied to ticks %v, want 1 to 50 in order", got)
+		}
+	}
+	r.a.mu.Lock()
+	n := len(r.a.ticks)
+	r.a.mu.Unlock()
+	if n != 100 {
+		t.Errorf("%d ticks pending, want 100", n)
+	}
+}
