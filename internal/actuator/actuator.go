@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,7 +68,8 @@ type Options struct {
 }
 
 type pending struct {
-	sent  int64
+	sent  int64     // the earliest stamp seen (the latency's start)
+	due   time.Time // its deadline, once dated (timer set)
 	have  [2]bool
 	item  [2]uint64
 	u     [2]mpc.Matrix
@@ -87,11 +90,13 @@ type Actuator struct {
 	mu    sync.Mutex
 	ticks map[uint64]*pending
 	// pruneAt: the number of pending ticks at which entry next looks for
-	// ticks to forget (prune).
-	pruneAt int
-	last    []float64
-	lastApp uint64
-	uBuf    mpc.Matrix
+	// ticks to forget (prune); forgotten: the highest tick it forgot, below
+	// which no tick is opened again.
+	pruneAt   int
+	forgotten uint64
+	last      []float64
+	lastApp   uint64
+	uBuf      mpc.Matrix
 	// The watchdog (Options.Watchdog): on once the actuator is ready; its
 	// timer, armed by every input applied, and when the last one was.
 	watchOn bool
@@ -281,62 +286,64 @@ func (a *Actuator) accept(h codec.Header, body []byte, v any, validate func() er
 	return nil
 }
 
-// entry returns the tick's pending record; nil for ticks already applied,
-// and for every tick once the actuator has stopped.
+// entry returns the tick's pending record; nil for ticks already applied
+// or forgotten, and for every tick once the actuator has stopped.
 func (a *Actuator) entry(t uint64) *pending {
 	if t <= a.lastApp || a.stopped {
 		return nil
 	}
-	p := a.ticks[t]
-	if p == nil {
-		p = &pending{}
-		a.ticks[t] = p
-		if n := len(a.ticks); n > pruneWindow && (n > a.pruneAt || n > maxPending) {
-			a.prune(t)
+	if p := a.ticks[t]; p != nil {
+		return p
+	}
+	if t <= a.forgotten {
+		return nil // forgotten by prune, and counted: never opened again
+	}
+	p := &pending{}
+	a.ticks[t] = p
+	if n := len(a.ticks); n > pruneWindow && (n > a.pruneAt || n > maxPending) {
+		a.prune(t)
+		if a.ticks[t] != p {
+			return nil // ended by prune, as the oldest of too many
 		}
 	}
 	return p
 }
 
-// pruneWindow: a pending tick that no stamp has dated, this many ticks
-// behind the newest, is forgotten (prune).
+// pruneWindow: a pending tick that no stamp has dated is forgotten once it
+// is this many ticks behind the newest, when prune next runs.
 const pruneWindow = 64
 
-// maxPending bounds the ticks pending at once: above it the oldest meets its
-// deadline at once. A minute's deadline (the longest) at the sensor's
-// shortest period, 1 ms, stays under it. A variable for the tests.
+// maxPending bounds the ticks pending at once: above it the oldest quarter
+// meets its deadline at once. A minute's deadline (the longest) at the
+// sensor's shortest period, 1 ms, stays under it. A variable for the tests.
 var maxPending = 1 << 16
 
 // prune forgets the pending ticks that no deadline will end: those no stamp
-// dated (a notice or share without one), pruneWindow ticks behind t, each
-// counted a miss if no later tick was applied before it. A dated tick is
-// left to its deadline, however far behind: before, every tick more than 64
-// behind was dropped with its deadline timer, so with DUET_DEADLINE longer
-// than 64 sensor periods a tick whose shares never came applied no
-// fail-safe and counted no miss. Above maxPending pending ticks the oldest
-// ones meet their deadline now. prune runs when the map has grown to twice
-// its size after the last prune (or above maxPending), so its cost per tick
-// stays constant.
+// dated (a notice or share without one), pruneWindow or more ticks behind
+// t, each counted a miss. A dated tick is left to its deadline, however far
+// behind: before, every tick more than 64 behind was dropped with its
+// deadline timer, so with DUET_DEADLINE longer than 64 sensor periods a
+// tick whose shares never came applied no fail-safe and counted no miss.
+// Above maxPending pending ticks the oldest quarter meets its deadline now.
+// prune runs when the map has grown to twice its size after the last prune,
+// so its cost per tick stays constant (and when the map is over
+// maxPending).
 func (a *Actuator) prune(t uint64) {
 	for k, old := range a.ticks {
-		if old.timer != nil || k+pruneWindow >= t {
+		if old.timer != nil || k+pruneWindow > t {
 			continue
 		}
 		delete(a.ticks, k)
-		if k > a.lastApp {
-			a.opt.Metrics.Misses.WithLabelValues(a.opt.Loop).Inc()
-			a.opt.Log.Debug("undated tick forgotten: counted as a miss", "loop", a.opt.Loop, "tick", k, "newest", t)
-		}
+		a.forgotten = max(a.forgotten, k)
+		a.opt.Metrics.Misses.WithLabelValues(a.opt.Loop).Inc()
+		a.opt.Log.Debug("undated tick forgotten: counted as a miss", "loop", a.opt.Loop, "tick", k, "newest", t)
 	}
-	for len(a.ticks) > maxPending {
-		oldest := uint64(0)
-		for k := range a.ticks {
-			if k != t && (oldest == 0 || k < oldest) {
-				oldest = k
-			}
+	if len(a.ticks) > maxPending {
+		keys := slices.Sorted(maps.Keys(a.ticks))
+		for _, k := range keys[:len(keys)-maxPending*3/4] {
+			a.deadlineLocked(k)
+			delete(a.ticks, k) // ended: by the fail-safe, or a miss
 		}
-		a.deadlineLocked(oldest)
-		delete(a.ticks, oldest) // ended: the deadline applied it, or it was done
 	}
 	a.pruneAt = 2 * len(a.ticks)
 }
@@ -357,18 +364,30 @@ func (a *Actuator) onTick(t uint64, sent int64) {
 // sensor's notice or from an output share (each party relays it), and
 // starts its deadline: the earliest stamp seen dates the tick, so that a
 // party cannot put a tick's deadline later than the sensor's stamp does.
+//
+// A stamp from the future (the sensor's clock ahead of this one's) gives the
+// tick no more than a deadline from when it comes; a deadline only ever
+// moves earlier, so no later message, however stamped, can put it off.
 func (a *Actuator) date(t uint64, p *pending, sent int64) {
-	if sent <= 0 || (p.timer != nil && sent >= p.sent) {
+	if sent <= 0 {
 		return
 	}
+	if p.sent == 0 || sent < p.sent {
+		p.sent = sent
+	}
+	now := time.Now()
+	due := time.Unix(0, sent).Add(a.opt.Deadline)
+	if latest := now.Add(a.opt.Deadline); due.After(latest) {
+		due = latest
+	}
 	if p.timer != nil {
+		if !due.Before(p.due) {
+			return
+		}
 		p.timer.Stop() // an earlier deadline replaces it
 	}
-	p.sent = sent
-	// A stamp from the future (the sensor's clock ahead of this one's)
-	// gives the tick no longer than a deadline from now.
-	wait := min(time.Until(time.Unix(0, sent).Add(a.opt.Deadline)), a.opt.Deadline)
-	p.timer = time.AfterFunc(wait, func() { a.deadline(t) })
+	p.due = due
+	p.timer = time.AfterFunc(due.Sub(now), func() { a.deadline(t) })
 }
 
 func (a *Actuator) onShare(t uint64, id int, item uint64, sent int64, share mpc.Matrix) {
@@ -383,7 +402,7 @@ func (a *Actuator) onShare(t uint64, id int, item uint64, sent int64, share mpc.
 		return
 	}
 	a.date(t, p, sent)
-	if p.sent != 0 && time.Since(time.Unix(0, p.sent)) >= a.opt.Deadline {
+	if p.timer != nil && !time.Now().Before(p.due) {
 		// Past the tick's deadline, whose timer is due: the fail-safe
 		// applies, never an input this late. Before, a share that raced the
 		// due timer to the lock could complete the tick, so a broker that held
@@ -431,6 +450,9 @@ func (a *Actuator) deadlineLocked(t uint64) {
 		// No fail-safe, but a miss: its own input never came. Before, it
 		// was counted nowhere, and the actuator's ticks and misses fell
 		// short of the ticks sent.
+		if p.timer != nil {
+			p.timer.Stop()
+		}
 		delete(a.ticks, t)
 		a.opt.Metrics.Misses.WithLabelValues(a.opt.Loop).Inc()
 		a.opt.Log.Debug("deadline of a tick already superseded: counted as a miss", "loop", a.opt.Loop, "tick", t, "applied", a.lastApp)

@@ -369,15 +369,49 @@ func TestUndatedTickForgottenAsMiss(t *testing.T) {
 	if uint64(misses)+1 != oldest {
 		t.Errorf("oldest pending tick %d after %d forgotten, want the oldest forgotten first", oldest, misses)
 	}
+	// The other share of a forgotten tick is late: it opens nothing again
+	// and counts no second miss.
+	r.share(t, 1, 1, 0)
+	r.a.mu.Lock()
+	_, reopened := r.a.ticks[1]
+	r.a.mu.Unlock()
+	if reopened {
+		t.Error("a forgotten tick was opened again by its other share")
+	}
+	if got := int(testutil.ToFloat64(m.Misses.WithLabelValues("loop1"))); got != misses {
+		t.Errorf("%d misses after a forgotten tick's other share, want %d", got, misses)
+	}
+	if got := testutil.ToFloat64(m.Rejects.WithLabelValues("late")); got != 1 {
+		t.Errorf("%v late rejects, want 1: the forgotten tick's share", got)
+	}
 }
 
 // A stamp from the future (the sensor's clock ahead of the actuator's)
-// gives its tick no more than one deadline from when it is dated. Before,
-// a stamp 10 s ahead put the fail-safe 10 s off.
+// gives its tick no more than one deadline from when it is dated, and a
+// later message with an earlier stamp, still from the future, cannot put
+// that deadline off. Before, a stamp 10 s ahead put the fail-safe 10 s off.
 func TestFutureStampWaitsOneDeadline(t *testing.T) {
 	r := newRig(t, 50*time.Millisecond)
 	began := time.Now()
-	r.send(t, codec.RoleSensor, codec.KindTick, 1, codec.TickPayload{SentUnixNano: began.Add(10 * time.Second).UnixNano()})
+	ahead := began.Add(10 * time.Second)
+	r.send(t, codec.RoleSensor, codec.KindTick, 1, codec.TickPayload{SentUnixNano: ahead.UnixNano()})
+	due := func() time.Time {
+		r.a.mu.Lock()
+		defer r.a.mu.Unlock()
+		if p := r.a.ticks[1]; p != nil {
+			return p.due
+		}
+		return time.Time{}
+	}
+	first := due()
+	if first.IsZero() || first.After(time.Now().Add(50*time.Millisecond)) {
+		t.Fatalf("tick 1 due at %v, want within 50 ms of now", first)
+	}
+	time.Sleep(10 * time.Millisecond)
+	r.share(t, 0, 1, ahead.Add(-time.Nanosecond).UnixNano()) // earlier, still ahead: later than the deadline set
+	if got := due(); !got.Equal(first) {
+		t.Errorf("tick 1 due at %v after an earlier stamp from the future, want unchanged %v", got, first)
+	}
 	ap := r.wait(t, 5*time.Second)
 	if ap.Tick != 1 || !ap.Miss {
 		t.Fatalf("applied %+v, want tick 1's fail-safe", ap)
@@ -388,41 +422,53 @@ func TestFutureStampWaitsOneDeadline(t *testing.T) {
 }
 
 // Above maxPending ticks pending at once (here 100; the code's limit is
-// 65,536) the oldest meets its deadline at once, in order, so a flood of
-// dated ticks cannot grow the actuator's memory without bound.
+// 65,536) the oldest quarter meets its deadline at once, in order, so a
+// flood of dated ticks cannot grow the actuator's memory without bound.
 func TestPendingTicksBounded(t *testing.T) {
 	defer func(n int) { maxPending = n }(maxPending)
 	maxPending = 100
+	const ticks = 150
 	r := newRig(t, 10*time.Second)
-	var got []uint64
-	done := make(chan struct{})
+	defer r.a.stop()
+	var (
+		mu  sync.Mutex
+		got []uint64
+	)
 	go func() {
-		defer close(done)
 		for tick := range r.got {
+			mu.Lock()
 			got = append(got, tick)
-			if len(got) == 50 {
-				return
-			}
+			mu.Unlock()
 		}
 	}()
 	now := time.Now().UnixNano()
-	for k := uint64(1); k <= 150; k++ {
+	for k := uint64(1); k <= ticks; k++ {
 		r.send(t, codec.RoleSensor, codec.KindTick, k, codec.TickPayload{SentUnixNano: now})
 	}
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("%d fail-safes applied within 5 s of 150 ticks pending, want 50 at once", len(got))
+	r.a.mu.Lock()
+	pending := len(r.a.ticks)
+	r.a.mu.Unlock()
+	if pending > 100 {
+		t.Errorf("%d ticks pending, want at most 100", pending)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= ticks-pending || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != ticks-pending {
+		t.Fatalf("%d fail-safes applied with %d of %d ticks pending, want %d", len(got), pending, ticks, ticks-pending)
 	}
 	for i, tick := range got {
 		if tick != uint64(i+1) {
-			t.Fatalf("fail-safes applied to ticks %v, want 1 to 50 in order", got)
+			t.Fatalf("fail-safes applied to ticks %v, want the oldest first, in order", got)
 		}
-	}
-	r.a.mu.Lock()
-	n := len(r.a.ticks)
-	r.a.mu.Unlock()
-	if n != 100 {
-		t.Errorf("%d ticks pending, want 100", n)
 	}
 }
