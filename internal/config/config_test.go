@@ -94,6 +94,7 @@ func TestInvalidValuesStop(t *testing.T) {
 		{&sensor.Config{}, map[string]string{"DUET_NOTICE_DELAY": "soon"}, `DUET_NOTICE_DELAY="soon"`},
 		{&sensor.Config{}, map[string]string{"DUET_NOTICE_DELAY": "-1ms"}, "DUET_NOTICE_DELAY=-1ms"},
 		{&sensor.Config{}, map[string]string{"DUET_NOTICE_DELAY": "40ms"}, "DUET_NOTICE_DELAY=40ms"},
+		{&sensor.Config{}, map[string]string{"DUET_NOTICE_DELAY": "21ms"}, "want 0 to half of DUET_PERIOD (40ms)"},
 		{&sensor.Config{}, map[string]string{"DUET_NOTICE_DELAY": "3ms", "DUET_PERIOD": "2ms"}, "DUET_NOTICE_DELAY=3ms"},
 		{&sensor.Config{}, map[string]string{"DUET_PLANT_WAIT": "0s"}, "DUET_PLANT_WAIT=0s: want 1ms..1m"},
 		{&sensor.Config{}, map[string]string{"DUET_PLANT_WAIT": "2m"}, "DUET_PLANT_WAIT=2m0s: want 1ms..1m"},

@@ -24,7 +24,7 @@ type Config struct {
 	FileStore   bool          `envconfig:"FILE_STORE" default:"false" desc:"JetStream file storage for the queue and set-up records (the set-up records' bucket, duet-setup, is shared by the sensors of every loop: set it alike on all)"`
 	TwoHop      bool          `envconfig:"TWO_HOP" default:"false" desc:"the two-hop tick: when both parties have sent their shares of the next item's measurement mask, send them ȳ minus the mask instead of shares of ȳ, so the tick needs no exchange after the measurement (docs/two-hop-design.md); set on the sensor and both parties"`
 	Replicas    int           `envconfig:"REPLICAS" default:"1" desc:"JetStream replicas for the queue and set-up records, 1..5 and at most the NATS servers in the cluster (the set-up records' bucket is shared by the sensors of every loop: set it alike on all)"`
-	NoticeDelay string        `envconfig:"NOTICE_DELAY" default:"auto" desc:"how long after a tick's measurements the actuator is sent its notice of the tick, which dates a tick whose output shares never come (auto: 5ms, or a quarter of DUET_PERIOD if shorter; 0: with the measurements, inside the tick's latency); under DUET_PERIOD, and keep it under the actuator's DUET_DEADLINE"`
+	NoticeDelay string        `envconfig:"NOTICE_DELAY" default:"auto" desc:"how long after a tick's measurements the actuator is sent its notice of the tick, which dates a tick whose output shares never come (auto: 5ms, or a quarter of DUET_PERIOD if shorter; 0: with the measurements, inside the tick's latency); at most half of DUET_PERIOD (the sensor waits it before its next tick's plant read), and keep it under the actuator's DUET_DEADLINE"`
 	PlantWait   time.Duration `envconfig:"PLANT_WAIT" default:"1s" desc:"how long a read of the plant (the plant service's reply to the sensor's request) may take before its tick is counted a miss; no tick is sent while a read waits, so above DUET_PERIOD a plant that hangs costs every period the wait spans, one of them counted; keep it above the plant service's DUET_WAIT (60ms), which a read may wait for the last input; 1ms..1m"`
 }
 
@@ -41,8 +41,12 @@ func (c *Config) noticeDelay() (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("DUET_NOTICE_DELAY=%q: want auto or a duration such as 5ms", c.NoticeDelay)
 	}
-	if d < 0 || d >= c.Period {
-		return 0, fmt.Errorf("DUET_NOTICE_DELAY=%v: want 0 or more and less than DUET_PERIOD (%v)", d, c.Period)
+	// The sensor waits the delay in its tick loop: with the plant's read it
+	// must fit in the period, or the loop's ticker drops periods, no tick
+	// sent and none counted missed (a delay just under the period halved
+	// the rate).
+	if d < 0 || d > c.Period/2 {
+		return 0, fmt.Errorf("DUET_NOTICE_DELAY=%v: want 0 to half of DUET_PERIOD (%v): the sensor waits it before its next tick's plant read", d, c.Period)
 	}
 	if d == 0 {
 		return -1, nil

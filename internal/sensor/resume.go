@@ -93,6 +93,10 @@ func (s *Sensor) resume(ctx context.Context) (bool, error) {
 	}
 	var rec record
 	if err := codec.OpenRecord(s.opt.StateKey, s.recordKey(), e.Value(), &rec); err != nil {
+		// Counted as the parties count a state record that does not open
+		// (other_key, auth or malformed), since the new set-up it forces
+		// resets the loop's state: before, only the log said so.
+		s.opt.Metrics.Reject(err)
 		switch {
 		case errors.Is(err, codec.ErrOtherKey):
 			s.opt.Log.Warn("sensor record was sealed under another key of the sensor's, as after a key rotation; starting a new set-up", "loop", s.opt.Loop, "err", err)
@@ -124,20 +128,24 @@ func (s *Sensor) resume(ctx context.Context) (bool, error) {
 	return true, s.saveRecord(ctx, s.next)
 }
 
+// saveRecord stores the resume record with next as its next tick, and once
+// it is stored keeps next in savedNext, which resumeCovers reads.
 func (s *Sensor) saveRecord(ctx context.Context, next uint64) error {
-	if s.opt.StateKey == nil || s.kv == nil {
-		return nil
-	}
 	if next == 0 {
 		next = 1
 	}
-	keys := s.sealer.PeerKeys(setupRoles...)
-	data, err := codec.SealRecord(s.opt.StateKey, s.recordKey(), record{Epoch: s.epoch, Digest: s.digest(), NextTick: next, ItemsPerMsg: s.itemsPerMsg(), Wire: codec.Version, Keys: keys[:]})
-	if err != nil {
-		return err
+	if s.opt.StateKey != nil && s.kv != nil {
+		keys := s.sealer.PeerKeys(setupRoles...)
+		data, err := codec.SealRecord(s.opt.StateKey, s.recordKey(), record{Epoch: s.epoch, Digest: s.digest(), NextTick: next, ItemsPerMsg: s.itemsPerMsg(), Wire: codec.Version, Keys: keys[:]})
+		if err != nil {
+			return err
+		}
+		if _, err := s.kv.Put(ctx, s.recordKey(), data); err != nil {
+			return err
+		}
 	}
-	_, err = s.kv.Put(ctx, s.recordKey(), data)
-	return err
+	s.savedNext.Store(next)
+	return nil
 }
 
 // saveRecords writes the resume record for each next tick number it
@@ -155,9 +163,6 @@ func (s *Sensor) saveRecords(ctx context.Context, next <-chan uint64) {
 		wctx, cancel := context.WithTimeout(ctx, time.Second)
 		err := s.saveRecord(wctx, n)
 		cancel()
-		if err == nil {
-			s.savedNext.Store(n)
-		}
 		switch {
 		case err != nil && ctx.Err() == nil && !failed:
 			s.opt.Log.Warn("writing the resume record", "loop", s.opt.Loop, "next_tick", n, "err", err)

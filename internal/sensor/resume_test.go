@@ -8,8 +8,10 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/natstest"
 	"github.com/duet-mpc/duet/internal/testkeys"
 	"github.com/duet-mpc/duet/pkg/codec"
@@ -107,10 +109,12 @@ func TestResumeRecordBoundToItsLoop(t *testing.T) {
 	}
 	sealer := testkeys.Sealers(t)[codec.RoleSensor]
 	var logs bytes.Buffer
+	m := metrics.New("sensor")
 	sensorOf := func(loop string, key [32]byte) *Sensor {
-		return &Sensor{opt: Options{Loop: loop, StateKey: &key, ItemsPerMsg: 1, Log: slog.New(slog.NewTextHandler(&logs, nil))},
+		return &Sensor{opt: Options{Loop: loop, StateKey: &key, ItemsPerMsg: 1, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: m},
 			kv: kv, sealer: sealer}
 	}
+	rejects := func(reason string) float64 { return testutil.ToFloat64(m.Rejects.WithLabelValues(reason)) }
 	key := [32]byte{4}
 	first := sensorOf("a", key)
 	first.epoch = 5
@@ -132,9 +136,15 @@ func TestResumeRecordBoundToItsLoop(t *testing.T) {
 	if resumed(t, moved) || !strings.Contains(logs.String(), "does not open") {
 		t.Fatalf("loop a's record under loop b's key resumed, or not reported:\n%s", logs.String())
 	}
+	if got := rejects("auth"); got != 1 {
+		t.Errorf("%v auth rejects after a record that does not open, want 1", got)
+	}
 	logs.Reset()
 	if resumed(t, sensorOf("a", [32]byte{5})) || !strings.Contains(logs.String(), "key rotation") {
 		t.Fatalf("a record of another key resumed, or not reported as a rotation:\n%s", logs.String())
+	}
+	if got := rejects("other_key"); got != 1 {
+		t.Errorf("%v other_key rejects after a record of another key, want 1", got)
 	}
 }
 
@@ -146,4 +156,42 @@ func resumed(t *testing.T, s *Sensor) bool {
 		t.Fatal(err)
 	}
 	return ok
+}
+
+// A second RunN keeps the resume record's next tick as stored, not the
+// sensor's own next tick: before, each RunN took s.next as stored, so after
+// a first RunN (whose last writes may have failed) the second could send
+// ticks at or past the stored next tick plus resumeMargin, which a sensor
+// resumed from that record sends again.
+func TestRunNKeepsTheStoredNextTick(t *testing.T) {
+	ctx := context.Background()
+	js, err := jetstream.New(natstest.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.EnsureSetupBucket(ctx, js, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := [32]byte{6}
+	s := &Sensor{opt: Options{Loop: "a", StateKey: &key, ItemsPerMsg: 1, Fast: true, Log: slog.New(slog.DiscardHandler)},
+		kv: kv, sealer: testkeys.Sealers(t)[codec.RoleSensor]}
+	if err := s.saveRecord(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.savedNext.Load(); got != 10 {
+		t.Fatalf("saved next tick %d after storing 10", got)
+	}
+	s.next = 500 // ticks 10..499 sent, their record writes failed
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.RunN(stopped, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.savedNext.Load(); got != 10 {
+		t.Errorf("saved next tick %d after a second RunN, want the stored 10", got)
+	}
+	if s.resumeCovers(10 + resumeMargin) {
+		t.Errorf("tick %d may be sent with the record at 10", 10+resumeMargin)
+	}
 }

@@ -113,11 +113,10 @@ type Sensor struct {
 	// (saveRecords): a sensor restarted now would resume at it plus
 	// resumeMargin, so no tick at or above that is sent (resumeCovers).
 	savedNext atomic.Uint64
-	// With Fast, the wait for the mask shares (awaitMask): its timer, the
-	// waits in a row that ended without them, and the ticks since the last
-	// wait once it has given up.
-	maskTimer                    *time.Timer
-	maskWaitsFailed, maskSkipped int
+	// With Fast, the wait for the mask shares (awaitMask): its timer and
+	// the waits in a row that ended without them.
+	maskTimer       *time.Timer
+	maskWaitsFailed int
 }
 
 // New resolves the controller (sizing the modulus) and prepares the sensor.
@@ -339,7 +338,10 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 	// The resume record is written by one goroutine, in order, so that a
 	// slow write cannot land after a newer one; it ends with RunN.
 	resume := make(chan uint64, 1)
-	s.savedNext.Store(s.next) // Setup or resume stored it
+	// savedNext is what Setup, resume or an earlier RunN stored (saveRecord).
+	// Before, each RunN set it to s.next, which after an earlier RunN is past
+	// the record stored (far past it after failed writes), so a second RunN
+	// could send ticks a sensor resumed from that record sends again.
 	saved := make(chan struct{})
 	go func() {
 		defer close(saved)
@@ -558,7 +560,8 @@ func (s *Sensor) readPlant(ctx context.Context, t uint64) ([]float64, error) {
 		return nil, err
 	}
 	if h.Kind != codec.KindPlantY || h.From != codec.RolePlant || h.Tick != t || h.Loop != s.opt.Loop {
-		err := fmt.Errorf("%w: plant reply is %s tick %d from %s", codec.ErrHeader, h.Kind, h.Tick, h.From)
+		err := fmt.Errorf("%w: plant reply is %s of loop %q, tick %d, from %s; want %s of loop %q, tick %d, from %s",
+			codec.ErrHeader, h.Kind, h.Loop, h.Tick, h.From, codec.KindPlantY, s.opt.Loop, t, codec.RolePlant)
 		s.opt.Metrics.Reject(err)
 		return nil, err
 	}

@@ -61,9 +61,13 @@ func (m *masks) ready(last uint64) bool {
 // tick's deferred work, DUET_PERSIST_DELAY later): without waiting it sent
 // 24 of 1,500 ticks masked in a 60-s demo. So it waits up to fastMaskWait
 // for both shares. After fastMaskGiveUp waits in a row that ended without
-// them (parties without the two-hop tick, or backing off) it waits only at
-// every fastMaskProbe-th tick, until a wait succeeds again. In real time the
-// period leaves the shares ample time, and the sensor never waits.
+// them (parties without the two-hop tick, or backing off) it waits only
+// after ticks that are multiples of fastMaskProbe, the ticks after which
+// parties that back off still pre-open (party.twoHopProbe), until a wait
+// succeeds again. Before, it waited at every 25th tick counted from when it
+// gave up, which met the parties' probes only by chance, so a loop could
+// stay on three hops for good. In real time the period leaves the shares
+// ample time, and the sensor never waits.
 const (
 	fastMaskWait   = 20 * time.Millisecond
 	fastMaskGiveUp = 3
@@ -135,14 +139,11 @@ func (s *Sensor) awaitMask(ctx context.Context, last uint64) {
 		return
 	}
 	if s.masks.ready(last) {
-		s.maskWaitsFailed, s.maskSkipped = 0, 0
+		s.maskWaitsFailed = 0
 		return
 	}
-	if s.maskWaitsFailed >= fastMaskGiveUp {
-		if s.maskSkipped++; s.maskSkipped < fastMaskProbe {
-			return
-		}
-		s.maskSkipped = 0 // probe: wait this once
+	if s.maskWaitsFailed >= fastMaskGiveUp && last%fastMaskProbe != 0 {
+		return // given up: probe only where backed-off parties do
 	}
 	if s.maskTimer == nil {
 		s.maskTimer = time.NewTimer(fastMaskWait)
@@ -154,7 +155,7 @@ func (s *Sensor) awaitMask(ctx context.Context, last uint64) {
 		select {
 		case <-s.masks.arrived:
 			if s.masks.ready(last) {
-				s.maskWaitsFailed, s.maskSkipped = 0, 0
+				s.maskWaitsFailed = 0
 				return
 			}
 		case <-s.maskTimer.C:

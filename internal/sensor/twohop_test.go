@@ -37,8 +37,9 @@ func (s *Sensor) give(id int, after, item uint64) {
 
 // TestAwaitMask: a Fast sensor waits for both parties' mask shares for the
 // next tick; after fastMaskGiveUp waits in a row that ended without them it
-// waits only at every fastMaskProbe-th tick, until a wait succeeds again;
-// a sensor in real time never waits.
+// waits only after ticks that are multiples of fastMaskProbe, where parties
+// that back off still pre-open, until a wait succeeds again; a sensor in
+// real time never waits.
 func TestAwaitMask(t *testing.T) {
 	ctx := context.Background()
 	s := fastSensor(t, true)
@@ -73,26 +74,31 @@ func TestAwaitMask(t *testing.T) {
 			t.Fatalf("after %d waits without the shares: %d counted", i, s.maskWaitsFailed)
 		}
 	}
-	// Given up: the next fastMaskProbe-1 ticks do not wait (counted as
-	// skipped, not as failed waits), the one after probes.
-	for i := 1; i < fastMaskProbe; i++ {
-		s.awaitMask(ctx, 9)
-		if s.maskWaitsFailed != fastMaskGiveUp || s.maskSkipped != i {
-			t.Fatalf("given up, tick %d: %d waits failed, %d skipped", i, s.maskWaitsFailed, s.maskSkipped)
-		}
-	}
 	if _, _, ok := s.takeMask(9); ok {
 		t.Fatal("takeMask took a stale share")
 	}
-	// The probe finds the parties sending again (one share here, the other
-	// arriving during the wait): the sensor waits at every tick again.
-	s.give(0, 10, 45)
-	go s.give(1, 10, 45)
-	s.awaitMask(ctx, 10)
-	if s.maskWaitsFailed != 0 || s.maskSkipped != 0 {
-		t.Fatalf("after the probe found both shares: %d waits failed, %d skipped", s.maskWaitsFailed, s.maskSkipped)
+	// Given up: after ticks 10 to 49, other than 25, it does not wait (no
+	// failed wait counted); after tick 25, a multiple of fastMaskProbe, it
+	// probes, and that wait fails too.
+	for last := uint64(10); last < 2*fastMaskProbe; last++ {
+		s.awaitMask(ctx, last)
+		want := fastMaskGiveUp
+		if last >= fastMaskProbe {
+			want++
+		}
+		if s.maskWaitsFailed != want {
+			t.Fatalf("given up, after tick %d: %d waits failed, want %d", last, s.maskWaitsFailed, want)
+		}
 	}
-	if item, _, ok := s.takeMask(10); !ok || item != 45 {
+	// The probe after tick 50 finds the parties sending again (one share
+	// here, the other arriving during the wait): it waits at every tick again.
+	s.give(0, 2*fastMaskProbe, 45)
+	go s.give(1, 2*fastMaskProbe, 45)
+	s.awaitMask(ctx, 2*fastMaskProbe)
+	if s.maskWaitsFailed != 0 {
+		t.Fatalf("after the probe found both shares: %d waits failed", s.maskWaitsFailed)
+	}
+	if item, _, ok := s.takeMask(2 * fastMaskProbe); !ok || item != 45 {
 		t.Fatalf("takeMask = %d, %v; want item 45", item, ok)
 	}
 	// In real time (not Fast) the sensor never waits.
