@@ -130,6 +130,8 @@ alerts-test: $(PROMTOOL)
 ## NATS permissions, `duet keys --if-missing`):
 ## duet-key-<role> (<role>.seed), duet-pubkeys (every .pub), duet-controller.
 K8S_KEYS   ?= build/k8s-keys
+# The namespace: duet, which k8s/base/kustomization.yaml, k8s/base/namespace.yaml
+# and NATS_TLS_HOSTS (nats.duet) name; to use another, change it there too.
 K8S_NS     ?= duet
 CONTROLLER ?= examples/qube-servo2/controller.json
 ROLES      := sensor party0 party1 actuator dealer plant
@@ -139,6 +141,7 @@ KUBECTL    ?= kubectl
 TLS_DAYS ?= 365
 NATS_TLS_HOSTS ?= nats,nats.duet,nats.duet.svc,nats-0.nats-headless,nats-1.nats-headless,nats-2.nats-headless,localhost
 k8s-secrets: build
+	@test "$(K8S_NS)" = duet || { echo "K8S_NS=$(K8S_NS): the manifests use the namespace duet (k8s/base/kustomization.yaml, k8s/base/namespace.yaml, NATS_TLS_HOSTS); change it there, then remove this check" >&2; exit 2; }
 	$(BIN)/duet keys --dir $(K8S_KEYS) --if-missing --tls-hosts $(NATS_TLS_HOSTS) --tls-days $(TLS_DAYS)
 	$(KUBECTL) apply -f k8s/base/namespace.yaml
 	@for r in $(ROLES); do \

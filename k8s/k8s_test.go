@@ -25,6 +25,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -260,6 +261,10 @@ func checkStorageClasses(t *testing.T, r *rendered) {
 	}
 }
 
+// tickPath: the roles a tick passes through (the dealers fill the queues
+// off it).
+var tickPath = map[string]bool{"sensor": true, "party0": true, "party1": true, "actuator": true, "plant": true}
+
 // checkWorkloads: every duet role is deployed once, and every pod and
 // container follows the common rules.
 func checkWorkloads(t *testing.T, r *rendered) {
@@ -296,6 +301,16 @@ func checkWorkloads(t *testing.T, r *rendered) {
 				}
 				if _, ok := c.Resources.Limits[res]; !ok {
 					t.Errorf("%s: no %s limit", where, res)
+				}
+			}
+			// On the tick's path a CPU limit under 2 throttles: Go runs
+			// at least two threads under any limit (GOMAXPROCS =
+			// max(ceil(limit), 2)), which use a 1-CPU quota up in half a
+			// 100-ms CFS period and stand still for the rest, up to 50 ms,
+			// longer than DUET_DEADLINE.
+			if tickPath[role] {
+				if lim, ok := c.Resources.Limits[corev1.ResourceCPU]; ok && lim.Cmp(resource.MustParse("2")) < 0 {
+					t.Errorf("%s: CPU limit %s on the tick's path, want at least 2 (Go's GOMAXPROCS floor under a limit)", where, lim.String())
 				}
 			}
 			sc := c.SecurityContext
@@ -467,6 +482,11 @@ func checkSecrets(t *testing.T, r *rendered) {
 		own := false
 		for _, m := range secretsOf(&w.tpl.Spec) {
 			users[m.secret] = append(users[m.secret], role)
+			// The NATS server's TLS key: its group (fsGroup, the server's
+			// user) may read it, others not (the default mode is 0644).
+			if m.secret == "duet-nats-tls" && (m.mode == nil || *m.mode&0o007 != 0) {
+				t.Errorf("%s: %s must be mounted with a mode without other bits (defaultMode 0440)", w, m.secret)
+			}
 			if owner, ok := strings.CutPrefix(m.secret, "duet-key-"); ok {
 				if owner != role {
 					t.Errorf("%s (%s) mounts %s, the key of %s", w, role, m.secret, owner)
