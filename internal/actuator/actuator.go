@@ -90,8 +90,8 @@ type Actuator struct {
 	mu    sync.Mutex
 	ticks map[uint64]*pending
 	// pruneAt: the number of pending ticks at which entry next looks for
-	// ticks to forget (prune); forgotten: the highest tick it forgot, below
-	// which no tick is opened again.
+	// ticks to forget (prune); forgotten: the highest tick it forgot, at or
+	// below which no tick is opened again.
 	pruneAt   int
 	forgotten uint64
 	last      []float64
@@ -286,8 +286,10 @@ func (a *Actuator) accept(h codec.Header, body []byte, v any, validate func() er
 	return nil
 }
 
-// entry returns the tick's pending record; nil for ticks already applied
-// or forgotten, and for every tick once the actuator has stopped.
+// entry returns the tick's pending record; nil for ticks already applied,
+// for ticks not pending at or below the highest tick prune forgot (forgotten
+// ones, and ones first seen that late), and for every tick once the
+// actuator has stopped.
 func (a *Actuator) entry(t uint64) *pending {
 	if t <= a.lastApp || a.stopped {
 		return nil

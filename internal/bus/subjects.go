@@ -54,6 +54,12 @@ func PartyInbox(loop string, party int) string {
 // mask to the sensor (the two-hop tick).
 func MaskYSubject(loop string) string { return Prefix + "." + loop + ".masky" }
 
+// TwoHopProbe: parties that have backed off from the two-hop tick send
+// their mask shares only after ticks that are multiples of it, and a Fast
+// sensor that has given up waiting for them waits only after those ticks,
+// so that the two probes meet (one constant for both sides).
+const TwoHopProbe = 25
+
 // OutputSubject carries output shares to the actuator.
 func OutputSubject(loop string) string { return Prefix + "." + loop + ".out" }
 

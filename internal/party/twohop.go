@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
@@ -40,7 +41,7 @@ import (
 // until a masked measurement comes again.
 const (
 	twoHopBackoff = 50
-	twoHopProbe   = 25
+	twoHopProbe   = bus.TwoHopProbe
 )
 
 // backedOff reports whether the party pre-opens only on probe ticks.

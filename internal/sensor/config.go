@@ -44,7 +44,9 @@ func (c *Config) noticeDelay() (time.Duration, error) {
 	// The sensor waits the delay in its tick loop: with the plant's read it
 	// must fit in the period, or the loop's ticker drops periods, no tick
 	// sent and none counted missed (a delay just under the period halved
-	// the rate).
+	// the rate). Half the period leaves the read the other half; a read
+	// slower than that drops periods too (DUET_PLANT_WAIT). Options set
+	// directly (the demo, the bench) are not checked.
 	if d < 0 || d > c.Period/2 {
 		return 0, fmt.Errorf("DUET_NOTICE_DELAY=%v: want 0 to half of DUET_PERIOD (%v): the sensor waits it before its next tick's plant read", d, c.Period)
 	}

@@ -129,7 +129,8 @@ func (s *Sensor) resume(ctx context.Context) (bool, error) {
 }
 
 // saveRecord stores the resume record with next as its next tick, and once
-// it is stored keeps next in savedNext, which resumeCovers reads.
+// it is stored (or if there is no record to store) keeps next in savedNext,
+// which resumeCovers reads.
 func (s *Sensor) saveRecord(ctx context.Context, next uint64) error {
 	if next == 0 {
 		next = 1

@@ -110,7 +110,8 @@ type Sensor struct {
 	maskSub  *nats.Subscription
 	lastSent uint64
 	// savedNext is the next tick number of the last resume record stored
-	// (saveRecords): a sensor restarted now would resume at it plus
+	// (saveRecord: by Setup, a resume or RunN's writes; without StateKey,
+	// the last one asked for): a sensor restarted now would resume at it plus
 	// resumeMargin, so no tick at or above that is sent (resumeCovers).
 	savedNext atomic.Uint64
 	// With Fast, the wait for the mask shares (awaitMask): its timer and

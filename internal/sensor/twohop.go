@@ -63,7 +63,7 @@ func (m *masks) ready(last uint64) bool {
 // for both shares. After fastMaskGiveUp waits in a row that ended without
 // them (parties without the two-hop tick, or backing off) it waits only
 // after ticks that are multiples of fastMaskProbe, the ticks after which
-// parties that back off still pre-open (party.twoHopProbe), until a wait
+// parties that back off still pre-open (bus.TwoHopProbe), until a wait
 // succeeds again. Before, it waited at every 25th tick counted from when it
 // gave up, which met the parties' probes only by chance, so a loop could
 // stay on three hops for good. In real time the period leaves the shares
@@ -71,7 +71,7 @@ func (m *masks) ready(last uint64) bool {
 const (
 	fastMaskWait   = 20 * time.Millisecond
 	fastMaskGiveUp = 3
-	fastMaskProbe  = 25
+	fastMaskProbe  = bus.TwoHopProbe
 )
 
 // subscribeMasks starts receiving the parties' mask shares.
