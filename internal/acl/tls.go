@@ -16,6 +16,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/duet-mpc/duet/internal/keys"
 )
 
 // TLS file names written by GenerateTLS. CAKeyFile is the CA's private
@@ -156,8 +158,39 @@ func writeServerCert(dir string, hosts []string, validFor time.Duration, ca *x50
 	return writePEM(dir, ServerKeyFile, "EC PRIVATE KEY", keyDER, 0o600)
 }
 
+// writePEM replaces dir/name atomically (keys.ReplaceFile): a failure or a
+// crash leaves the file it replaces whole, never half a certificate or key.
 func writePEM(dir, name, typ string, der []byte, mode os.FileMode) error {
-	return os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode)
+	return keys.ReplaceFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode)
+}
+
+// ServerCertExpiry returns when the server certificate in dir expires:
+// what GenerateTLS and RenewServerCert wrote, which is cut to the CA's own
+// end when validFor would outlast it.
+func ServerCertExpiry(dir string) (time.Time, error) {
+	data, err := os.ReadFile(filepath.Join(dir, ServerCertFile))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("acl: %w", err)
+	}
+	b, _ := pem.Decode(data)
+	if b == nil {
+		return time.Time{}, fmt.Errorf("acl: %s holds no PEM block", ServerCertFile)
+	}
+	cert, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("acl: %s: %w", ServerCertFile, err)
+	}
+	return cert.NotAfter, nil
+}
+
+// TLSPresent reports whether dir holds the CA and the server certificate.
+func TLSPresent(dir string) bool {
+	for _, f := range []string{CAFile, ServerCertFile, ServerKeyFile} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func serial() *big.Int {

@@ -68,10 +68,8 @@ func (u *User) Options() []nats.Option {
 // are kept unless force.
 func GenerateUsers(dir string, force bool) error {
 	if !force {
-		for _, r := range codec.AllRoles {
-			if _, err := os.Stat(UserSeedPath(dir, r)); err == nil {
-				return fmt.Errorf("acl: %s exists (use --force to rotate every key)", UserSeedPath(dir, r))
-			}
+		if err := NoUsers(dir); err != nil {
+			return err
 		}
 	}
 	users, err := NewUsers()
@@ -86,14 +84,22 @@ func GenerateUsers(dir string, force bool) error {
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(UserSeedPath(dir, r), append(seed, '\n'), 0o600); err != nil {
-			return err
-		}
-		if err := os.Chmod(UserSeedPath(dir, r), 0o600); err != nil {
+		if err := keys.ReplaceFile(UserSeedPath(dir, r), append(seed, '\n'), 0o600); err != nil {
 			return err
 		}
 	}
-	return os.WriteFile(filepath.Join(dir, AuthConfigFile), []byte(Config(Publics(users))), 0o644)
+	return keys.ReplaceFile(filepath.Join(dir, AuthConfigFile), []byte(Config(Publics(users))), 0o644)
+}
+
+// NoUsers returns an error naming the first role's NATS user seed that dir
+// already holds (GenerateUsers refuses to overwrite it without force).
+func NoUsers(dir string) error {
+	for _, r := range codec.AllRoles {
+		if _, err := os.Stat(UserSeedPath(dir, r)); err == nil {
+			return fmt.Errorf("acl: %s exists (use --force to rotate every key)", UserSeedPath(dir, r))
+		}
+	}
+	return nil
 }
 
 // PrevAuthConfigFile keeps the nats-auth.conf that RefreshAuthConfig

@@ -42,7 +42,10 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("health: %w", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// The URL itself must answer 200: a redirect is not followed (a
+	// redirect to some page that answers 200 would pass a dead service).
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("health: %w", err)
 	}

@@ -21,6 +21,8 @@ func TestHealth(t *testing.T) {
 			w.Write([]byte("ready\n"))
 		case "/slow":
 			time.Sleep(time.Second)
+		case "/moved":
+			http.Redirect(w, r, "/readyz", http.StatusFound)
 		default:
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 		}
@@ -40,6 +42,11 @@ func TestHealth(t *testing.T) {
 	}
 	if err := Run(ctx, []string{"health", srv.URL + "/other"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "503") {
 		t.Errorf("health on 503: %v, want an error naming the status", err)
+	}
+	// A redirect is not followed: the URL itself must answer 200 (before,
+	// a redirect to a page that answers 200 passed).
+	if err := Run(ctx, []string{"health", srv.URL + "/moved"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "302") {
+		t.Errorf("health on a redirect: %v, want an error naming the 302", err)
 	}
 	if err := Run(ctx, []string{"health", "--timeout", "50ms", srv.URL + "/slow"}, io.Discard, io.Discard); err == nil {
 		t.Errorf("health past its timeout succeeded")

@@ -35,11 +35,14 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", ErrUsage, fs.Arg(0))
 	}
-	if *tlsDays < 1 {
-		return fmt.Errorf("%w: --tls-days %d, want at least 1", ErrUsage, *tlsDays)
+	if *tlsDays < 1 || *tlsDays > maxTLSDays {
+		return fmt.Errorf("%w: --tls-days %d, want 1 to %d (the CA's ten years)", ErrUsage, *tlsDays, maxTLSDays)
 	}
 	if *tlsOnly && (*tlsHosts == "" || *force || *ifMissing) {
 		return fmt.Errorf("%w: --tls-only needs --tls-hosts, and takes neither --force nor --if-missing (it keeps the role keys)", ErrUsage)
+	}
+	if *ifMissing && *force {
+		return fmt.Errorf("%w: --if-missing keeps a directory's keys and --force rotates them: give one or the other", ErrUsage)
 	}
 	if *newCA && !*tlsOnly {
 		return fmt.Errorf("%w: --new-ca goes with --tls-only (without it, every run writes a new CA)", ErrUsage)
@@ -53,6 +56,11 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	validFor := time.Duration(*tlsDays) * 24 * time.Hour
 	if *tlsOnly {
+		// It keeps the role keys: a directory without them is a mistyped
+		// --dir, not one to make a CA in.
+		if _, err := os.Stat(keys.SeedPath(*dir, codec.RoleSensor)); err != nil {
+			return fmt.Errorf("%w: --tls-only renews the certificate of a keys directory, and %s holds no role keys (%v): a mistyped --dir?", ErrUsage, *dir, err)
+		}
 		wroteCA := *newCA
 		var err error
 		if wroteCA {
@@ -68,10 +76,14 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		} else {
 			fmt.Fprintf(stdout, "kept the CA (%s); ", acl.CAFile)
 		}
-		fmt.Fprintf(stdout, "wrote %s and %s, valid until %s\n", acl.ServerCertFile, acl.ServerKeyFile, time.Now().Add(validFor).UTC().Format(time.DateOnly))
+		until, err := certUntil(*dir, validFor)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %s and %s, valid until %s\n", acl.ServerCertFile, acl.ServerKeyFile, until)
 		return nil
 	}
-	if *ifMissing && !*force {
+	if *ifMissing {
 		if _, err := os.Stat(keys.SeedPath(*dir, codec.RoleSensor)); err == nil {
 			changed, prevKept, err := acl.RefreshAuthConfig(*dir)
 			if err != nil {
@@ -86,7 +98,21 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			} else {
 				fmt.Fprintf(stdout, "%s already holds keys; kept them (%s already has this release's permissions)\n", *dir, acl.AuthConfigFile)
 			}
+			// --tls-hosts and a directory without the TLS material (keys
+			// written without it): write it now rather than leave the
+			// server certificate missing for later steps to trip on.
+			if *tlsHosts != "" && !acl.TLSPresent(*dir) {
+				return writeTLS(stdout, *dir, hosts, validFor)
+			}
 			return nil
+		}
+	}
+	if !*force {
+		// Refused before anything is written: keys.Generate checks the
+		// .seed and .pub files, and the NATS user seeds are checked here,
+		// so that a directory holding only those is not half rewritten.
+		if err := acl.NoUsers(*dir); err != nil {
+			return err
 		}
 	}
 	if err := keys.Generate(*dir, *force); err != nil {
@@ -98,13 +124,42 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "wrote into %s, per role: <role>.seed (end-to-end secret key), <role>.pub, <role>.nats.nk (NATS user, for DUET_NATS_CREDS); and %s (the NATS server's users and permissions)\n", *dir, acl.AuthConfigFile)
 	fmt.Fprintf(stdout, "give each service only its own .seed and .nats.nk, and every .pub\n")
 	if *tlsHosts != "" {
-		if err := acl.GenerateTLS(*dir, hosts, validFor); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "wrote %s (the CA; clients: DUET_TLS_CA=%s; its key %s: keep it offline), %s and %s, the server certificate, valid until %s: renew it before then (duet keys --tls-only)\n",
-			acl.CAFile, acl.CAFile, acl.CAKeyFile, acl.ServerCertFile, acl.ServerKeyFile, time.Now().Add(validFor).UTC().Format(time.DateOnly))
+		return writeTLS(stdout, *dir, hosts, validFor)
 	}
 	return nil
+}
+
+// maxTLSDays bounds --tls-days: a server certificate ends with its CA, ten
+// years (acl.CAValidity), and a larger value once overflowed into a
+// certificate that had expired centuries ago.
+const maxTLSDays = 3650
+
+// writeTLS writes a new CA and server certificate into dir and says so.
+func writeTLS(stdout io.Writer, dir string, hosts []string, validFor time.Duration) error {
+	if err := acl.GenerateTLS(dir, hosts, validFor); err != nil {
+		return err
+	}
+	until, err := certUntil(dir, validFor)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s (the CA; clients: DUET_TLS_CA=%s; its key %s: keep it offline), %s and %s, the server certificate, valid until %s: renew it before then (duet keys --tls-only)\n",
+		acl.CAFile, acl.CAFile, acl.CAKeyFile, acl.ServerCertFile, acl.ServerKeyFile, until)
+	return nil
+}
+
+// certUntil is the written server certificate's end date, read back from
+// it, and says when the CA's own end cut it short of validFor.
+func certUntil(dir string, validFor time.Duration) (string, error) {
+	end, err := acl.ServerCertExpiry(dir)
+	if err != nil {
+		return "", err
+	}
+	until := end.UTC().Format(time.DateOnly)
+	if end.Before(time.Now().Add(validFor).Add(-24 * time.Hour)) {
+		until += " (cut to the CA's own end: write a new CA before then, duet keys --tls-only --new-ca)"
+	}
+	return until, nil
 }
 
 // parseHosts splits --tls-hosts: each entry trimmed, and one that is empty

@@ -3,10 +3,15 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"io"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -187,5 +192,107 @@ func TestKeysIfMissingRefreshesPermissions(t *testing.T) {
 	}
 	if err := Run(ctx, []string{"keys", "--dir", dir, "--if-missing"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), seed) {
 		t.Errorf("without %s: %v, want an error naming it", seed, err)
+	}
+}
+
+// duet keys refuses what it cannot do right before writing anything, and
+// says what it wrote: found by a read-only audit, each case below went
+// wrong before.
+func TestKeysRefusesAndReportsExactly(t *testing.T) {
+	ctx := context.Background()
+	run := func(out io.Writer, args ...string) error {
+		return Run(ctx, append([]string{"keys"}, args...), out, io.Discard)
+	}
+	files := func(dir string) []string {
+		entries, _ := os.ReadDir(dir)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	// --tls-days past the CA's ten years overflowed into a certificate
+	// that had expired centuries ago, written and reported as valid.
+	dir := t.TempDir()
+	if err := run(io.Discard, "--dir", dir, "--tls-hosts", "nats", "--tls-days", "106752"); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--tls-days 106752") {
+		t.Errorf("--tls-days 106752: %v, want a usage error naming it", err)
+	}
+	if names := files(dir); len(names) > 0 {
+		t.Errorf("--tls-days 106752: wrote %v before refusing", names)
+	}
+	// --if-missing and --force: one keeps the keys, the other rotates them.
+	if err := run(io.Discard, "--dir", dir, "--if-missing", "--force"); !errors.Is(err, ErrUsage) {
+		t.Errorf("--if-missing --force: %v, want a usage error", err)
+	}
+	// --tls-only on a directory without role keys (a mistyped --dir) made
+	// a new CA there.
+	if err := run(io.Discard, "--dir", filepath.Join(dir, "typo"), "--tls-only", "--tls-hosts", "nats"); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "holds no role keys") {
+		t.Errorf("--tls-only on a directory without keys: %v, want a usage error saying so", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "typo")); err == nil {
+		t.Error("--tls-only on a directory without keys created it")
+	}
+	// A directory holding only the NATS user seeds: refused before the
+	// end-to-end keys were written (they were, then the seeds refused).
+	if err := run(io.Discard, "--dir", dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range files(dir) {
+		if strings.HasSuffix(name, ".seed") || strings.HasSuffix(name, ".pub") {
+			os.Remove(filepath.Join(dir, name))
+		}
+	}
+	if err := run(io.Discard, "--dir", dir); err == nil || !strings.Contains(err.Error(), ".nats.nk exists") {
+		t.Errorf("keys into a directory with NATS user seeds: %v, want a refusal naming one", err)
+	}
+	for _, name := range files(dir) {
+		if strings.HasSuffix(name, ".seed") || strings.HasSuffix(name, ".pub") {
+			t.Errorf("%s written before the refusal", name)
+		}
+	}
+	// --if-missing with --tls-hosts on keys without the TLS material
+	// writes it (before, it said it kept the keys and wrote none).
+	dir = t.TempDir()
+	if err := run(io.Discard, "--dir", dir); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := run(&out, "--dir", dir, "--if-missing", "--tls-hosts", "nats"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"ca.pem", "ca-key.pem", "nats-cert.pem", "nats-key.pem"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("--if-missing --tls-hosts on keys without TLS: %v", err)
+		}
+	}
+	if !strings.Contains(out.String(), "kept them") || !strings.Contains(out.String(), "wrote ca.pem") {
+		t.Errorf("output %q, want the keys kept and the TLS material written", out.String())
+	}
+	// A CA near its end cuts the server certificate to it: the date said
+	// is the certificate's, and the cut is said (before, now + --tls-days).
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caEnd := time.Now().Add(10 * 24 * time.Hour)
+	tpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "old CA"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: caEnd, IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "ca.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644)
+	os.WriteFile(filepath.Join(dir, "ca-key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+	out.Reset()
+	if err := run(&out, "--dir", dir, "--tls-only", "--tls-hosts", "nats", "--tls-days", "365"); err != nil {
+		t.Fatal(err)
+	}
+	want := "valid until " + caEnd.UTC().Format(time.DateOnly) + " (cut to the CA's own end"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("output %q, want %q", out.String(), want)
 	}
 }
