@@ -99,14 +99,7 @@ func TestResumeCovers(t *testing.T) {
 // sensor's (a rotation) is reported as such.
 func TestResumeRecordBoundToItsLoop(t *testing.T) {
 	ctx := context.Background()
-	js, err := jetstream.New(natstest.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := bus.EnsureSetupBucket(ctx, js, 1, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := setupBucket(t)
 	sealer := testkeys.Sealers(t)[codec.RoleSensor]
 	var logs bytes.Buffer
 	m := metrics.New("sensor")
@@ -165,14 +158,7 @@ func resumed(t *testing.T, s *Sensor) bool {
 // resumed from that record sends again.
 func TestRunNKeepsTheStoredNextTick(t *testing.T) {
 	ctx := context.Background()
-	js, err := jetstream.New(natstest.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := bus.EnsureSetupBucket(ctx, js, 1, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := setupBucket(t)
 	key := [32]byte{6}
 	s := &Sensor{opt: Options{Loop: "a", StateKey: &key, ItemsPerMsg: 1, Fast: true, Log: slog.New(slog.DiscardHandler)},
 		kv: kv, sealer: testkeys.Sealers(t)[codec.RoleSensor]}
@@ -194,4 +180,19 @@ func TestRunNKeepsTheStoredNextTick(t *testing.T) {
 	if s.resumeCovers(10 + resumeMargin) {
 		t.Errorf("tick %d may be sent with the record at 10", 10+resumeMargin)
 	}
+}
+
+// setupBucket is the set-up KV bucket, the resume record's, on a real
+// JetStream server.
+func setupBucket(t *testing.T) jetstream.KeyValue {
+	t.Helper()
+	js, err := jetstream.New(natstest.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.EnsureSetupBucket(context.Background(), js, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
 }
