@@ -183,14 +183,16 @@ func ServerCertExpiry(dir string) (time.Time, error) {
 	return cert.NotAfter, nil
 }
 
-// TLSPresent reports whether dir holds the CA and the server certificate.
-func TLSPresent(dir string) bool {
-	for _, f := range []string{CAFile, ServerCertFile, ServerKeyFile} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			return false
+// TLSFiles returns which of the TLS files GenerateTLS writes (CAFile,
+// CAKeyFile, ServerCertFile, ServerKeyFile) dir holds.
+func TLSFiles(dir string) []string {
+	var have []string
+	for _, f := range []string{CAFile, CAKeyFile, ServerCertFile, ServerKeyFile} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			have = append(have, f)
 		}
 	}
-	return true
+	return have
 }
 
 func serial() *big.Int {

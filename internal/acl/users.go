@@ -96,7 +96,7 @@ func GenerateUsers(dir string, force bool) error {
 func NoUsers(dir string) error {
 	for _, r := range codec.AllRoles {
 		if _, err := os.Stat(UserSeedPath(dir, r)); err == nil {
-			return fmt.Errorf("acl: %s exists (use --force to rotate every key)", UserSeedPath(dir, r))
+			return fmt.Errorf("acl: %w: %s (use --force to rotate every key)", keys.ErrExist, UserSeedPath(dir, r))
 		}
 	}
 	return nil

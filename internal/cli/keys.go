@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,7 +25,7 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "keys", "output directory: <role>.seed (0600, secret) and <role>.pub per role")
 	force := fs.Bool("force", false, "overwrite existing key files (rotates every key)")
-	ifMissing := fs.Bool("if-missing", false, "keep the keys (exit 0) if the directory already holds them, only bringing its nats-auth.conf up to this release's permissions; for init containers and upgrades")
+	ifMissing := fs.Bool("if-missing", false, "keep the keys (exit 0) if the directory already holds them, bringing its nats-auth.conf up to this release's permissions (and with --tls-hosts writing the TLS material it lacks); for init containers and upgrades")
 	tlsHosts := fs.String("tls-hosts", "", "also write a private CA and a NATS server certificate for these comma-separated host names/IPs (ca.pem, nats-cert.pem, nats-key.pem)")
 	tlsDays := fs.Int("tls-days", 365, "days the server certificate of --tls-hosts is valid (its CA: 10 years)")
 	tlsOnly := fs.Bool("tls-only", false, "write only a new server certificate for --tls-hosts, signed by the directory's CA (ca.pem, ca-key.pem), keeping the CA and the role keys: to renew it before it expires")
@@ -98,11 +99,8 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 			} else {
 				fmt.Fprintf(stdout, "%s already holds keys; kept them (%s already has this release's permissions)\n", *dir, acl.AuthConfigFile)
 			}
-			// --tls-hosts and a directory without the TLS material (keys
-			// written without it): write it now rather than leave the
-			// server certificate missing for later steps to trip on.
-			if *tlsHosts != "" && !acl.TLSPresent(*dir) {
-				return writeTLS(stdout, *dir, hosts, validFor)
+			if *tlsHosts != "" {
+				return keepTLS(stdout, *dir, hosts, validFor)
 			}
 			return nil
 		}
@@ -127,6 +125,34 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return writeTLS(stdout, *dir, hosts, validFor)
 	}
 	return nil
+}
+
+// keepTLS is --if-missing's --tls-hosts on a directory that holds keys: the
+// TLS material it has is kept (a changed --tls-hosts or --tls-days is not
+// applied, and it says so); without any, it is written, rather than left
+// missing for later steps to trip on; a server certificate missing beside
+// its CA is written under that CA; any other part is refused, since a new
+// CA would replace one that clients trust.
+func keepTLS(stdout io.Writer, dir string, hosts []string, validFor time.Duration) error {
+	have := acl.TLSFiles(dir)
+	switch {
+	case len(have) == 4:
+		fmt.Fprintf(stdout, "kept its TLS material too (--tls-hosts and --tls-days not applied: renew the certificate with duet keys --tls-only)\n")
+		return nil
+	case len(have) == 0:
+		return writeTLS(stdout, dir, hosts, validFor)
+	case slices.Contains(have, acl.CAFile) && slices.Contains(have, acl.CAKeyFile):
+		if _, err := acl.RenewServerCert(dir, hosts, validFor); err != nil {
+			return err
+		}
+		until, err := certUntil(dir, validFor)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "kept the CA (%s); wrote %s and %s, which were missing, valid until %s\n", acl.CAFile, acl.ServerCertFile, acl.ServerKeyFile, until)
+		return nil
+	}
+	return fmt.Errorf("%s holds only part of the TLS material (%s) and not the CA with its key: write it with duet keys --tls-only --new-ca (a new CA, which every client and server must then trust)", dir, strings.Join(have, ", "))
 }
 
 // maxTLSDays bounds --tls-days: a server certificate ends with its CA, ten

@@ -242,8 +242,9 @@ func TestKeysRefusesAndReportsExactly(t *testing.T) {
 			os.Remove(filepath.Join(dir, name))
 		}
 	}
-	if err := run(io.Discard, "--dir", dir); err == nil || !strings.Contains(err.Error(), ".nats.nk exists") {
-		t.Errorf("keys into a directory with NATS user seeds: %v, want a refusal naming one", err)
+	// Its message says "already exists", which make keys looks for.
+	if err := run(io.Discard, "--dir", dir); err == nil || !strings.Contains(err.Error(), ".nats.nk") || !strings.Contains(err.Error(), "already exists") {
+		t.Errorf("keys into a directory with NATS user seeds: %v, want a refusal naming one, saying it already exists", err)
 	}
 	for _, name := range files(dir) {
 		if strings.HasSuffix(name, ".seed") || strings.HasSuffix(name, ".pub") {
@@ -268,6 +269,35 @@ func TestKeysRefusesAndReportsExactly(t *testing.T) {
 	if !strings.Contains(out.String(), "kept them") || !strings.Contains(out.String(), "wrote ca.pem") {
 		t.Errorf("output %q, want the keys kept and the TLS material written", out.String())
 	}
+	// Run again: all of it kept, and the host list not applied is said.
+	ca, _ := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	out.Reset()
+	if err := run(&out, "--dir", dir, "--if-missing", "--tls-hosts", "other"); err != nil || !strings.Contains(out.String(), "--tls-hosts and --tls-days not applied") {
+		t.Errorf("--if-missing --tls-hosts on complete TLS material: %v, %q; want it kept and said", err, out.String())
+	}
+	// A server certificate missing beside its CA is written under that CA,
+	// which is kept (a new CA would replace the one clients trust).
+	os.Remove(filepath.Join(dir, "nats-cert.pem"))
+	out.Reset()
+	if err := run(&out, "--dir", dir, "--if-missing", "--tls-hosts", "nats"); err != nil || !strings.Contains(out.String(), "kept the CA") {
+		t.Errorf("--if-missing --tls-hosts without the server certificate: %v, %q; want it written under the kept CA", err, out.String())
+	}
+	if now, _ := os.ReadFile(filepath.Join(dir, "ca.pem")); !bytes.Equal(now, ca) {
+		t.Error("--if-missing --tls-hosts replaced the CA")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nats-cert.pem")); err != nil {
+		t.Error(err)
+	}
+	// The CA's key missing beside the rest: refused, nothing replaced.
+	caKeyPEM, _ := os.ReadFile(filepath.Join(dir, "ca-key.pem"))
+	os.Remove(filepath.Join(dir, "ca-key.pem"))
+	if err := run(io.Discard, "--dir", dir, "--if-missing", "--tls-hosts", "nats"); err == nil || !strings.Contains(err.Error(), "only part of the TLS material") {
+		t.Errorf("--if-missing --tls-hosts without the CA's key: %v, want a refusal", err)
+	}
+	if now, _ := os.ReadFile(filepath.Join(dir, "ca.pem")); !bytes.Equal(now, ca) {
+		t.Error("--if-missing --tls-hosts without the CA's key replaced the CA")
+	}
+	os.WriteFile(filepath.Join(dir, "ca-key.pem"), caKeyPEM, 0o600)
 	// A CA near its end cuts the server certificate to it: the date said
 	// is the certificate's, and the cut is said (before, now + --tls-days).
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
