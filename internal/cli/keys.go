@@ -45,6 +45,11 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if *ifMissing && *force {
 		return fmt.Errorf("%w: --if-missing keeps a directory's keys and --force rotates them: give one or the other", ErrUsage)
 	}
+	tlsDaysSet := false
+	fs.Visit(func(f *flag.Flag) { tlsDaysSet = tlsDaysSet || f.Name == "tls-days" })
+	if tlsDaysSet && *tlsHosts == "" {
+		return fmt.Errorf("%w: --tls-days goes with --tls-hosts (without it, no certificate is written)", ErrUsage)
+	}
 	if *newCA && !*tlsOnly {
 		return fmt.Errorf("%w: --new-ca goes with --tls-only (without it, every run writes a new CA)", ErrUsage)
 	}

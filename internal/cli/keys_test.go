@@ -220,6 +220,10 @@ func TestKeysRefusesAndReportsExactly(t *testing.T) {
 	if names := files(dir); len(names) > 0 {
 		t.Errorf("--tls-days 106752: wrote %v before refusing", names)
 	}
+	// --tls-days alone: no certificate to make; it was ignored.
+	if err := run(io.Discard, "--dir", dir, "--tls-days", "30"); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--tls-days goes with --tls-hosts") {
+		t.Errorf("--tls-days without --tls-hosts: %v, want a usage error", err)
+	}
 	// --if-missing and --force: one keeps the keys, the other rotates them.
 	if err := run(io.Discard, "--dir", dir, "--if-missing", "--force"); !errors.Is(err, ErrUsage) {
 		t.Errorf("--if-missing --force: %v, want a usage error", err)

@@ -71,7 +71,8 @@ func ParseControllerSpec(data []byte) (ControllerSpec, error) {
 	if len(data) > maxSpecFileLen {
 		return s, fmt.Errorf("%w: file larger than %d bytes", ErrSpec, maxSpecFileLen)
 	}
-	if err := checkSpecKeys(data); err != nil {
+	given, err := checkSpecKeys(data)
+	if err != nil {
 		return s, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -84,11 +85,15 @@ func ParseControllerSpec(data []byte) (ControllerSpec, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return s, fmt.Errorf("%w: trailing data after the JSON object", ErrSpec)
 	}
-	if s.Lambda == 0 {
+	// The defaults fill fields left out, not fields given as 0 or "": an
+	// explicit "lambda": 0 became 40 without a word.
+	if !given["lambda"] {
 		s.Lambda = DefaultLambda
 	}
-	if s.Modulus == "" {
+	if !given["modulus"] {
 		s.Modulus = ModulusAuto
+	} else if s.Modulus == "" {
+		return s, fmt.Errorf("%w: field \"modulus\": empty, want %q or a modulus name (leave the field out for %q)", ErrSpec, ModulusAuto, ModulusAuto)
 	}
 	return s, s.Validate()
 }
@@ -108,36 +113,37 @@ var specKeys = func() []string {
 }()
 
 // checkSpecKeys reads the top-level object's keys and refuses one that is
-// not a field (matched exactly) or that comes twice.
-func checkSpecKeys(data []byte) error {
+// not a field (matched exactly) or that comes twice; it returns the keys
+// given.
+func checkSpecKeys(data []byte) (map[string]bool, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	tok, err := dec.Token()
 	if err != nil {
-		return specJSONError(err)
+		return nil, specJSONError(err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return fmt.Errorf("%w: want a JSON object", ErrSpec)
+		return nil, fmt.Errorf("%w: want a JSON object", ErrSpec)
 	}
 	seen := make(map[string]bool, len(specKeys))
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return specJSONError(err)
+			return nil, specJSONError(err)
 		}
 		k, _ := tok.(string) // an object's keys are strings, or Token fails
 		switch {
 		case !slices.Contains(specKeys, k):
-			return fmt.Errorf("%w: unknown field %q (the fields, case-sensitive: %s)", ErrSpec, k, strings.Join(specKeys, ", "))
+			return nil, fmt.Errorf("%w: unknown field %q (the fields, case-sensitive: %s)", ErrSpec, k, strings.Join(specKeys, ", "))
 		case seen[k]:
-			return fmt.Errorf("%w: field %q given twice", ErrSpec, k)
+			return nil, fmt.Errorf("%w: field %q given twice", ErrSpec, k)
 		}
 		seen[k] = true
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
-			return specJSONError(err)
+			return nil, specJSONError(err)
 		}
 	}
-	return nil
+	return seen, nil
 }
 
 // specJSONError says what is wrong with a file that is not the JSON it

@@ -45,8 +45,8 @@ func TestControllerSpecTrailingData(t *testing.T) {
 // how: encoding/json alone filled A from "a" and let a repeated key win.
 func TestControllerSpecKeysAndJSONErrors(t *testing.T) {
 	const body = `"B":[[1]],"C":[[1]],"D":[[0]],"x0":[0],"k":18,"l":9}`
-	if _, err := ParseControllerSpec([]byte(`{"A":[[0.5]],` + body)); err != nil {
-		t.Fatalf("the valid spec: %v", err)
+	if s, err := ParseControllerSpec([]byte(`{"A":[[0.5]],` + body)); err != nil || s.Lambda != DefaultLambda || s.Modulus != ModulusAuto {
+		t.Fatalf("the valid spec: %v, lambda %d, modulus %q; want the defaults for the fields left out", err, s.Lambda, s.Modulus)
 	}
 	for _, c := range []struct{ in, want string }{
 		{`{"a":[[0.5]],` + body, `unknown field "a"`},
@@ -59,6 +59,10 @@ func TestControllerSpecKeysAndJSONErrors(t *testing.T) {
 		{`[1, 2]`, "want a JSON object"},
 		{`null`, "want a JSON object"},
 		{`{"A":[[0.5]],"B":"x","C":[[1]],"D":[[0]],"x0":[0],"k":18,"l":9}`, `field "B": cannot use JSON string`},
+		// Given as 0 or "", not left out: refused, where they silently
+		// took the defaults (40, auto).
+		{`{"A":[[0.5]],"lambda":0,` + body, `field "lambda": 0, want 1 to 200`},
+		{`{"A":[[0.5]],"modulus":"",` + body, `field "modulus": empty`},
 	} {
 		_, err := ParseControllerSpec([]byte(c.in))
 		if !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), c.want) {
