@@ -80,6 +80,7 @@ func TestInvalidValuesStop(t *testing.T) {
 		{&party.Config{}, map[string]string{"DUET_PARTY": "x"}, "PARTY"},
 		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_PERSIST_DELAY": "-1ms"}, "DUET_PERSIST_DELAY=-1ms"},
 		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_PERSIST_DELAY": "2s"}, "DUET_PERSIST_DELAY=2s"},
+		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_PERSIST_DELAY": "1ns"}, "DUET_PERSIST_DELAY=1ns: want 0 or 100µs..1s"},
 		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_PEER_BATCH": "0"}, "DUET_PEER_BATCH=0"},
 		{&party.Config{}, map[string]string{"DUET_PARTY": "0", "DUET_WRITE_COALESCE": "-1us"}, "DUET_WRITE_COALESCE=-1µs"},
 		{&party.Config{}, map[string]string{"DUET_PARTY": "1", "DUET_WRITE_COALESCE": "11ms"}, "DUET_WRITE_COALESCE=11ms"},

@@ -20,6 +20,9 @@ const (
 	MaxPrefetch     = 100000
 )
 
+// minPersistDelay is the shortest DUET_PERSIST_DELAY above 0.
+const minPersistDelay = 100 * time.Microsecond
+
 // PrefetchFor is the prefetch a party uses for Options.Prefetch n (0 or
 // less: the default).
 func PrefetchFor(n int) int {
@@ -39,7 +42,7 @@ type Config struct {
 	Persist        bool          `envconfig:"PERSIST" default:"true" desc:"persist the state share every tick (sealed) for crash recovery without controller reset"`
 	StateFileStore bool          `envconfig:"STATE_FILE_STORE" default:"true" desc:"JetStream file storage for the persisted state"`
 	StateReplicas  int           `envconfig:"STATE_REPLICAS" default:"1" desc:"JetStream replicas of the persisted state, 1..5 and at most the NATS servers in the cluster (it and DUET_STATE_FILE_STORE configure the bucket duet-state-party<i>, which every process of this party shares: set both alike on all)"`
-	PersistDelay   time.Duration `envconfig:"PERSIST_DELAY" default:"2ms" desc:"the longest a tick's state write waits to start (off the tick's critical path), gathered with the writes of the other loops' ticks in that window (0..1s; 0: each at once); the next tick waits for the write. While other loops' writes are waiting, P0's Protocol 2 message of a loop ticking at least five times this apart waits for the same window"`
+	PersistDelay   time.Duration `envconfig:"PERSIST_DELAY" default:"2ms" desc:"the longest a tick's state write waits to start (off the tick's critical path), gathered with the writes of the other loops' ticks in that window (0, or 100µs..1s; 0: each at once); the next tick waits for the write. While other loops' writes are waiting, P0's Protocol 2 message of a loop ticking at least five times this apart waits for the same window"`
 	WriteCoalesce  time.Duration `envconfig:"WRITE_COALESCE" default:"0" desc:"the party's writes to NATS: after a burst of 4 at once, at most one system call per this interval, the writes in between going out together (fewer system calls with hundreds of loops, at most this much added per message and only while that busy; 250us was measured, see README; 0..10ms, 0: every write at once)"`
 	TwoHop         bool          `envconfig:"TWO_HOP" default:"false" desc:"the two-hop tick: between ticks, open the state part of the exchange with the other party and send the sensor this party's share of the next item's measurement mask, so that a tick with the sensor's masked measurement needs no exchange after it (docs/two-hop-design.md; with persistence, the mask share once the tick's state write is acknowledged); set on both parties and the sensor (while the sensor sends shares instead, 50 ticks in a row, a party pre-opens only after every 25th tick)"`
 	PeerBatch      int           `envconfig:"PEER_BATCH" default:"16" desc:"most messages to the other party sent as one NATS message while more inbound messages wait, 1..256 (1: never batch; set 1 while one party still runs a release without batches)"`
@@ -110,8 +113,11 @@ func (c *Config) Validate() error {
 	if c.StateReplicas < 1 || c.StateReplicas > 5 {
 		return fmt.Errorf("DUET_STATE_REPLICAS=%d: want 1..5", c.StateReplicas)
 	}
-	if c.PersistDelay < 0 || c.PersistDelay > time.Second {
-		return fmt.Errorf("DUET_PERSIST_DELAY=%v: want 0..1s", c.PersistDelay)
+	// Above 0, at least minPersistDelay: the deferred work that waits it
+	// is tried again every delay while a loop's lock is held, and a delay
+	// of a nanosecond spun a core for as long.
+	if c.PersistDelay < 0 || c.PersistDelay > time.Second || (c.PersistDelay > 0 && c.PersistDelay < minPersistDelay) {
+		return fmt.Errorf("DUET_PERSIST_DELAY=%v: want 0 or %v..1s", c.PersistDelay, minPersistDelay)
 	}
 	if c.PeerBatch < 1 || c.PeerBatch > codec.MaxBatchEnvelopes {
 		return fmt.Errorf("DUET_PEER_BATCH=%d: want 1..%d", c.PeerBatch, codec.MaxBatchEnvelopes)

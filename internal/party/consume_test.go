@@ -144,3 +144,28 @@ func TestDeletedConsumerStopsTheLoop(t *testing.T) {
 		t.Fatalf("stopped with %v, want the deleted consumer's error", e)
 	}
 }
+
+// A lookup of the loop's consumer after its whole stream was deleted (as a
+// real server answers it) counts as the consumer gone, as a deleted
+// consumer does; a consumer that is there does not.
+func TestConsumerMissingAfterStreamDeleted(t *testing.T) {
+	js, err := jetstream.New(natstest.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	stream, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: "consume-stream-rm", MaxMsgs: 100}, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Consumer(ctx, bus.ConsumerName(0)); err != nil || consumerMissing(err) {
+		t.Fatalf("the consumer, present: %v, missing %v", err, consumerMissing(err))
+	}
+	if err := js.DeleteStream(ctx, stream.CachedInfo().Config.Name); err != nil {
+		t.Fatal(err)
+	}
+	_, err = stream.Consumer(ctx, bus.ConsumerName(0))
+	if !consumerMissing(err) {
+		t.Fatalf("lookup after the stream's deletion: %v, want it taken as the consumer gone", err)
+	}
+}

@@ -273,7 +273,7 @@ func (w *worker) consumeErrs(ctx context.Context, stream jetstream.Stream, done 
 					cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 					_, cerr = stream.Consumer(cctx, bus.ConsumerName(w.id))
 					cancel()
-					if !errors.Is(cerr, jetstream.ErrConsumerNotFound) {
+					if !consumerMissing(cerr) {
 						return
 					}
 				}
@@ -291,6 +291,16 @@ func (w *worker) consumeErrs(ctx context.Context, stream jetstream.Stream, done 
 // consumerGone stops the loop whose offline consumer ended for good.
 func (w *worker) consumerGone(err error) {
 	w.stopWith(fmt.Errorf("offline queue: the loop's consumer %s ended (%w): restart the party once the sensor has set the queue up again", bus.ConsumerName(w.id), err))
+}
+
+// consumerMissing reports whether a lookup of the loop's offline consumer
+// found it gone: the consumer, or its whole stream (`nats stream rm`, or a
+// server restarted on memory storage), which the server reports as a
+// stream not found. Before, only the first counted, so a stream deleted
+// while no pull was waiting left the loop running with no item, every tick
+// missing, and the party ready.
+func consumerMissing(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
 // consumerRecheck is how long a loop waits to look its offline consumer up
