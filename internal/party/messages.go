@@ -87,6 +87,14 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 		w.reject(fmt.Errorf("%w: loop %q on loop %q's subject", codec.ErrHeader, h.Loop, w.loop))
 		return
 	}
+	// A measurement comes on the loop's measure subject only: the
+	// dispatcher keeps that subject's messages off its shared goroutine
+	// (canInline), since a tick can wait there, and one that came on
+	// another of the loop's subjects could hold every loop up.
+	if (h.Kind == codec.KindMeasure || h.Kind == codec.KindMeasureMasked) && m.Subject != w.subjMeasure {
+		w.reject(fmt.Errorf("%w: a measurement on subject %q, not the loop's measure subject %q", codec.ErrHeader, m.Subject, w.subjMeasure))
+		return
+	}
 	switch {
 	case h.Kind == codec.KindMeasure && h.From == codec.RoleSensor:
 		mp := &w.in.measure

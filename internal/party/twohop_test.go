@@ -47,8 +47,11 @@ type twoHopRig struct {
 	rng    io.Reader
 	// drop, if set, says whether to drop a message of kind to party i.
 	drop func(to int, kind codec.Kind) bool
-	// measureTo, if set, says whether measure delivers to party i.
-	measureTo func(i int) bool
+	// measureTo, if set, says whether measure delivers to party i;
+	// measureSubject, if set, the subject it delivers on (else the loop's
+	// measure subject).
+	measureTo      func(i int) bool
+	measureSubject string
 	// mulItems are the items of the Protocol 1 messages each party sent,
 	// by tick.
 	mulItems [2]map[uint64]uint64
@@ -285,7 +288,11 @@ func (r *twoHopRig) measure(tick uint64, y mpc.Matrix, masked bool, item uint64)
 			t.Fatal(err)
 		}
 		if r.measureTo == nil || r.measureTo(i) {
-			r.lastMeasure[i] = &nats.Msg{Subject: bus.MeasureSubject(rigLoop, i), Data: env}
+			subject := bus.MeasureSubject(rigLoop, i)
+			if r.measureSubject != "" {
+				subject = r.measureSubject
+			}
+			r.lastMeasure[i] = &nats.Msg{Subject: subject, Data: env}
 			w.handle(context.Background(), r.lastMeasure[i])
 		}
 	}
@@ -695,5 +702,34 @@ func TestTwoHopReplaysRefused(t *testing.T) {
 		if n := metrics.Sum(r.m[i].Misses); n != 0 {
 			t.Errorf("party%d: %v misses", i, n)
 		}
+	}
+}
+
+// A measurement the sensor sealed that comes on another subject of the loop
+// than its measure subject (duet.<loop>.*.p<i> reaches the party: a broker
+// could route it so) is refused as a header error and starts no tick:
+// before, it ran, and since only the measure subject's messages are kept off
+// the shared dispatcher, its tick could block that dispatcher, every loop
+// with it, for as long as the tick's waits.
+func TestMeasurementOnAnotherSubjectRefused(t *testing.T) {
+	r := newTwoHopRig(t, 16)
+	y := r.y()
+	r.measure(1, y, false, 0)
+	if _, out := r.outs[1]; !out {
+		t.Fatal("tick 1, measured on the measure subject, produced no output shares")
+	}
+	r.measureSubject = "duet." + rigLoop + ".x.p0"
+	r.measure(2, y, false, 0)
+	r.measureSubject = ""
+	for i := range 2 {
+		if n := testutil.ToFloat64(r.m[i].Rejects.WithLabelValues("header")); n != 1 {
+			t.Errorf("party%d: %v header rejects for a measurement on another subject, want 1", i, n)
+		}
+		if r.w[i].cur != 1 {
+			t.Errorf("party%d at tick %d after a measurement of tick 2 on another subject, want 1", i, r.w[i].cur)
+		}
+	}
+	if _, out := r.outs[2]; out {
+		t.Error("tick 2, measured on another subject, produced output shares")
 	}
 }
