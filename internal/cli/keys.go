@@ -67,27 +67,7 @@ func runKeys(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		if _, err := os.Stat(keys.SeedPath(*dir, codec.RoleSensor)); err != nil {
 			return fmt.Errorf("%w: --tls-only renews the certificate of a keys directory, and %s holds no role keys (%v): a mistyped --dir?", ErrUsage, *dir, err)
 		}
-		wroteCA := *newCA
-		var err error
-		if wroteCA {
-			err = acl.GenerateTLS(*dir, hosts, validFor)
-		} else {
-			wroteCA, err = acl.RenewServerCert(*dir, hosts, validFor)
-		}
-		if err != nil {
-			return err
-		}
-		if wroteCA {
-			fmt.Fprintf(stdout, "wrote a new CA (%s, its key %s): every client and NATS server must trust it before any server presents the new certificate: restart every NATS server at once, then every service\n", acl.CAFile, acl.CAKeyFile)
-		} else {
-			fmt.Fprintf(stdout, "kept the CA (%s); ", acl.CAFile)
-		}
-		until, err := certUntil(*dir, validFor)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "wrote %s and %s, valid until %s\n", acl.ServerCertFile, acl.ServerKeyFile, until)
-		return nil
+		return renewTLS(stdout, *dir, hosts, validFor, *newCA)
 	}
 	if *ifMissing {
 		if _, err := os.Stat(keys.SeedPath(*dir, codec.RoleSensor)); err == nil {
@@ -147,17 +127,35 @@ func keepTLS(stdout io.Writer, dir string, hosts []string, validFor time.Duratio
 	case len(have) == 0:
 		return writeTLS(stdout, dir, hosts, validFor)
 	case slices.Contains(have, acl.CAFile) && slices.Contains(have, acl.CAKeyFile):
-		if _, err := acl.RenewServerCert(dir, hosts, validFor); err != nil {
-			return err
-		}
-		until, err := certUntil(dir, validFor)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "kept the CA (%s); wrote %s and %s, which were missing, valid until %s\n", acl.CAFile, acl.ServerCertFile, acl.ServerKeyFile, until)
-		return nil
+		return renewTLS(stdout, dir, hosts, validFor, false)
 	}
 	return fmt.Errorf("%s holds only part of the TLS material (%s) and not the CA with its key: write it with duet keys --tls-only --new-ca (a new CA, which every client and server must then trust)", dir, strings.Join(have, ", "))
+}
+
+// renewTLS writes a new server certificate under dir's CA (--tls-only), or
+// under a new CA with newCA or when dir holds no CA key, and says which.
+func renewTLS(stdout io.Writer, dir string, hosts []string, validFor time.Duration, newCA bool) error {
+	wroteCA := newCA
+	var err error
+	if wroteCA {
+		err = acl.GenerateTLS(dir, hosts, validFor)
+	} else {
+		wroteCA, err = acl.RenewServerCert(dir, hosts, validFor)
+	}
+	if err != nil {
+		return err
+	}
+	if wroteCA {
+		fmt.Fprintf(stdout, "wrote a new CA (%s, its key %s): every client and NATS server must trust it before any server presents the new certificate: restart every NATS server at once, then every service\n", acl.CAFile, acl.CAKeyFile)
+	} else {
+		fmt.Fprintf(stdout, "kept the CA (%s); ", acl.CAFile)
+	}
+	until, err := certUntil(dir, validFor)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s and %s, valid until %s\n", acl.ServerCertFile, acl.ServerKeyFile, until)
+	return nil
 }
 
 // maxTLSDays bounds --tls-days: a server certificate ends with its CA, ten
