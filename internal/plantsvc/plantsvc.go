@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -122,8 +123,34 @@ func (s *Service) onInput(m *nats.Msg) {
 	}
 	s.mu.Lock()
 	s.inputs[h.Tick] = up.U
+	if len(s.inputs) > maxInputs {
+		s.pruneInputs(h.Tick)
+	}
 	s.cond.Broadcast()
 	s.mu.Unlock()
+}
+
+// maxInputs bounds the inputs held (40 s of the pendulum's ticks). A read
+// deletes the inputs before its tick, but when reads stop reaching the
+// plant (refused, or not routed to it) while the actuator goes on applying
+// its fail-safe, the inputs would pile up without end.
+const maxInputs = 1024
+
+// pruneInputs deletes, under mu, the inputs more than maxInputs/2 ticks
+// before the newest of tick and those held: a read needs only the newest
+// input before its tick, and reads follow the ticks the actuator applies.
+// At most maxInputs/2 ticks are left, so the next prune is that many
+// inputs away.
+func (s *Service) pruneInputs(tick uint64) {
+	newest := tick
+	for k := range s.inputs {
+		newest = max(newest, k)
+	}
+	for k := range s.inputs {
+		if k+maxInputs/2 <= newest {
+			delete(s.inputs, k)
+		}
+	}
 }
 
 func (s *Service) onRead(m *nats.Msg) {
@@ -135,7 +162,27 @@ func (s *Service) onRead(m *nats.Msg) {
 		s.reject("read", err)
 		return
 	}
-	// Reads are handled off the subscription goroutine: they may wait.
+	// The read claims its tick here, in the subscription's order, and is
+	// then handled off the subscription's goroutine, since it may wait.
+	// Claimed on that goroutine, two reads queued together could take the
+	// lock in either order, and the earlier would be refused as a replay.
+	s.mu.Lock()
+	if at := s.reading; h.Tick <= at { // reading >= lastT: a tick read or being read
+		s.mu.Unlock()
+		// Not answered: the sensor's read times out (DUET_PLANT_WAIT).
+		s.reject("read", fmt.Errorf("%w: a read of tick %d, the plant has read tick %d or is reading it (a sensor that reuses tick numbers: restart the plant with a new set-up)", codec.ErrReplay, h.Tick, at))
+		return
+	}
+	// One read at a time advances the plant: a read that comes while an
+	// earlier one waits for its input (the sensor gave the earlier one up:
+	// its read timeout, DUET_PLANT_WAIT, is shorter than Wait) takes over,
+	// with the earlier one's deadline, and the earlier one returns
+	// unanswered. Two reads waiting together would each advance the plant,
+	// two periods for one input; a deadline of its own for each read would,
+	// with every read given up, never hold the last input.
+	s.reading = h.Tick
+	s.cond.Broadcast()
+	s.mu.Unlock()
 	go s.read(m, h.Tick)
 }
 
@@ -181,24 +228,14 @@ func (s *Service) inputFor(t uint64) (u []float64, ok bool) {
 	return u, ok
 }
 
+// read answers read t, which onRead claimed.
 func (s *Service) read(m *nats.Msg, t uint64) {
 	s.mu.Lock()
-	if t <= s.reading { // reading >= lastT: a tick read or being read
-		at := s.reading
+	if later := s.reading; later != t || s.closed {
 		s.mu.Unlock()
-		// Not answered: the sensor's read times out (DUET_PLANT_WAIT).
-		s.reject("read", fmt.Errorf("%w: a read of tick %d, the plant has read tick %d (a sensor that reuses tick numbers: restart the plant with a new set-up)", codec.ErrReplay, t, at))
+		s.opt.Log.Debug("plant read not answered: a later one took over, or the service stopped", "loop", s.opt.Loop, "tick", t, "later", later)
 		return
 	}
-	// One read at a time advances the plant: a read that comes while an
-	// earlier one waits for its input (the sensor gave the earlier one up:
-	// its read timeout, DUET_PLANT_WAIT, is shorter than Wait) takes over,
-	// with the earlier one's deadline, and the earlier one returns
-	// unanswered. Two reads waiting together would each advance the plant,
-	// two periods for one input; a deadline of its own for each read would,
-	// with every read given up, never hold the last input.
-	s.reading = t
-	s.cond.Broadcast()
 	var applied []float64
 	if s.lastT > 0 {
 		// Advance one period with the input the actuator applied last
@@ -237,6 +274,17 @@ func (s *Service) read(m *nats.Msg, t uint64) {
 	s.mu.Unlock()
 	if s.opt.OnStep != nil {
 		s.opt.OnStep(t, applied, y)
+	}
+	for i, v := range y {
+		// A plant with no saturation (an LTI spec with an unstable A) can
+		// diverge past float64: the sensor would refuse the reading as
+		// malformed, naming neither the plant nor the cause.
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			if ok, notLogged := s.logs.Allow("diverged"); ok {
+				s.opt.Log.Error("plant: the simulated plant diverged, its measurement is not a finite number: reads are not answered; restart the plant (and check its spec: a plant with no saturation and an unstable A diverges when the loop does not stabilize it)", "loop", s.opt.Loop, "tick", t, "output", i, "y", v, "repeats_not_logged", notLogged)
+			}
+			return
+		}
 	}
 	body, err := codec.Marshal(codec.PlantYPayload{Y: y})
 	if err == nil {

@@ -1,9 +1,12 @@
 package plantsvc
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -259,4 +262,140 @@ func TestWatchdogFailSafeHeld(t *testing.T) {
 	if n := metrics.Sum(r.m.Misses); n != 0 {
 		t.Errorf("%v inputs held, want 0", n)
 	}
+}
+
+// sealedRead is the sensor's read of tick as the plant's subscription
+// delivers it.
+func (r *rig) sealedRead(tick uint64) *nats.Msg {
+	env, err := r.sensor.Seal(codec.Header{Kind: codec.KindPlantY, Loop: "loop1", Tick: tick, From: codec.RoleSensor, To: codec.RolePlant}, nil)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return &nats.Msg{Subject: bus.PlantYSubject("loop1"), Data: env}
+}
+
+// TestReadsQueuedTogetherNotReplays: reads delivered back to back (a
+// backlog: the plant's process stalled, or the sensor gave a read up and
+// moved on) are claimed in their order. Each read runs on a goroutine of its
+// own; when each claimed its tick there, the later could take the lock
+// first (the runtime runs the newest goroutine first), and the earlier was
+// refused as a replay: a security alert (DuetForbiddenMessages) and a log
+// telling the operator to restart the plant, for a backlog.
+func TestReadsQueuedTogetherNotReplays(t *testing.T) {
+	r := newRig(t, time.Millisecond)
+	for tick := uint64(1); tick <= 400; tick += 2 {
+		r.svc.onRead(r.sealedRead(tick))
+		r.svc.onRead(r.sealedRead(tick + 1))
+	}
+	// The reads not taken over wait for their input up to Wait.
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		r.svc.mu.Lock()
+		last := r.svc.lastT
+		r.svc.mu.Unlock()
+		if last == 400 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the last tick read is %d, want 400", last)
+		}
+	}
+	if n := metrics.SumBy(r.m.Rejects, "reason")["replay"]; n != 0 {
+		t.Fatalf("%v reads refused as replays, of 400 reads in tick order", n)
+	}
+	// A read of a tick already claimed is a replay still.
+	r.svc.onRead(r.sealedRead(400))
+	if n := metrics.SumBy(r.m.Rejects, "reason")["replay"]; n != 1 {
+		t.Fatalf("a read of tick 400 again: %v replays counted, want 1", n)
+	}
+}
+
+// TestInputsBounded: with reads not reaching the plant (refused, or not
+// routed to it) while the actuator goes on applying its fail-safe, the
+// inputs held stay bounded, and the read that comes at last still advances
+// with the newest input before its tick. Before, every input was kept
+// until a read.
+func TestInputsBounded(t *testing.T) {
+	r := newRig(t, time.Second)
+	if _, err := r.read(1, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	const last = 3 * maxInputs
+	for k := uint64(2); k <= last; k++ {
+		r.input(k, float64(k))
+	}
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		r.svc.mu.Lock()
+		_, in := r.svc.inputs[last]
+		n := len(r.svc.inputs)
+		r.svc.mu.Unlock()
+		if n > maxInputs {
+			t.Fatalf("%d inputs held, want at most %d", n, maxInputs)
+		}
+		if in {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("input %d never reached the plant", last)
+		}
+	}
+	if _, err := r.read(last+1, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.with) != 1 || r.with[0] != last {
+		t.Fatalf("the plant advanced with %v, want [%d]: the newest input before the read", r.with, last)
+	}
+}
+
+// divergedPlant measures a value that is not a finite number, as an LTI
+// plant with an unstable A reaches.
+type divergedPlant struct{ countingPlant }
+
+func (p *divergedPlant) Measure() []float64 { return []float64{math.Inf(1)} }
+
+// TestDivergedPlantNotAnswered: a plant whose measurement is not finite is
+// not answered, and the plant says why, once a minute; before, it sent the
+// value, which the sensor refused as a malformed message, naming neither
+// the plant nor the cause.
+func TestDivergedPlantNotAnswered(t *testing.T) {
+	nc := natstest.Conn(t)
+	sealers := testkeys.Sealers(t)
+	var logged syncBuffer
+	svc, err := New(nc, sealers[codec.RolePlant], Options{Loop: "loop1", Plant: &divergedPlant{}, Wait: time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	r := &rig{t: t, nc: nc, sensor: sealers[codec.RoleSensor]}
+	for tick := uint64(1); tick <= 3; tick++ {
+		if y, err := r.read(tick, 200*time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
+			t.Fatalf("tick %d's read: y = %v, %v; want no answer", tick, y, err)
+		}
+	}
+	if got := strings.Count(logged.String(), "the simulated plant diverged"); got != 1 {
+		t.Fatalf("logged %d times, want once:\n%s", got, logged.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -60,8 +60,7 @@ func RandSource(seed *uint64) (io.Reader, error) {
 
 // Run simulates cfg.Steps ticks, or fewer if ctx ends first (an error
 // wrapping ctx's, with the result of the ticks that ran).
-func Run(ctx context.Context, cfg Config) (Result, error) {
-	var res Result
+func Run(ctx context.Context, cfg Config) (res Result, rerr error) {
 	if cfg.Steps < 1 {
 		return res, fmt.Errorf("sim: steps must be positive, got %d", cfg.Steps)
 	}
@@ -102,6 +101,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if tw, err = trace.NewWriter(cfg.Trace, prm.P, prm.M); err != nil {
 			return res, err
 		}
+		// Flushed however the run ends: the last rows before a failed
+		// tick are the ones that show why it failed.
+		defer func() {
+			if err := tw.Flush(); err != nil && rerr == nil {
+				rerr = err
+			}
+		}()
 	}
 	res.Bound = OutputBound(cfg.Controller, rz)
 	var stopped error // ctx ended: the trace keeps the ticks that ran
@@ -128,11 +134,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			cfg.Observe(t, y, u, up)
 		}
 		pl.Step(u)
-	}
-	if tw != nil {
-		if err := tw.Flush(); err != nil {
-			return res, err
-		}
 	}
 	return res, stopped
 }

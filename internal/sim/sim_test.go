@@ -185,3 +185,27 @@ func TestLoadSpecsPrefersFiles(t *testing.T) {
 		t.Errorf("at the repository's root: builtin %q, err %v; want the files read", builtin, err)
 	}
 }
+
+// TestTraceKeptWhenATickFails: a tick that fails (here a measurement out of
+// the fixed-point range: a plant that diverges) ends the run with the trace
+// written up to it; the rows before the failure are the ones that show why.
+// Before, the trace was flushed only at a run's end, and the buffered rows
+// were lost.
+func TestTraceKeptWhenATickFails(t *testing.T) {
+	cs, _ := specs(t)
+	// y doubles each tick and leaves Q<18,9> ([-256, 256)) at tick 8.
+	ps := plant.Spec{Kind: plant.KindLTI, A: [][]float64{{2}}, B: [][]float64{{0}}, C: [][]float64{{1}, {1}}, X0: []float64{1}}
+	seed := uint64(1)
+	var trace bytes.Buffer
+	_, err := Run(context.Background(), Config{Controller: cs, Plant: ps, Steps: 20, Variant: mpc.PerTick, Seed: &seed, Trace: &trace})
+	if err == nil || !strings.Contains(err.Error(), "tick 8:") {
+		t.Fatalf("Run: %v, want tick 8 to fail", err)
+	}
+	rows, err := csv.NewReader(&trace).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 9 || rows[8][0] != "7" {
+		t.Fatalf("the trace has %d rows (%v), want the header and ticks 0 to 7", len(rows), rows)
+	}
+}
