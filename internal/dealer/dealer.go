@@ -119,29 +119,76 @@ func (d *Dealer) Run(ctx context.Context) error {
 	case <-d.denied:
 	default:
 	}
-	records, err := d.watchRecords(ctx)
-	if err != nil {
-		return fmt.Errorf("dealer: watch set-up: %w", err)
-	}
-	stop := context.AfterFunc(ctx, records.Stop)
-	defer stop()
-	defer records.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	// The loops' generators run under ctx: Run returning for another
 	// reason (the watch failed) stops them before waiting for them.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	for {
+		again, err := d.watch(ctx, &wg)
+		if err != nil || !again {
+			return err
+		}
+		d.opt.Log.Warn("dealer: the set-up bucket was recreated (a NATS server restarted on memory storage, or the bucket deleted): watching its records afresh", "dealer", d.opt.Name)
+	}
+}
+
+// recreateCheck is how often the watch looks up the set-up stream's
+// creation time (a variable for the tests).
+var recreateCheck = 5 * time.Second
+
+// watch registers the loops of the set-up records as they come, until ctx
+// ends (false, nil), the watch fails or its pull is refused (the error), or
+// the set-up stream is found recreated (true, nil): watched afresh then.
+// The ordered consumer under the watch follows a stream deleted and created
+// again from the stream sequence it had reached, and a record written to
+// the new stream below that sequence (a new set-up's records, written in
+// the same order as before) would never come: the loop's generator of the
+// earlier epoch would go on filling the queue with items both parties
+// refuse.
+func (d *Dealer) watch(ctx context.Context, wg *sync.WaitGroup) (again bool, err error) {
+	created, err := d.setupCreated(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		return false, fmt.Errorf("dealer: watch set-up: %w", err)
+	}
+	records, err := d.watchRecords(ctx)
+	if err != nil {
+		return false, fmt.Errorf("dealer: watch set-up: %w", err)
+	}
+	stop := context.AfterFunc(ctx, records.Stop)
+	defer stop()
+	defer records.Stop()
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
 	// A refused pull stops the watch, and Run returns saying why, so that
 	// the dealer is restarted and its log names the remedy, rather than
 	// staying up and ready with no loop served.
 	deniedErr := make(chan error, 1)
+	recreated := make(chan struct{}, 1)
 	go func() {
-		select {
-		case err := <-d.denied:
-			deniedErr <- err
-			records.Stop()
-		case <-ctx.Done():
+		check := time.NewTicker(recreateCheck)
+		defer check.Stop()
+		for {
+			select {
+			case err := <-d.denied:
+				deniedErr <- err
+				records.Stop()
+				return
+			case <-check.C:
+				// A stream not found (deleted, not yet created again) is
+				// looked up again at the next check.
+				if c, err := d.setupCreated(wctx); err == nil && !c.Equal(created) {
+					recreated <- struct{}{}
+					records.Stop()
+					return
+				}
+			case <-wctx.Done():
+				return
+			}
 		}
 	}()
 	for {
@@ -149,15 +196,17 @@ func (d *Dealer) Run(ctx context.Context) error {
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 			select {
 			case derr := <-deniedErr:
-				return fmt.Errorf("dealer: the NATS server refused the pull of the dealer's set-up records (%w): its nats-auth.conf lacks this release's permissions: run `duet keys --if-missing` on the keys directory and reload or restart the NATS server (compose: `make up`, then `docker compose -p duet kill -s HUP nats`; Kubernetes: `make k8s-secrets`, then `kubectl -n duet rollout restart statefulset/nats`; README, Operations, Upgrading: the NATS permissions)", derr)
+				return false, fmt.Errorf("dealer: the NATS server refused the pull of the dealer's set-up records (%w): its nats-auth.conf lacks this release's permissions: run `duet keys --if-missing` on the keys directory and reload or restart the NATS server (compose: `make up`, then `docker compose -p duet kill -s HUP nats`; Kubernetes: `make k8s-secrets`, then `kubectl -n duet rollout restart statefulset/nats`; README, Operations, Upgrading: the NATS permissions)", derr)
+			case <-recreated:
+				return ctx.Err() == nil, nil
 			default:
 			}
 		}
 		if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-			return nil
+			return false, nil
 		}
 		if err != nil {
-			return fmt.Errorf("dealer: watch set-up: %w", err)
+			return false, fmt.Errorf("dealer: watch set-up: %w", err)
 		}
 		key, ok := bus.SetupKeyOf(msg.Subject())
 		if !ok {
@@ -167,11 +216,21 @@ func (d *Dealer) Run(ctx context.Context) error {
 			d.unregister(key)
 			continue
 		}
-		if err := d.register(ctx, &wg, key, msg.Data()); err != nil {
+		if err := d.register(ctx, wg, key, msg.Data()); err != nil {
 			d.opt.Metrics.Reject(err)
 			d.opt.Log.Error("dealer set-up rejected", "key", key, "err", err)
 		}
 	}
+}
+
+// setupCreated is when the set-up bucket's stream was created, which tells
+// a stream deleted and created again from the one the watch began on.
+func (d *Dealer) setupCreated(ctx context.Context) (time.Time, error) {
+	st, err := d.js.Stream(ctx, bus.SetupStream)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return st.CachedInfo().Created, nil
 }
 
 // watchRecords delivers the dealer records of the set-up bucket, the latest

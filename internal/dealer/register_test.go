@@ -215,6 +215,69 @@ func TestRunFollowsTheDealerRecords(t *testing.T) {
 	}
 }
 
+// TestRunFollowsARecreatedSetupBucket: the set-up bucket deleted and
+// created again (nats kv rm, or a NATS server restarted on memory storage),
+// with a new set-up's dealer record at a stream sequence below the one the
+// watch had reached, as a sensor's set-up in the same order writes it. Run
+// serves the new epoch: the watch's ordered consumer, reset on the new
+// stream from its old position, would never deliver the record, and the
+// old epoch's generator would go on filling the queue with items the
+// parties refuse.
+func TestRunFollowsARecreatedSetupBucket(t *testing.T) {
+	defer func(d time.Duration) { recreateCheck = d }(recreateCheck)
+	recreateCheck = 50 * time.Millisecond
+	ctx := t.Context()
+	ns, nc := natstest.Start(t)
+	js, kv := setupBucket(t, nc)
+	if _, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: "a", MaxMsgs: 1000}, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	sealers := testkeys.Sealers(t)
+	prm := pendulumParams(t, mpc.PerTick)
+	put := func(kv jetstream.KeyValue, key string, v []byte) uint64 {
+		t.Helper()
+		seq, err := kv.Put(ctx, key, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	put(kv, bus.SetupKey("a", codec.RoleParty0), []byte("p0"))
+	put(kv, bus.SetupKey("a", codec.RoleParty1), []byte("p1"))
+	put(kv, bus.SetupKey("a", codec.RoleDealer), dealerRecord(t, sealers[codec.RoleSensor], prm, "a", 1))
+	dnc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dnc.Close()
+	d := testDealer(t, dnc, sealers[codec.RoleDealer], "d")
+	go d.Run(ctx)
+	waitEpoch := func(want uint64, within time.Duration) {
+		t.Helper()
+		for end := time.Now().Add(within); ; time.Sleep(10 * time.Millisecond) {
+			d.mu.Lock()
+			got, served := d.epoch["a"], d.loops["a"] != nil
+			d.mu.Unlock()
+			if got == want && served {
+				return
+			}
+			if time.Now().After(end) {
+				t.Fatalf("loop a served at epoch %d (served %v), want epoch %d", got, served, want)
+			}
+		}
+	}
+	waitEpoch(1, 5*time.Second)
+	if err := js.DeleteKeyValue(ctx, bus.SetupBucket); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the watch's consumer finds its stream gone
+	_, kv = setupBucket(t, nc)
+	if seq := put(kv, bus.SetupKey("a", codec.RoleDealer), dealerRecord(t, sealers[codec.RoleSensor], prm, "a", 2)); seq >= 3 {
+		t.Fatalf("the new record is at stream sequence %d: the test needs it below the watch's position, 3", seq)
+	}
+	waitEpoch(2, 10*time.Second)
+}
+
 // dealerRecord is the sensor's dealer set-up record of loop and epoch for
 // the parameters prm, sealed by sensor.
 func dealerRecord(t *testing.T, sensor *codec.Sealer, prm mpc.Params, loop string, epoch uint64) []byte {
