@@ -103,8 +103,15 @@ func TestDemoVerdict(t *testing.T) {
 		}, true, []string{"demo: 2 ticks applied in time without their update kept: state updates lost without a miss"}},
 		{"reused", func(r *demo.Result) { r.Audit.Reused = 1 }, false, []string{"offline items mismatched or reused"}},
 		{"not balanced", func(r *demo.Result) { r.Balanced, r.MaxAlpha = false, 7 }, true, []string{"the pendulum did not balance (max |α| from 3 s on: 7.00°)"}},
+		{"not measured", func(r *demo.Result) { r.Balanced, r.MaxAlpha, r.Unmeasured = false, 0.35, 2 }, true,
+			[]string{"the pendulum's balance is not shown: 2 ticks from 3 s on were not measured (max |α| of the others: 0.35°)"}},
 		{"another plant, no balance", func(r *demo.Result) { r.Balanced = false }, false, nil},
 		{"another plant, misses", func(r *demo.Result) { r.Summary.Misses = 11 }, false, []string{"the loop failed: 11 of 100 ticks missed their deadline"}},
+		// A tick overtaken by a later one before its deadline has no input
+		// applied: missed all the same.
+		{"another plant, ticks not applied", func(r *demo.Result) { r.Summary.Applied = 89 }, false, []string{"the loop failed: 11 of 100 ticks missed their deadline"}},
+		{"another plant, few not applied", func(r *demo.Result) { r.Summary.Applied = 91 }, false, nil},
+		{"another plant, nothing applied", func(r *demo.Result) { r.Summary.Applied = 0 }, false, []string{"the loop failed: no input applied in time in 100 ticks"}},
 		{"every reason", func(r *demo.Result) { r.FollowedMaxDiff, r.Audit.Mismatched, r.Balanced = 1, 1, false }, true,
 			[]string{"demo: offline items mismatched or reused; max |u - uplain| 1 V exceeds", "; the pendulum did not balance"}},
 	} {

@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/duet-mpc/duet/internal/bus"
+	"github.com/duet-mpc/duet/internal/party"
+	"github.com/duet-mpc/duet/internal/sensor"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -21,10 +24,15 @@ import (
 // seed-compressed) is sealed to its recipient: each envelope on a duet
 // subject, in a batch, in an offline item or in a set-up record opens for
 // the role it is addressed to, and none of the plaintext it opens to, nor
-// any 16 bytes of it, appears in what the broker saw. Every kind of message
-// the loop sends must be among them, so that a new message sent in clear
-// cannot pass unseen. (pkg/codec's TestBrokerSeesOnlyCiphertext checks one
-// envelope; this checks the traffic.)
+// any 16 bytes of it, appears in what the broker saw (a message's body or
+// its headers). The parties' state records and the sensor's resume record,
+// written through the broker to JetStream KV, open under their writer's
+// record key (and a state record's plaintext is not in what the broker
+// saw). Every kind of message the loop sends must be among them, and a
+// message on a subject the test does not know fails it, so that a new
+// message sent in clear cannot pass unseen. (pkg/codec's
+// TestBrokerSeesOnlyCiphertext checks one envelope; this checks the
+// traffic.)
 func TestBrokerCarriesOnlyCiphertext(t *testing.T) {
 	cs, ps := pendulum(t)
 	c := startWith(t, Options{Controller: cs, Plant: ps, Variant: mpc.PerTick, Compress: false, Fast: true, TwoHop: true,
@@ -54,6 +62,18 @@ func TestBrokerCarriesOnlyCiphertext(t *testing.T) {
 		t.Fatal(err)
 	}
 	kinds := map[codec.Kind]int{}
+	// scan fails if 16 bytes of body are in raw.
+	scan := func(raw, body []byte, what string) error {
+		for i := 0; i+16 <= len(body); i += 8 {
+			if bytes.Count(body[i:i+16], []byte{0}) == 16 {
+				continue // a cleared public field, or zero padding
+			}
+			if bytes.Contains(raw, body[i:i+16]) {
+				return fmt.Errorf("%s: the broker saw 16 bytes of the plaintext in clear, at offset %d", what, i)
+			}
+		}
+		return nil
+	}
 	// public are bytes of the plaintext the broker may see (an item's
 	// nonce, its serial, travels in clear in the item message).
 	opened := func(raw, env []byte, what string, public ...[]byte) error {
@@ -76,15 +96,7 @@ func TestBrokerCarriesOnlyCiphertext(t *testing.T) {
 				clear(body[i : i+len(p)])
 			}
 		}
-		for i := 0; i+16 <= len(body); i += 8 {
-			if bytes.Count(body[i:i+16], []byte{0}) == 16 {
-				continue // a cleared public field, or zero padding
-			}
-			if bytes.Contains(raw, body[i:i+16]) {
-				return fmt.Errorf("%s (%s to %s): the broker saw 16 bytes of the plaintext in clear, at offset %d", what, h.Kind, h.To, i)
-			}
-		}
-		return nil
+		return scan(raw, body, fmt.Sprintf("%s (%s to %s)", what, h.Kind, h.To))
 	}
 	check := func(raw, env []byte, what string, public ...[]byte) {
 		t.Helper()
@@ -126,40 +138,144 @@ func TestBrokerCarriesOnlyCiphertext(t *testing.T) {
 	if err := sub.Unsubscribe(); err != nil {
 		t.Fatal(err)
 	}
-	skipped := 0
-	for len(seen) > 0 {
-		m := <-seen
+	var keys [2][32]byte
+	for i := range keys {
+		if keys[i], err = party.StateKey(c.Identity(codec.PartyRole(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sensorKey, err := sensor.StateKey(c.Identity(codec.RoleSensor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateRecords := [2]int{}
+	// classify checks one message the broker carried, or says it carries
+	// no duet data (the JetStream API's JSON, acknowledgements, flow
+	// control): skipped.
+	classify := func(m *nats.Msg) (skipped bool, err error) {
 		what := m.Subject
+		// What the broker saw: the body and every header.
+		raw := bytes.Clone(m.Data)
+		for k, vs := range m.Header {
+			raw = append(raw, k...)
+			for _, v := range vs {
+				raw = append(raw, v...)
+			}
+		}
 		switch {
-		case len(m.Data) == 0:
 		case strings.HasPrefix(m.Reply, "$JS.ACK."), strings.HasPrefix(m.Subject, bus.Prefix+".offline."):
 			// An offline stream message: a dealer's publish, or its
 			// delivery to a party.
 			items, err := codec.PeekItems(m.Data, codec.MaxItemsPerMsg)
 			if err != nil {
-				t.Fatalf("%s: not an item message: %v", what, err)
+				return false, fmt.Errorf("%s: not an item message: %w", what, err)
 			}
 			for _, it := range items {
 				for _, env := range [][]byte{it.P0, it.P1} {
-					check(m.Data, env, what+" (an offline item)", it.Nonce[:])
+					if err := opened(raw, env, what+" (an offline item)", it.Nonce[:]); err != nil {
+						return false, err
+					}
 				}
 			}
+			return false, nil
 		case m.Subject == bus.BatchSubject(0) || m.Subject == bus.BatchSubject(1):
-			if err := codec.SplitBatch(m.Data, func(env []byte) { check(m.Data, env, what) }); err != nil {
-				t.Fatalf("%s: %v", what, err)
+			var first error
+			if err := codec.SplitBatch(m.Data, func(env []byte) {
+				if err := opened(raw, env, what); err != nil && first == nil {
+					first = err
+				}
+			}); err != nil {
+				return false, fmt.Errorf("%s: %w", what, err)
 			}
+			return false, first
 		case strings.HasPrefix(m.Subject, bus.Prefix+"."):
-			check(m.Data, m.Data, what)
-		case strings.HasPrefix(m.Subject, "_INBOX") && bytes.HasPrefix(m.Data, []byte("{")):
-			skipped++ // JetStream API replies (JSON)
-		case strings.HasPrefix(m.Subject, "_INBOX"):
-			if _, err := codec.PeekHeader(m.Data); err == nil {
-				check(m.Data, m.Data, what) // the plant's replies to the sensor, a record read back
-			} else {
-				skipped++ // a state record read back (sealed with the party's own key), flow control
+			return false, opened(raw, m.Data, what)
+		case strings.HasPrefix(m.Subject, "$KV."):
+			bucket, key, _ := strings.Cut(strings.TrimPrefix(m.Subject, "$KV."), ".")
+			for i := range keys {
+				if bucket == party.StateBucket(i) {
+					var rec codec.StateRecord
+					if err := codec.OpenRecord(&keys[i], key, m.Data, &rec); err != nil {
+						return false, fmt.Errorf("%s: party%d's state record does not open under its key: %w", what, i, err)
+					}
+					body, err := codec.Marshal(&rec)
+					if err != nil {
+						return false, err
+					}
+					stateRecords[i]++
+					return false, scan(raw, body, what+" (a state record)")
+				}
 			}
-		default:
-			skipped++ // $JS.API requests, $KV state writes (sealed records), acknowledgements
+			if bucket != bus.SetupBucket {
+				return false, fmt.Errorf("%s: a write to an unknown bucket", what)
+			}
+			if _, err := codec.PeekHeader(m.Data); err == nil {
+				return false, opened(raw, m.Data, what) // a set-up record
+			}
+			// The sensor's resume record: sealed under the sensor's record
+			// key, which the decoding into no fields proves (a record that
+			// does not open fails before it is decoded).
+			if err := codec.OpenRecord(&sensorKey, key, m.Data, &struct{}{}); errors.Is(err, codec.ErrAuth) || errors.Is(err, codec.ErrOtherKey) || len(m.Data) < 64 {
+				return false, fmt.Errorf("%s: not a set-up record, nor the sensor's resume record: %v", what, err)
+			}
+			return false, nil
+		case len(m.Data) == 0:
+			return true, nil // acknowledgements, flow control, heartbeats
+		case strings.HasPrefix(m.Subject, "$JS.API.") || strings.HasPrefix(m.Subject, "$JS.EVENT.") || strings.HasPrefix(m.Subject, "_INBOX"):
+			if bytes.HasPrefix(m.Data, []byte("{")) {
+				return true, nil // JetStream API requests, replies and advisories (JSON)
+			}
+			if _, err := codec.PeekHeader(m.Data); err == nil {
+				return false, opened(raw, m.Data, what) // the plant's replies to the sensor, a record read back
+			}
+			// A record read back (a party's state, the sensor's resume
+			// record), bound to its key, which the delivery does not name:
+			// this loop's.
+			for i := range keys {
+				var rec codec.StateRecord
+				if codec.OpenRecord(&keys[i], "pendulum", m.Data, &rec) == nil {
+					return true, nil
+				}
+			}
+			if err := codec.OpenRecord(&sensorKey, bus.SetupKey("pendulum", codec.RoleSensor), m.Data, &struct{}{}); !errors.Is(err, codec.ErrAuth) && !errors.Is(err, codec.ErrOtherKey) && len(m.Data) >= 64 {
+				return true, nil
+			}
+			return false, fmt.Errorf("%s: %d bytes that are no JSON, envelope or record", what, len(m.Data))
+		}
+		return false, fmt.Errorf("%s: a message on a subject the test does not know (%d bytes)", what, len(m.Data))
+	}
+	// The check itself: a state record in clear, a subject the test does
+	// not know, and a payload carried in a header are caught.
+	plain, err := codec.Marshal(&codec.StateRecord{Epoch: 1, Version: 2, Tick: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := nats.Header{}
+	header.Set("X", string(payload))
+	for _, m := range []*nats.Msg{
+		{Subject: "$KV." + party.StateBucket(0) + ".pendulum", Data: plain},
+		{Subject: "$KV.other.pendulum", Data: plain},
+		{Subject: "elsewhere.pendulum", Data: []byte("x")},
+		{Subject: bus.Prefix + ".pendulum.tick", Data: env, Header: header},
+	} {
+		if _, err := classify(m); err == nil {
+			t.Fatalf("the check is void: %s passed it", m.Subject)
+		}
+	}
+	stateRecords = [2]int{}
+	skipped := 0
+	for len(seen) > 0 {
+		skip, err := classify(<-seen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if skip {
+			skipped++
+		}
+	}
+	for i, n := range stateRecords {
+		if n == 0 {
+			t.Errorf("no state record of party%d was seen: the test did not cover them", i)
 		}
 	}
 	for _, k := range []codec.Kind{codec.KindSetup, codec.KindDealerSetup, codec.KindMaterial, codec.KindMeasure, codec.KindMeasureMasked,
@@ -168,5 +284,5 @@ func TestBrokerCarriesOnlyCiphertext(t *testing.T) {
 			t.Errorf("no %s message was seen: the test did not cover it", k)
 		}
 	}
-	t.Logf("opened %v; %d messages of the JetStream API and the parties' own state records not envelopes", kinds, skipped)
+	t.Logf("opened %v and %v state records; %d messages of the JetStream API, acknowledgements and state records read back skipped", kinds, stateRecords, skipped)
 }

@@ -168,6 +168,7 @@ func StartServerWith(o *server.Options) (*server.Server, error) {
 	}
 	go ns.Start()
 	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
 		return nil, fmt.Errorf("demo: embedded NATS server did not start")
 	}
 	return ns, nil
@@ -216,11 +217,13 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	c0 := &Cluster{opt: opt, store: dir}
 	if opt.ACL {
 		if c0.users, err = acl.NewUsers(); err != nil {
+			os.RemoveAll(dir)
 			return nil, err
 		}
 	}
 	ns, err := StartServerWith(c0.serverOptions(-1))
 	if err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	c := &Cluster{users: c0.users, opt: opt, ns: ns, url: ns.ClientURL(), port: ns.Addr().(*net.TCPAddr).Port, store: dir, ids: map[codec.Role]*codec.Identity{}, pubs: map[codec.Role]string{},
@@ -233,6 +236,7 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	for _, r := range codec.AllRoles {
 		id, err := codec.GenerateIdentity()
 		if err != nil {
+			c.Close()
 			return nil, err
 		}
 		c.ids[r], c.pubs[r] = id, id.PublicKey()

@@ -1,8 +1,11 @@
 package demo
 
 import (
+	"errors"
 	"fmt"
 	"image/color"
+	"io/fs"
+	"os"
 	"path/filepath"
 
 	"gonum.org/v1/plot"
@@ -59,7 +62,10 @@ func (ps *plotSeries) write(dir string) error {
 		[]series{{"u secure", ps.u, color.RGBA{R: 214, G: 39, B: 40, A: 255}}, {"u plaintext", ps.up, color.RGBA{R: 44, G: 160, B: 44, A: 255}}}); err != nil {
 		return err
 	}
-	if len(ps.lat) == 0 {
+	if len(ps.lat) == 0 { // no tick in time: no latency.png, not an earlier run's
+		if err := os.Remove(filepath.Join(dir, "latency.png")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 		return nil
 	}
 	p := plot.New()

@@ -347,10 +347,18 @@ func (c *Cluster) Audit() Audit {
 
 // Summary condenses a run.
 type Summary struct {
+	// Ticks recorded; Applied, those with an input applied; Misses, those
+	// whose input applied was the fail-safe.
 	Ticks, Applied, Misses int
 	P50, P99               time.Duration
 	MaxDiff                float64 // max |u - uplain| over applied, non-missed ticks
 }
+
+// Missed is the ticks not applied in time: the fail-safe applied (Misses),
+// or no input at all, when a later tick was applied before the tick's
+// deadline (possible with a deadline longer than the period), which the
+// actuator counts in duet_deadline_misses_total too.
+func (s Summary) Missed() int { return s.Ticks - (s.Applied - s.Misses) }
 
 // Summarize computes a summary of the records.
 func Summarize(recs []TickRecord) Summary {

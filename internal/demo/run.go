@@ -27,9 +27,12 @@ type RunOptions struct {
 type Result struct {
 	Summary  Summary
 	Audit    Audit
-	Balanced bool    // |α| < 1.5° from 3 s on (pendulum)
+	Balanced bool    // |α| < 1.5° from 3 s on, measured at every tick (pendulum)
 	MaxAlpha float64 // max |α| from 3 s on
-	Late     int     // events that arrived after their tick was written out
+	// Unmeasured is the ticks from 3 s on without a measurement (a plant
+	// read that failed, or a measurement the sensor could not encode).
+	Unmeasured uint64
+	Late       int // events that arrived after their tick was written out
 	// Paths: how the ticks went with Options.TwoHop (zero without it).
 	Paths Paths
 	// FollowErr, if not nil, says from which tick uplain (Summary.MaxDiff,
@@ -106,7 +109,7 @@ func Run(ctx context.Context, ro RunOptions) (Result, error) {
 	o.Sink = out.add
 	c, err := Start(ctx, o)
 	if err != nil {
-		return res, err
+		return res, setupErr(ctx, err)
 	}
 	defer c.Close()
 	res.Bound = sim.OutputBound(o.Controller, c.Sensor.Resolved())
@@ -114,7 +117,7 @@ func Run(ctx context.Context, ro RunOptions) (Result, error) {
 	err = c.WaitReady(rctx, o.LowWater) // dealers idle before the first tick
 	cancel()
 	if err != nil {
-		return res, err
+		return res, setupErr(ctx, err)
 	}
 	ticks := uint64(ro.Duration / o.Period)
 	if ticks == 0 {
@@ -140,8 +143,14 @@ loop:
 	}
 	// The sensor stops quietly when ctx ends (Ctrl-C); what ran is kept.
 	interrupted := ctx.Err() != nil
-	// Let the last tick land.
-	time.Sleep(2 * o.Deadline)
+	if !interrupted { // let the last tick land (interrupted, none can: the services stopped)
+		wait := time.NewTimer(2 * o.Deadline)
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			wait.Stop()
+		}
+	}
 	if ro.Progress != nil {
 		c.progress(ro.Progress, ticks)
 		fmt.Fprintln(ro.Progress)
@@ -159,7 +168,10 @@ loop:
 	if interrupted {
 		ran = out.lastY
 	}
-	res.Balanced = res.MaxAlpha < 1.5 && ran > from && out.seen == ran-from+1
+	if ran >= from {
+		res.Unmeasured = ran - from + 1 - min(out.seen, ran-from+1)
+	}
+	res.Balanced = res.MaxAlpha < 1.5 && ran > from && res.Unmeasured == 0
 	if err := out.finish(); err != nil {
 		return res, err
 	}
@@ -167,6 +179,16 @@ loop:
 		return res, fmt.Errorf("%w after tick %d of %d (the summary and the outputs cover the ticks that ran)", ErrInterrupted, out.lastY, ticks)
 	}
 	return res, nil
+}
+
+// setupErr is Run's error for err, which ended the set-up: ErrInterrupted
+// if ctx ended, since a Ctrl-C before the first tick is an interruption too,
+// not the set-up's failure.
+func setupErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w during the set-up, before the first tick (nothing written): %v", ErrInterrupted, err)
+	}
+	return err
 }
 
 // runOutput takes the settled records in tick order: the summary, the
@@ -177,15 +199,18 @@ type runOutput struct {
 	sum      summer
 	plots    plotSeries
 	maxAlpha float64
-	seen     uint64 // ticks from `from` on with α measured
-	lastY    uint64 // the latest tick measured
-	f        *os.File
+	seen     uint64   // ticks from `from` on with α measured
+	lastY    uint64   // the latest tick measured
+	f        *os.File // trace.csv's rows, in a file of their own until finish
 	tw       *trace.Writer
 	err      error // the first write error
 }
 
-// newRunOutput creates dir and trace.csv up front, so that a directory that
-// cannot be written fails the run before it starts.
+// newRunOutput creates dir and the file trace.csv is written to up front,
+// so that a directory that cannot be written fails the run before it
+// starts. The file takes trace.csv's place when the run finishes: a run
+// that fails or is interrupted before its first tick leaves an earlier
+// run's trace.csv, beside that run's plots, as it was.
 func newRunOutput(dir string, period time.Duration, from uint64) (*runOutput, error) {
 	o := &runOutput{dir: dir, from: from, plots: plotSeries{period: period.Seconds(), alphaIndex: 1}}
 	if dir == "" {
@@ -194,8 +219,13 @@ func newRunOutput(dir string, period time.Duration, from uint64) (*runOutput, er
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.Create(filepath.Join(dir, "trace.csv"))
+	f, err := os.CreateTemp(dir, ".trace-*.csv")
 	if err != nil {
+		return nil, err
+	}
+	if err := f.Chmod(0o644); err != nil { // as os.Create's, not CreateTemp's 0600
+		f.Close()
+		os.Remove(f.Name())
 		return nil, err
 	}
 	o.f = f
@@ -236,7 +266,11 @@ func (o *runOutput) finish() error {
 	}
 	if o.err == nil {
 		o.err = o.f.Close()
-		o.f = nil
+	}
+	if o.err == nil {
+		if o.err = os.Rename(o.f.Name(), filepath.Join(o.dir, "trace.csv")); o.err == nil {
+			o.f = nil
+		}
 	}
 	if o.err != nil {
 		return fmt.Errorf("demo: writing %s: %w", filepath.Join(o.dir, "trace.csv"), o.err)
@@ -244,9 +278,11 @@ func (o *runOutput) finish() error {
 	return o.plots.write(o.dir)
 }
 
+// close removes trace.csv's file if finish did not put it in place.
 func (o *runOutput) close() {
 	if o.f != nil {
 		o.f.Close()
+		os.Remove(o.f.Name())
 	}
 }
 

@@ -301,3 +301,57 @@ func TestRunFastTwoHop(t *testing.T) {
 		t.Errorf("paths %+v over %d ticks: want nearly all masked", p, ticks)
 	}
 }
+
+// TestRunInterruptedDuringSetUp: a Ctrl-C before the first tick is an
+// interruption (ErrInterrupted), not the set-up's failure, and an earlier
+// run's trace.csv is left as it was, beside that run's plots; before, the
+// trace was emptied before the set-up began.
+func TestRunInterruptedDuringSetUp(t *testing.T) {
+	cs, ps := pendulum(t)
+	dir := t.TempDir()
+	earlier := []byte("tick,y0\n1,0\n")
+	if err := os.WriteFile(filepath.Join(dir, "trace.csv"), earlier, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := Run(ctx, RunOptions{
+		Cluster:  Options{Controller: cs, Plant: ps, Variant: mpc.FixedMask, Compress: true, Fast: true, Deadline: 250 * time.Millisecond, Dealers: 1},
+		Duration: 100 * 40 * time.Millisecond, Out: dir,
+	})
+	if !errors.Is(err, ErrInterrupted) || !strings.Contains(err.Error(), "before the first tick") {
+		t.Fatalf("err = %v, want ErrInterrupted during the set-up", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "trace.csv")); err != nil || !bytes.Equal(b, earlier) {
+		t.Fatalf("the earlier trace.csv: %q, %v; want it as it was", b, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".trace-*")); len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}
+
+// TestRunInterruptedDoesNotWaitOutTheDeadline: after a Ctrl-C, Run returns
+// without waiting two deadlines for a last tick to land (with --deadline up
+// to a minute, two minutes), since the services have stopped and none can.
+func TestRunInterruptedDoesNotWaitOutTheDeadline(t *testing.T) {
+	cs, ps := pendulum(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const deadline = 30 * time.Second
+	var cancelled time.Time
+	res, err := Run(ctx, RunOptions{
+		Cluster:  Options{Controller: cs, Plant: ps, Variant: mpc.FixedMask, Compress: true, Fast: true, Deadline: deadline, Dealers: 1},
+		Duration: 90000 * 40 * time.Millisecond,
+		Progress: &cancelAfter{n: 2, cancel: func() { cancelled = time.Now(); cancel() }},
+	})
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("err = %v, want ErrInterrupted", err)
+	}
+	// Far from the 60 s the wait took: a generous bound for a busy machine.
+	if took := time.Since(cancelled); took > deadline/2 {
+		t.Fatalf("Run returned %v after the interruption (deadline %v)", took, deadline)
+	}
+	if res.Summary.Applied == 0 {
+		t.Fatalf("nothing applied before the interruption: %+v", res.Summary)
+	}
+}
