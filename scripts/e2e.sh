@@ -96,7 +96,10 @@ done
 
 cleanup() {
 	local rc=$?
-	[[ -n "${PROM_PID:-}" ]] && kill "$PROM_PID" 2>/dev/null
+	# || true: under set -e a failed kill (Prometheus already exited, as it
+	# does on a rule file it cannot load) would end the trap here, before the
+	# dump and the teardown.
+	if [[ -n "${PROM_PID:-}" ]]; then kill "$PROM_PID" 2>/dev/null || true; fi
 	[[ $rc -ne 0 ]] && FAILED=1
 	if [[ $FAILED -ne 0 ]]; then dump; fi
 	if [[ "${KEEP:-}" == 1 ]]; then
@@ -360,6 +363,7 @@ recovered() {
 	t1=$(ticks) m1=$(misses) r1=$(range_rejects)
 	sleep 5
 	t2=$(ticks) m2=$(misses) r2=$(range_rejects)
+	readable "$what" "$t1" "$m1" "$r1" "$t2" "$m2" "$r2"
 	((r2 == r1)) || fail "$what: the loop resumed but did not balance the pendulum again ($((r2 - r1)) measurements out of range within 5 s; $((t2 - t1)) ticks and $((m2 - m1)) misses in them, $((m1 - m0)) misses before; party mismatches $(mismatches); load average $(cut -d' ' -f1-3 /proc/loadavg)): inconsistent state shares?"
 	((t2 - t1 >= 100)) || fail "$what: only $((t2 - t1)) ticks in the 5 s after the loop resumed"
 	((m2 - m1 <= MAX_MISSES)) || fail "$what: $((m2 - m1)) misses in the 5 s after the loop resumed"
@@ -416,7 +420,9 @@ else
 	p1=$(cid party1)
 	# Only this run of the container counts: docker logs also returns the
 	# lines of its earlier runs.
-	since=$(date -u +%Y-%m-%dT%H:%M:%S)
+	# Seconds since the epoch: a date without a zone is read by docker logs
+	# in the client's local time, hours off on a host not set to UTC.
+	since=$(date +%s)
 	docker kill "$p1" >/dev/null
 	catch_pendulum
 	sleep 1
