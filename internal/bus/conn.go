@@ -14,6 +14,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// PingInterval is how often a connection pings its server; after
+// MaxPingsOut unanswered pings the connection is taken as lost and
+// reconnects, to another server of the URL list if there is one. nats.go's
+// default, every 2 minutes, left a service connected, and ready, for up to
+// 6 minutes to a server that had vanished without closing the connection
+// (its host down, a partition), every tick missing.
+const (
+	PingInterval = 5 * time.Second
+	MaxPingsOut  = 2
+)
+
 // Connect dials NATS with reconnection forever and logs connection events.
 // opts are appended (credentials, TLS, ...).
 func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nats.Option) (*nats.Conn, error) {
@@ -21,6 +32,13 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 	base := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
+		// Forever also after a refused login: nats.go otherwise closes the
+		// connection for good when one server refuses it twice in a row
+		// (credentials the server does not know yet, as while keys are
+		// rotated), and the service would never connect again.
+		nats.IgnoreAuthErrorAbort(),
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(MaxPingsOut),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectBufSize(8 << 20),
 		nats.RetryOnFailedConnect(true),

@@ -137,3 +137,29 @@ func TestUnreachableServerLogged(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedLoginRetriedForever: a server that refuses the connection's
+// credentials (a user it does not know yet, as while keys are rotated and
+// the server not yet reloaded) is tried again for as long as the service
+// runs. nats.go closes a connection for good when the same server refuses
+// it twice in a row, and the service never connected again, even once the
+// server knew the user.
+func TestRefusedLoginRetriedForever(t *testing.T) {
+	ns := natstest.Server(t, &server.Options{Users: []*server.User{{Username: "u", Password: "p"}}})
+	var sink testlog.Buffer
+	nc, err := Connect(ns.ClientURL(), "test", slog.New(slog.NewJSONHandler(&sink, nil)), nil, nats.UserInfo("u", "wrong"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	time.Sleep(2 * time.Second) // eight attempts, 250 ms apart
+	if nc.IsClosed() {
+		t.Fatalf("the connection was closed for good after refused logins (last error %v)", nc.LastError())
+	}
+	if nc.IsConnected() {
+		t.Fatal("connected with a wrong password")
+	}
+	if o := nc.Opts; o.PingInterval != PingInterval || o.MaxPingsOut != MaxPingsOut {
+		t.Errorf("pings every %v, %d unanswered at most; want %v and %d", o.PingInterval, o.MaxPingsOut, PingInterval, MaxPingsOut)
+	}
+}

@@ -111,6 +111,18 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 		opts = append(opts, o.NATSOptions()...) // the service's own (the party's write coalescing)
 	}
 	opts = append(opts, bus.CountAsyncErrors(m.CountNATSError))
+	// A connection that nats.go closes for good (a server's error it does
+	// not retry after, such as its maximum of connections reached) ends
+	// the service with an error, so that it is restarted: it would
+	// otherwise stay up, not ready, and never connect again.
+	rctx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
+	var draining atomic.Bool
+	opts = append(opts, nats.ClosedHandler(func(c *nats.Conn) {
+		if !draining.Load() {
+			lost(fmt.Errorf("nats connection closed for good, not by this service: %v", c.LastError()))
+		}
+	}))
 	nc, err := bus.Connect(strings.TrimSpace(common.NATSURL), "duet-"+name, log, func() { m.Reconnects.Inc() }, opts...)
 	if err != nil {
 		return err
@@ -126,8 +138,13 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 		defer srv.Close()
 	}
 	log.Info("starting", "nats", bus.RedactURL(common.NATSURL), "role", role.String())
-	err = run(ctx, env)
+	err = run(rctx, env)
+	if cause := context.Cause(rctx); ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		log.Error("stopping", "err", cause)
+		err = errors.Join(cause, err)
+	}
 	// Graceful: the run function has finished its tick in flight; drain NATS.
+	draining.Store(true)
 	if derr := nc.Drain(); derr != nil {
 		nc.Close()
 	}
@@ -151,7 +168,13 @@ func TuneGC() {
 func mux(env *Env) http.Handler {
 	m := http.NewServeMux()
 	m.Handle("/metrics", env.Metrics.Handler())
-	m.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	m.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if env.NC.IsClosed() { // for good: the service stops (Run)
+			http.Error(w, "nats connection closed", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
 	m.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		ready := env.NC.IsConnected()
 		if f := env.Ready.Load(); ready && f != nil {

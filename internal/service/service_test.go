@@ -6,8 +6,13 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/duet-mpc/duet/internal/config"
+	"github.com/duet-mpc/duet/internal/keys"
+	"github.com/duet-mpc/duet/internal/natstest"
 	"github.com/duet-mpc/duet/pkg/codec"
 )
 
@@ -95,5 +100,46 @@ func TestBadCommonValuesStopTheService(t *testing.T) {
 	t.Setenv("DUET_LOG_LEVEL", "WARN") // the four names in any case
 	if _, err := runPlant(t); err == nil || strings.Contains(err.Error(), "DUET_LOG_LEVEL") {
 		t.Fatalf("DUET_LOG_LEVEL=WARN: %v; want it accepted (and the missing keys refused)", err)
+	}
+}
+
+// TestConnectionClosedForGoodStopsTheService: a connection nats.go closes
+// for good (here after the server's "maximum control line exceeded", one of
+// the server errors it does not reconnect after) ends the service with an
+// error naming it, so that it is restarted. Before, the service stayed up,
+// not ready and still live by /healthz, and never connected again.
+func TestConnectionClosedForGoodStopsTheService(t *testing.T) {
+	ns := natstest.Server(t, &server.Options{MaxControlLine: 256})
+	dir := t.TempDir()
+	if err := keys.Generate(dir, false); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DUET_HTTP_ADDR", "")
+	t.Setenv("DUET_KEYS_DIR", dir)
+	t.Setenv("DUET_NATS_URL", ns.ClientURL())
+	done := make(chan error, 1)
+	go func() {
+		var cfg struct{ config.Common }
+		done <- Run(t.Context(), "test", func() codec.Role { return codec.RolePlant }, &cfg, &cfg.Common, nil,
+			func(ctx context.Context, env *Env) error {
+				for !env.NC.IsConnected() {
+					time.Sleep(10 * time.Millisecond)
+				}
+				// A control line over the server's maximum.
+				if err := env.NC.Publish("duet."+strings.Repeat("x", 300), nil); err != nil {
+					return err
+				}
+				env.NC.Flush()
+				<-ctx.Done()
+				return nil
+			})
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "nats connection closed for good") {
+			t.Fatalf("Run: %v, want the connection closed for good named", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the service ran on with its connection closed for good")
 	}
 }

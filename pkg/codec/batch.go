@@ -67,6 +67,9 @@ func checkBatch(data []byte) (int, error) {
 		if k <= 0 || l == 0 || l > uint64(len(rest)-k) {
 			return 0, fmt.Errorf("%w: batch envelope %d: bad length", ErrMalformed, n)
 		}
+		if k != uvarintLen(l) { // one encoding only: a varint padded with 0x80 bytes is another
+			return 0, fmt.Errorf("%w: batch envelope %d: length not in its shortest form", ErrMalformed, n)
+		}
 		rest = rest[k+int(l):]
 		n++
 	}
@@ -74,4 +77,13 @@ func checkBatch(data []byte) (int, error) {
 		return 0, fmt.Errorf("%w: empty batch", ErrMalformed)
 	}
 	return n, nil
+}
+
+// uvarintLen is the length of l's shortest varint encoding.
+func uvarintLen(l uint64) int {
+	n := 1
+	for ; l >= 0x80; l >>= 7 {
+		n++
+	}
+	return n
 }

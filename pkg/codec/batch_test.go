@@ -49,6 +49,7 @@ func TestBatchRejects(t *testing.T) {
 		"truncated":          {one[:len(one)-1], ErrMalformed},
 		"trailing":           {append(bytes.Clone(one), 5), ErrMalformed},
 		"bad varint":         {[]byte{BatchMagic, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, ErrMalformed},
+		"padded varint":      {[]byte{BatchMagic, 0x81, 0x00, 'x'}, ErrMalformed}, // 1 in two bytes: a second encoding
 		"too many envelopes": {full, ErrMalformed},
 		"too large":          {make([]byte, MaxEnvelope+1), ErrTooLarge},
 	} {
