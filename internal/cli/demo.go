@@ -69,8 +69,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			Deadline: *deadline, Dealers: *dealers, Log: log, TwoHop: *twoHop},
 		Duration: *dur, Out: *out, Progress: stderr,
 	})
-	if err != nil && !errors.Is(err, demo.ErrInterrupted) {
-		return err
+	if err != nil && (!errors.Is(err, demo.ErrInterrupted) || res.Summary.Ticks == 0) {
+		return err // failed, or interrupted before the first tick: nothing to report
 	}
 	s := res.Summary
 	fmt.Fprintf(stdout, "ticks %d, applied %d, misses %d\n", s.Ticks, s.Applied, s.Missed())

@@ -131,6 +131,11 @@ func (d *Dealer) Run(ctx context.Context) error {
 			return err
 		}
 		d.opt.Log.Warn("dealer: the set-up bucket was recreated (a NATS server restarted on memory storage, or the bucket deleted): watching its records afresh", "dealer", d.opt.Name)
+		// As at the start: a bucket deleted again, or JetStream not yet
+		// back, is waited for rather than taken as the watch failing.
+		if _, err := bus.WaitSetupBucket(ctx, d.js, d.opt.Log); err != nil {
+			return nil
+		}
 	}
 }
 
@@ -162,6 +167,9 @@ func (d *Dealer) watch(ctx context.Context, wg *sync.WaitGroup) (again bool, err
 	stop := context.AfterFunc(ctx, records.Stop)
 	defer stop()
 	defer records.Stop()
+	// wctx ends the wait for the next record too: a Stop that comes while
+	// the ordered consumer resets itself can be undone by the reset, which
+	// installs its new subscription after it.
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	// A refused pull stops the watch, and Run returns saying why, so that
@@ -176,6 +184,7 @@ func (d *Dealer) watch(ctx context.Context, wg *sync.WaitGroup) (again bool, err
 			select {
 			case err := <-d.denied:
 				deniedErr <- err
+				wcancel()
 				records.Stop()
 				return
 			case <-check.C:
@@ -183,6 +192,7 @@ func (d *Dealer) watch(ctx context.Context, wg *sync.WaitGroup) (again bool, err
 				// looked up again at the next check.
 				if c, err := d.setupCreated(wctx); err == nil && !c.Equal(created) {
 					recreated <- struct{}{}
+					wcancel()
 					records.Stop()
 					return
 				}
@@ -192,8 +202,8 @@ func (d *Dealer) watch(ctx context.Context, wg *sync.WaitGroup) (again bool, err
 		}
 	}()
 	for {
-		msg, err := records.Next()
-		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+		msg, err := records.Next(jetstream.NextContext(wctx))
+		if err != nil {
 			select {
 			case derr := <-deniedErr:
 				return false, fmt.Errorf("dealer: the NATS server refused the pull of the dealer's set-up records (%w): its nats-auth.conf lacks this release's permissions: run `duet keys --if-missing` on the keys directory and reload or restart the NATS server (compose: `make up`, then `docker compose -p duet kill -s HUP nats`; Kubernetes: `make k8s-secrets`, then `kubectl -n duet rollout restart statefulset/nats`; README, Operations, Upgrading: the NATS permissions)", derr)
@@ -202,7 +212,7 @@ func (d *Dealer) watch(ctx context.Context, wg *sync.WaitGroup) (again bool, err
 			default:
 			}
 		}
-		if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+		if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) || errors.Is(err, context.Canceled) {
 			return false, nil
 		}
 		if err != nil {

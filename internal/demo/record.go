@@ -374,14 +374,17 @@ func Summarize(recs []TickRecord) Summary {
 type summer struct {
 	s    Summary
 	lats []time.Duration
+	tail int // the ticks since the last one applied (in flight at an interruption)
 }
 
 func (sm *summer) add(r *TickRecord) {
 	s := &sm.s
 	s.Ticks++
 	if !r.Applied {
+		sm.tail++
 		return
 	}
+	sm.tail = 0
 	s.Applied++
 	if r.Miss {
 		s.Misses++

@@ -157,6 +157,14 @@ loop:
 	}
 	c.Settle()
 	res.Summary = out.sum.summary()
+	if interrupted {
+		// The ticks after the last one applied were in flight when the
+		// services stopped: not missed, and not in the summary.
+		res.Summary.Ticks -= out.sum.tail
+		if res.Summary.Ticks == 0 {
+			return res, fmt.Errorf("%w before the first tick (nothing written)", ErrInterrupted)
+		}
+	}
 	res.Audit = c.Audit()
 	res.Late = c.Late()
 	res.Paths = c.Paths()

@@ -228,12 +228,22 @@ func (s *Service) inputFor(t uint64) (u []float64, ok bool) {
 	return u, ok
 }
 
+// givenUp unlocks mu and reports true if read t is not to be answered: a
+// later read took over, or the service stopped.
+func (s *Service) givenUp(t uint64) bool {
+	later := s.reading
+	if later == t && !s.closed {
+		return false
+	}
+	s.mu.Unlock()
+	s.opt.Log.Debug("plant read not answered: a later one took over, or the service stopped", "loop", s.opt.Loop, "tick", t, "later", later)
+	return true
+}
+
 // read answers read t, which onRead claimed.
 func (s *Service) read(m *nats.Msg, t uint64) {
 	s.mu.Lock()
-	if later := s.reading; later != t || s.closed {
-		s.mu.Unlock()
-		s.opt.Log.Debug("plant read not answered: a later one took over, or the service stopped", "loop", s.opt.Loop, "tick", t, "later", later)
+	if s.givenUp(t) {
 		return
 	}
 	var applied []float64
@@ -251,9 +261,7 @@ func (s *Service) read(m *nats.Msg, t uint64) {
 			waitCond(s.cond, time.Until(deadline))
 			u, ok = s.inputFor(t)
 		}
-		if later := s.reading; later != t || s.closed {
-			s.mu.Unlock()
-			s.opt.Log.Debug("plant read not answered: a later one took over, or the service stopped", "loop", s.opt.Loop, "tick", t, "later", later)
+		if s.givenUp(t) {
 			return
 		}
 		if !ok {

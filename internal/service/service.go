@@ -112,7 +112,7 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 	}
 	opts = append(opts, bus.CountAsyncErrors(m.CountNATSError))
 	// A connection that nats.go closes for good (a server's error it does
-	// not retry after, such as its maximum of connections reached) ends
+	// not retry after, such as its maximum control line exceeded) ends
 	// the service with an error, so that it is restarted: it would
 	// otherwise stay up, not ready, and never connect again.
 	rctx, lost := context.WithCancelCause(ctx)
