@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/duet-mpc/duet/examples"
+	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/demo"
 	"github.com/duet-mpc/duet/internal/sim"
 	"github.com/duet-mpc/duet/internal/stall"
@@ -238,7 +238,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Server: redact(opt.URL), Quick: opt.Quick, Started: time.Now(), ScaleLimit: 10 * time.Millisecond}
+	rep := &Report{Server: bus.RedactURL(opt.URL), Quick: opt.Quick, Started: time.Now(), ScaleLimit: 10 * time.Millisecond}
 	url := opt.URL
 	if opt.Plan != nil && opt.Plan.ScaleInProcess && (url != "" || opt.Plan.PartyBin != "") {
 		return nil, ErrInProcess
@@ -313,14 +313,6 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	rep.Took = time.Since(rep.Started)
 	return rep, nil
-}
-
-// redact hides a password in a server URL (the report prints it).
-func redact(s string) string {
-	if u, err := url.Parse(s); err == nil && u.User != nil {
-		return u.Redacted()
-	}
-	return s
 }
 
 func (rep *Report) write(dir string) error {

@@ -29,6 +29,11 @@ const (
 // opts are appended (credentials, TLS, ...).
 func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nats.Option) (*nats.Conn, error) {
 	errs := NewLogLimit()
+	attemptFailed := func(err error) {
+		if ok, suppressed := errs.Allow("connect\x00" + err.Error()); ok {
+			log.Warn("nats connection attempt failed; retrying", "url", RedactURL(url), "err", err, "repeats_not_logged", suppressed)
+		}
+	}
 	base := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -42,10 +47,11 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectBufSize(8 << 20),
 		nats.RetryOnFailedConnect(true),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)
 			}
+			go watchReconnect(c, attemptFailed)
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			// Permission violations and slow consumers arrive here; a denied
@@ -64,11 +70,7 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 		// one side only, the server down) fails every attempt: logged the
 		// first time and then once a minute per error, so that a service
 		// that never connects says why instead of retrying silently.
-		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
-			if ok, suppressed := errs.Allow("connect\x00" + err.Error()); ok {
-				log.Warn("nats connection attempt failed; retrying", "url", RedactURL(url), "err", err, "repeats_not_logged", suppressed)
-			}
-		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { attemptFailed(err) }),
 		nats.ConnectHandler(func(c *nats.Conn) { // the first connection, at once or after failed attempts
 			log.Info("nats connected", "url", c.ConnectedUrlRedacted())
 		}),
@@ -83,7 +85,32 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 	if err != nil {
 		return nil, fmt.Errorf("nats connect %s: %w", RedactURL(url), err)
 	}
+	if !nc.IsConnected() { // retrying the first connection (RetryOnFailedConnect)
+		go watchReconnect(nc, attemptFailed)
+	}
 	return nc, nil
+}
+
+// reconnectWatch is how often watchReconnect reads the connection's last
+// error (a variable for the tests).
+var reconnectWatch = time.Second
+
+// watchReconnect passes the last error of c to failed while c reconnects
+// (failed rate-limits the log). nats.go reports an attempt that fails when
+// it dials (ReconnectErrHandler), but not one that fails after: TLS wanted
+// on one side only, a certificate the other side does not trust, a login
+// refused on the first connection. Such a service logged its first failure
+// and then retried silently for good.
+func watchReconnect(c *nats.Conn, failed func(error)) {
+	for {
+		time.Sleep(reconnectWatch)
+		if !c.IsReconnecting() {
+			return // connected, or closed
+		}
+		if err := c.LastError(); err != nil {
+			failed(err)
+		}
+	}
 }
 
 // CountAsyncErrors is a Connect option: count is called with each error

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"log/slog"
 	"net"
@@ -161,5 +162,26 @@ func TestRefusedLoginRetriedForever(t *testing.T) {
 	}
 	if o := nc.Opts; o.PingInterval != PingInterval || o.MaxPingsOut != MaxPingsOut {
 		t.Errorf("pings every %v, %d unanswered at most; want %v and %d", o.PingInterval, o.MaxPingsOut, PingInterval, MaxPingsOut)
+	}
+}
+
+// TestFailedHandshakeLoggedAgain: an attempt that fails after the dial (TLS
+// wanted by the client, which the server does not offer) is logged once per
+// errorLogEvery for as long as it goes on, as a failed dial is. nats.go
+// reports only failed dials to ReconnectErrHandler (and the very first
+// failure), so such a service logged one line and then retried silently.
+func TestFailedHandshakeLoggedAgain(t *testing.T) {
+	defer func(every, watch time.Duration) { errorLogEvery, reconnectWatch = every, watch }(errorLogEvery, reconnectWatch)
+	errorLogEvery, reconnectWatch = 300*time.Millisecond, 50*time.Millisecond
+	ns := natstest.Server(t, &server.Options{})
+	var sink testlog.Buffer
+	nc, err := Connect(ns.ClientURL(), "test", slog.New(slog.NewJSONHandler(&sink, nil)), nil, nats.Secure(&tls.Config{MinVersion: tls.VersionTLS12}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	time.Sleep(1500 * time.Millisecond)
+	if n := strings.Count(sink.String(), "nats connection attempt failed"); n < 3 {
+		t.Fatalf("%d lines for 1.5 s of failed attempts, logged at most every 300 ms: want at least 3:\n%s", n, sink.String())
 	}
 }

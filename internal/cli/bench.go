@@ -25,8 +25,12 @@ func init() {
 	register("bench", "measure Fig. 5, tick latency, dealer throughput and loops per party pair (CSV + PNG)", runBench)
 }
 
-// scaleOnlyFlags are the bench flags that only the scale section uses.
-var scaleOnlyFlags = []string{"loops", "items-per-msg", "repeat", "mask", "two-hop", "cold-heap", "in-process", "live-dealers", "step-duration"}
+// scaleOnlyFlags are the bench flags that only the scale section uses, and
+// partyFlags those that only the tick and scale sections use (the parties').
+var (
+	scaleOnlyFlags = []string{"loops", "items-per-msg", "repeat", "mask", "two-hop", "cold-heap", "in-process", "live-dealers", "step-duration"}
+	partyFlags     = []string{"peer-batch", "prefetch", "write-coalesce", "state-file-store", "party-bin"}
+)
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -68,20 +72,30 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if slices.Contains(sections, sec) {
 				return fmt.Errorf("%w: --only %q: section %q named twice", ErrUsage, *only, sec)
 			}
+			if !slices.Contains(bench.AllSections, sec) {
+				return fmt.Errorf("%w: --only %q: unknown section %q (want some of %s)", ErrUsage, *only, sec, strings.Join(bench.AllSections, ","))
+			}
 			sections = append(sections, sec)
 		}
 	}
 	// A flag of the scale section alone, with --only leaving that section
-	// out, would change nothing: refused rather than ignored.
-	if len(sections) > 0 && !slices.Contains(sections, bench.SectionScale) {
+	// out, or of the parties, with --only leaving out both sections that
+	// run them, would change nothing: refused rather than ignored.
+	unusedFlags := func(names []string) string {
 		var unused []string
 		fs.Visit(func(f *flag.Flag) {
-			if slices.Contains(scaleOnlyFlags, f.Name) {
+			if slices.Contains(names, f.Name) {
 				unused = append(unused, "--"+f.Name)
 			}
 		})
-		if len(unused) > 0 {
-			return fmt.Errorf("%w: %s only affect the scale section, which --only %q leaves out", ErrUsage, strings.Join(unused, ", "), *only)
+		return strings.Join(unused, ", ")
+	}
+	if len(sections) > 0 && !slices.Contains(sections, bench.SectionScale) {
+		if unused := unusedFlags(scaleOnlyFlags); unused != "" {
+			return fmt.Errorf("%w: %s only affect the scale section, which --only %q leaves out", ErrUsage, unused, *only)
+		}
+		if unused := unusedFlags(partyFlags); unused != "" && !slices.Contains(sections, bench.SectionTick) {
+			return fmt.Errorf("%w: %s only affect the tick and scale sections, which --only %q leaves out", ErrUsage, unused, *only)
 		}
 	}
 	if *peerBatch < 0 || *peerBatch > codec.MaxBatchEnvelopes {

@@ -110,6 +110,29 @@ func TestBenchUsage(t *testing.T) {
 			t.Errorf("Run(%q) = %v, want ErrUsage", args, err)
 		}
 	}
+	// The parties' flags with --only leaving out both sections that run
+	// them, and a section name that does not exist, are refused by name
+	// (the context is cancelled: a case not refused returns at once).
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--out", out, "--only", "fig5,dealer", "--prefetch", "8"}, "--prefetch only affect the tick and scale sections"},
+		{[]string{"bench", "--out", out, "--only", "fig5", "--state-file-store", "--peer-batch", "4"}, "--peer-batch, --state-file-store only affect"},
+		{[]string{"bench", "--out", out, "--only", "fig5,scal", "--loops", "200"}, `unknown section "scal"`},
+		{[]string{"bench", "--out", out, "--only", "tick", "--prefetch", "8"}, ""}, // tick runs the parties: accepted
+	} {
+		err := Run(cctx, c.args, io.Discard, io.Discard)
+		if c.want == "" {
+			if errors.Is(err, ErrUsage) {
+				t.Errorf("Run(%q) = %v, want it accepted", c.args, err)
+			}
+		} else if !errors.Is(err, ErrUsage) || !strings.Contains(fmt.Sprint(err), c.want) {
+			t.Errorf("Run(%q) = %v, want ErrUsage saying %q", c.args, err, c.want)
+		}
+	}
 	// In-process connections need the embedded server and the parties in
 	// the bench's process: refused, by name, with an external server or
 	// with party processes (this test's own binary is an executable).
