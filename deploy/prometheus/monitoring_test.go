@@ -304,7 +304,7 @@ func checkSelectors(t *testing.T, expr parser.Expr, series map[string][]string, 
 			}
 		}
 		for _, u := range under {
-			for _, vs := range selectors(u) {
+			for _, vs := range labelSources(u) {
 				for _, l := range by {
 					if labels, ok := series[vs.Name]; ok && !slices.Contains(labels, l) {
 						t.Errorf("grouping or matching by %q, but %s has no such label (it has %v)", l, vs.Name, labels)
@@ -314,6 +314,22 @@ func checkSelectors(t *testing.T, expr parser.Expr, series map[string][]string, 
 		}
 		return nil
 	})
+}
+
+// labelSources are the vector selectors under n whose labels n's result
+// series carry: those of and's and unless's left side only (their right
+// side filters, its labels are not kept), those of every other expression.
+func labelSources(n parser.Node) []*parser.VectorSelector {
+	switch n := n.(type) {
+	case *parser.BinaryExpr:
+		if n.Op == parser.LAND || n.Op == parser.LUNLESS {
+			return labelSources(n.LHS)
+		}
+		return append(labelSources(n.LHS), labelSources(n.RHS)...)
+	case *parser.ParenExpr:
+		return labelSources(n.Expr)
+	}
+	return selectors(n)
 }
 
 // outputLabels are the labels the expression's result series carry; known
