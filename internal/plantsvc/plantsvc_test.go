@@ -1,7 +1,6 @@
 package plantsvc
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/natstest"
 	"github.com/duet-mpc/duet/internal/testkeys"
+	"github.com/duet-mpc/duet/internal/testlog"
 	"github.com/duet-mpc/duet/pkg/codec"
 )
 
@@ -361,7 +361,7 @@ func (p *divergedPlant) Measure() []float64 { return []float64{math.Inf(1)} }
 func TestDivergedPlantNotAnswered(t *testing.T) {
 	nc := natstest.Conn(t)
 	sealers := testkeys.Sealers(t)
-	var logged syncBuffer
+	var logged testlog.Buffer
 	svc, err := New(nc, sealers[codec.RolePlant], Options{Loop: "loop1", Plant: &divergedPlant{}, Wait: time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(&logged, nil))})
 	if err != nil {
@@ -380,22 +380,4 @@ func TestDivergedPlantNotAnswered(t *testing.T) {
 	if got := strings.Count(logged.String(), "the simulated plant diverged"); got != 1 {
 		t.Fatalf("logged %d times, want once:\n%s", got, logged.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
