@@ -114,11 +114,8 @@ func PeekItem(data []byte) (ItemMsg, error) {
 	if len(data) > MaxEnvelope {
 		return m, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), MaxEnvelope)
 	}
-	if err := m.parse(data); err != nil {
+	if err := m.parse(data); err != nil { // validated too
 		return ItemMsg{}, fmt.Errorf("%w (decoding %T)", err, &m)
-	}
-	if err := m.validate(); err != nil {
-		return ItemMsg{}, err
 	}
 	return m, nil
 }

@@ -57,13 +57,11 @@ func unmarshalFast(data []byte, v any) (ok bool, err error) {
 }
 
 // decoded finishes a fast-path decode of v: the decoder's error, named with
-// v's type, or v's own checks.
+// v's type. A fast decoder of a type with its own checks (validator) makes
+// them before it writes v, so that a refused input leaves v as it was.
 func decoded(v any, err error) error {
 	if err != nil {
 		return fmt.Errorf("%w (decoding %T)", err, v)
-	}
-	if val, ok := v.(validator); ok {
-		return val.validate()
 	}
 	return nil
 }

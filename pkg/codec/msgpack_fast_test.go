@@ -586,4 +586,23 @@ func TestFastDecodersLeaveTargetOnError(t *testing.T) {
 			}
 		}
 	}
+	// Input that parses but fails the type's own checks leaves the target
+	// too: the checks come before it is written.
+	for _, c := range []struct{ in, target any }{
+		{&PlantYPayload{Y: []float64{math.NaN()}}, &PlantYPayload{}},
+		{&PlantUPayload{U: []float64{math.Inf(1)}}, &PlantUPayload{}},
+		{&ItemMsg{Loop: "offline", P0: []byte{1}, P1: []byte{2}}, &ItemMsg{}},
+		{&ItemMsg{Loop: "a", P0: []byte{1}}, &ItemMsg{}},
+	} {
+		data, err := Marshal(c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Unmarshal(data, c.target); err == nil {
+			t.Fatalf("%+v: accepted", c.in)
+		}
+		if zero := reflect.New(reflect.TypeOf(c.target).Elem()).Interface(); !reflect.DeepEqual(c.target, zero) {
+			t.Fatalf("%+v: refused, but decoded into the target: %+v", c.in, c.target)
+		}
+	}
 }

@@ -432,14 +432,17 @@ func (m *ItemMsg) unmarshalMsgpack(data []byte) error {
 	return nil
 }
 
-// parse decodes data into m, P0 and P1 aliasing data; on an error m is
-// unchanged (as every fast decoder leaves its target).
+// parse decodes and validates data into m, P0 and P1 aliasing data; on an
+// error m is unchanged (as every fast decoder leaves its target).
 func (m *ItemMsg) parse(data []byte) error {
 	var v ItemMsg
 	n, err := v.parsePrefix(data, "")
 	if err == nil {
 		r := reader{b: data, off: n}
 		err = r.end("payload")
+	}
+	if err == nil {
+		err = v.validate()
 	}
 	if err == nil {
 		*m = v
@@ -487,6 +490,9 @@ func (p *PlantYPayload) unmarshalMsgpack(data []byte) error {
 	if err := d.end(); err != nil {
 		return err
 	}
+	if err := v.validate(); err != nil {
+		return err
+	}
 	*p = v
 	return nil
 }
@@ -508,6 +514,9 @@ func (p *PlantUPayload) unmarshalMsgpack(data []byte) error {
 	v.U = d.floats("u")
 	v.FailSafe = d.bool("failsafe")
 	if err := d.end(); err != nil {
+		return err
+	}
+	if err := v.validate(); err != nil {
 		return err
 	}
 	*p = v
