@@ -56,8 +56,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("%w: --dealers %d: want 1..%d", ErrUsage, *dealers, maxDemoDealers)
 	case *dur < period:
 		return fmt.Errorf("%w: --duration %v: want at least one period (%v)", ErrUsage, *dur, period)
-	case ps.Kind == plant.KindQube && *dur <= demo.BalanceFrom+period:
-		return fmt.Errorf("%w: --duration %v: the pendulum is checked for balance from %v on, so the run must be longer than %v", ErrUsage, *dur, demo.BalanceFrom, demo.BalanceFrom+period)
+	case ps.Kind == plant.KindQube && *dur < balanceRun(period):
+		return fmt.Errorf("%w: --duration %v: the pendulum is checked for balance from %v on, so the run must be at least %v", ErrUsage, *dur, demo.BalanceFrom, balanceRun(period))
 	}
 	lvl := slog.LevelWarn
 	if *verbose {
@@ -104,6 +104,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "balanced: max |α| from 3 s on %.2f°\n", res.MaxAlpha)
 	}
 	return nil
+}
+
+// balanceRun is the shortest run whose balance check has a tick to check
+// beyond its first, as demo.Run counts them: the ticks that fit in the run,
+// from the first at or after demo.BalanceFrom. (With a period that does not
+// divide it, BalanceFrom and a period is a tick short.)
+func balanceRun(period time.Duration) time.Duration {
+	from := (demo.BalanceFrom + period - 1) / period
+	return (from + 1) * period
 }
 
 // demoVerdict says whether a demo run that ran to its end failed, with

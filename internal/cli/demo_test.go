@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,7 +21,8 @@ func TestDemoDurationTooShort(t *testing.T) {
 	t.Chdir("../..") // the examples' files
 	for _, c := range []struct{ dur, want string }{
 		{"2s", "checked for balance from 3s on"},
-		{"3s", "longer than 3.04s"},
+		{"3s", "at least 3.04s"},
+		{"3.039s", "at least 3.04s"},
 		{"0s", "want at least one period (40ms)"},
 		{"-5s", "want at least one period"},
 	} {
@@ -29,6 +33,32 @@ func TestDemoDurationTooShort(t *testing.T) {
 		}
 		if stdout.Len() > 0 {
 			t.Errorf("demo --duration %s ran: %s", c.dur, stdout.String())
+		}
+	}
+}
+
+// TestDemoDurationOtherPeriod: with a period that does not divide 3 s
+// (70 ms: the check starts at tick 43, 3.01 s), a run of 3.075 s has 43
+// ticks, none after the first checked, and is refused up front; before, it
+// ran and failed as a pendulum that did not balance.
+func TestDemoDurationOtherPeriod(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir("../..")
+	spec := filepath.Join(dir, "plant.json")
+	if err := os.WriteFile(spec, []byte(`{"kind":"qube-servo2","alpha0_deg":3,"theta0_deg":0,"input_delay":1,"period_ms":70}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // a run not refused ends at once
+	for _, c := range []struct {
+		dur  string
+		want bool // refused
+	}{{"3.075s", true}, {"3.079s", true}, {"3.08s", false}} {
+		err := Run(ctx, []string{"demo", "--plant", spec, "--duration", c.dur, "--out", ""}, io.Discard, io.Discard)
+		if refused := errors.Is(err, ErrUsage); refused != c.want {
+			t.Errorf("--duration %s at 70 ms: %v; want refused %v", c.dur, err, c.want)
+		} else if refused && !strings.Contains(err.Error(), "at least 3.08s") {
+			t.Errorf("--duration %s: %v; want the limit, 3.08s", c.dur, err)
 		}
 	}
 }
