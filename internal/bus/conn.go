@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,8 +32,20 @@ const (
 func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nats.Option) (*nats.Conn, error) {
 	errs := NewLogLimit()
 	attemptFailed := func(err error) {
-		if ok, suppressed := errs.Allow("connect\x00" + err.Error()); ok {
+		if ok, suppressed := errs.Allow("connect\x00" + attemptKey(err)); ok {
 			log.Warn("nats connection attempt failed; retrying", "url", RedactURL(url), "err", err, "repeats_not_logged", suppressed)
+		}
+	}
+	// One watcher at a time: nats.go calls the disconnect handler on every
+	// disconnection, and on Close too.
+	var watching atomic.Bool
+	every := reconnectWatch // read here, not by the watcher (the tests set it)
+	watch := func(c *nats.Conn) {
+		if watching.CompareAndSwap(false, true) {
+			go func() {
+				defer watching.Store(false)
+				watchReconnect(c, every, attemptFailed)
+			}()
 		}
 	}
 	base := []nats.Option{
@@ -51,7 +65,7 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)
 			}
-			go watchReconnect(c, attemptFailed)
+			watch(c)
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			// Permission violations and slow consumers arrive here; a denied
@@ -86,7 +100,7 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 		return nil, fmt.Errorf("nats connect %s: %w", RedactURL(url), err)
 	}
 	if !nc.IsConnected() { // retrying the first connection (RetryOnFailedConnect)
-		go watchReconnect(nc, attemptFailed)
+		watch(nc)
 	}
 	return nc, nil
 }
@@ -95,15 +109,26 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 // error (a variable for the tests).
 var reconnectWatch = time.Second
 
-// watchReconnect passes the last error of c to failed while c reconnects
-// (failed rate-limits the log). nats.go reports an attempt that fails when
-// it dials (ReconnectErrHandler), but not one that fails after: TLS wanted
-// on one side only, a certificate the other side does not trust, a login
-// refused on the first connection. Such a service logged its first failure
-// and then retried silently for good.
-func watchReconnect(c *nats.Conn, failed func(error)) {
+// attemptKey is a failed attempt's error as the log's rate limit keys it:
+// a network error without its addresses, whose local port changes with
+// every attempt (each would be logged).
+func attemptKey(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Op + ": " + op.Err.Error()
+	}
+	return err.Error()
+}
+
+// watchReconnect passes the last error of c to failed, every interval,
+// while c reconnects (failed rate-limits the log). nats.go reports an
+// attempt that fails when it dials (ReconnectErrHandler), but not one that
+// fails after: TLS wanted on one side only, a certificate the other side
+// does not trust, a login refused on the first connection. Such a service
+// logged its first failure and then retried silently for good.
+func watchReconnect(c *nats.Conn, every time.Duration, failed func(error)) {
 	for {
-		time.Sleep(reconnectWatch)
+		time.Sleep(every)
 		if !c.IsReconnecting() {
 			return // connected, or closed
 		}
@@ -309,12 +334,15 @@ func WaitSetupRecord(ctx context.Context, kv jetstream.KeyValue, key string, log
 // since. The zero value is not usable: NewLogLimit. A nil LogLimit logs
 // everything.
 type LogLimit struct {
-	mu   sync.Mutex
-	last map[string]errorLogEntry
+	mu    sync.Mutex
+	last  map[string]errorLogEntry
+	every time.Duration // errorLogEvery when made
 }
 
 // NewLogLimit returns an empty LogLimit.
-func NewLogLimit() *LogLimit { return &LogLimit{last: map[string]errorLogEntry{}} }
+func NewLogLimit() *LogLimit {
+	return &LogLimit{last: map[string]errorLogEntry{}, every: errorLogEvery}
+}
 
 // Allow reports whether the warning keyed key is to be logged now, and how
 // many of it were not logged since it last was.
@@ -343,7 +371,7 @@ func (l *LogLimit) allow(key string, now time.Time) (bool, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, seen := l.last[key]
-	if seen && now.Sub(e.at) < errorLogEvery {
+	if seen && now.Sub(e.at) < l.every {
 		e.suppressed++
 		l.last[key] = e
 		return false, 0

@@ -107,12 +107,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 // balanceRun is the shortest run whose balance check has a tick to check
-// beyond its first, as demo.Run counts them: the ticks that fit in the run,
-// from the first at or after demo.BalanceFrom. (With a period that does not
-// divide it, BalanceFrom and a period is a tick short.)
+// beyond its first (demo.BalanceTick), as demo.Run counts the ticks that
+// fit in the run. (With a period that does not divide demo.BalanceFrom,
+// BalanceFrom and a period is a tick short.)
 func balanceRun(period time.Duration) time.Duration {
-	from := (demo.BalanceFrom + period - 1) / period
-	return (from + 1) * period
+	return time.Duration(demo.BalanceTick(period)+1) * period
 }
 
 // demoVerdict says whether a demo run that ran to its end failed, with

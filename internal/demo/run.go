@@ -78,6 +78,13 @@ func (c *Cluster) Paths() Paths {
 // checks |α| from then on, so a run must be longer than that to pass.
 const BalanceFrom = 3 * time.Second
 
+// BalanceTick is the first tick the balance check takes, the first at or
+// after BalanceFrom with the given period: Result.Balanced needs a tick
+// after it.
+func BalanceTick(period time.Duration) uint64 {
+	return uint64((BalanceFrom + period - 1) / period)
+}
+
 // ErrInterrupted is Run's error when its context ends during the ticks: the
 // result and the outputs then cover the ticks that ran.
 var ErrInterrupted = errors.New("demo: interrupted")
@@ -100,7 +107,7 @@ func Run(ctx context.Context, ro RunOptions) (Result, error) {
 	if o.Period <= 0 {
 		o.Period = 40 * time.Millisecond
 	}
-	from := uint64(math.Ceil(float64(BalanceFrom) / float64(o.Period)))
+	from := BalanceTick(o.Period)
 	out, err := newRunOutput(ro.Out, o.Period, from)
 	if err != nil {
 		return res, err
@@ -158,12 +165,15 @@ loop:
 	c.Settle()
 	res.Summary = out.sum.summary()
 	if interrupted {
-		// The ticks after the last one applied were in flight when the
-		// services stopped: not missed, and not in the summary.
-		res.Summary.Ticks -= out.sum.tail
 		if res.Summary.Ticks == 0 {
 			return res, fmt.Errorf("%w before the first tick (nothing written)", ErrInterrupted)
 		}
+		// The last ticks, if none was applied, may have been in flight when
+		// the services stopped: those within a deadline of the end are not
+		// counted as missed, nor in the summary. (Earlier ones, unapplied,
+		// missed: a loop that had stalled before the Ctrl-C shows it.)
+		inFlight := int((o.Deadline+o.Period-1)/o.Period) + 1
+		res.Summary.Ticks -= min(out.sum.tail, inFlight)
 	}
 	res.Audit = c.Audit()
 	res.Late = c.Late()
