@@ -112,30 +112,30 @@ func (d *Dealer) noteAsyncError(err error) {
 
 // Run watches the set-up bucket for loops and serves them until ctx ends.
 func (d *Dealer) Run(ctx context.Context) error {
-	if _, err := bus.WaitSetupBucket(ctx, d.js, d.opt.Log); err != nil {
-		return nil
-	}
-	select { // a refusal of an earlier Run's watch, which came after it ended
-	case <-d.denied:
-	default:
-	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	// The loops' generators run under ctx: Run returning for another
 	// reason (the watch failed) stops them before waiting for them.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for {
+	for first := true; ; first = false {
+		// At the start, and after a recreated bucket: a bucket not there
+		// (yet, or deleted again), or JetStream not yet back, is waited for
+		// rather than taken as the watch failing.
+		if _, err := bus.WaitSetupBucket(ctx, d.js, d.opt.Log); err != nil {
+			return nil
+		}
+		if first {
+			select { // a refusal of an earlier Run's watch, which came after it ended
+			case <-d.denied:
+			default:
+			}
+		}
 		again, err := d.watch(ctx, &wg)
 		if err != nil || !again {
 			return err
 		}
 		d.opt.Log.Warn("dealer: the set-up bucket was recreated (a NATS server restarted on memory storage, or the bucket deleted): watching its records afresh", "dealer", d.opt.Name)
-		// As at the start: a bucket deleted again, or JetStream not yet
-		// back, is waited for rather than taken as the watch failing.
-		if _, err := bus.WaitSetupBucket(ctx, d.js, d.opt.Log); err != nil {
-			return nil
-		}
 	}
 }
 
