@@ -228,8 +228,8 @@ func TestScaleTargetSaysWhy(t *testing.T) {
 	want := "50 loops (largest tried 100: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 1500 µs, 7 stalls over 5ms (the worst 31.2 ms), one collection in the window; its floor: p99 8.4 ms, 2 misses, 5 stalls over 5ms (the worst 26.5 ms)); " +
 		"without persistence 50 (largest tried 100: p99 11.0 ms, 0 misses, 1.50 cores (the parties 0.70, the server 0.50), run-queue p99 900 µs, 0 stalls over 5ms (the worst 0.0 ms), no collection in the window); " +
 		"this machine idle: 4 and 11 stalls over 5ms in 2 checks of 10 s, the worst 22.4 ms"
-	if !scale.Measured || scale.Met || scale.Got != want {
-		t.Errorf("scale target: %+v\nwant Got %q", scale, want)
+	if !scale.Measured || scale.Met || scale.Undecided || scale.Got != want {
+		t.Errorf("scale target: %+v\nwant Got %q, missed (100 failed)", scale, want)
 	}
 	// With the fixed mask (duet bench --mask fixed) the target says so.
 	rep.ScaleVariant = mpc.FixedMask
@@ -268,8 +268,8 @@ func TestScaleTargetRepeats(t *testing.T) {
 	}
 	want := "50 loops (largest tried 100, held in 2 of 3 steps: p99 12.0 ms, 3 misses, 1.90 cores, run-queue p99 0 µs, 0 stalls over 5ms (the worst 0.0 ms), no collection in the window); " +
 		"without persistence 50 (largest tried 50, held in 2 of 2 steps; the last count searched, duet bench --loops sets them)"
-	if !scale.Measured || scale.Met || scale.Got != want {
-		t.Errorf("scale target: %+v\nwant Got %q", scale, want)
+	if !scale.Measured || scale.Met || scale.Undecided || scale.Got != want {
+		t.Errorf("scale target: %+v\nwant Got %q, missed (100 failed)", scale, want)
 	}
 }
 
@@ -475,6 +475,10 @@ func TestScaleTargetSaysBudget(t *testing.T) {
 	target := func() string {
 		for _, tg := range rep.Targets() {
 			if strings.HasPrefix(tg.Name, ">= 500 loops") {
+				// Every count tried held: not a miss, not a limit.
+				if !tg.Undecided || tg.Met {
+					t.Errorf("scale target undecided %v, met %v: want undecided, every count tried having held", tg.Undecided, tg.Met)
+				}
 				return tg.Got
 			}
 		}

@@ -142,13 +142,23 @@ func runDealerPoint(ctx context.Context, opt DealerOptions, c DealerCase, v mpc.
 	var depth uint64
 	var tLo, tHi time.Time // polled, a fallback for the stored times
 	deadline := time.Now().Add(5 * time.Minute)
-	for int(depth) < hi {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return row, fmt.Errorf("bench: the queue did not reach %d messages of %d items (depth %d)", hi, k, depth)
+	var lastErr error // of the last depth check that failed
+	// Until message hi (counted from 0) is stored: storedTimes reads it.
+	for int(depth) <= hi {
+		if err := ctx.Err(); err != nil {
+			return row, err
+		}
+		if time.Now().After(deadline) {
+			return row, fmt.Errorf("bench: the queue did not reach %d messages of %d items (depth %d; last failed check: %v)", hi+1, k, depth, lastErr)
 		}
 		time.Sleep(2 * time.Millisecond)
-		depth, _, _ = r.queueDepth(ctx, loop)
-		if tLo.IsZero() && int(depth) >= lo {
+		d, _, err := r.queueDepth(ctx, loop)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		depth = d
+		if tLo.IsZero() && int(depth) > lo {
 			tLo = time.Now()
 		}
 	}
@@ -194,8 +204,8 @@ func storedPerMsg(ctx context.Context, r *rig, loop string) (int, error) {
 	return len(its), err
 }
 
-// storedTimes returns the times the server stored the lo-th and hi-th
-// messages of a loop's queue.
+// storedTimes returns the times the server stored messages lo and hi of a
+// loop's queue, counted from 0.
 func storedTimes(ctx context.Context, r *rig, loop string, lo, hi int) (time.Time, time.Time, error) {
 	st, err := r.js.Stream(ctx, bus.OfflineStream(loop))
 	if err != nil {

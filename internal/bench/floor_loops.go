@@ -85,24 +85,20 @@ func floorLoops(ctx context.Context, url string, inProc nats.InProcessConnProvid
 			defer wg.Done()
 			time.Sleep(time.Duration(i) * period / time.Duration(n))
 			loop := strconv.Itoa(i)
-			tk := time.NewTicker(period)
-			defer tk.Stop()
+			// Paced as the step's loops are (lightLoop.run).
+			pc := newPacer(period)
+			defer pc.stop()
 			for t := 1; ; t++ {
-				now := time.Now()
-				if now.After(stopAt) || ctx.Err() != nil {
+				due, ok := pc.next(ctx)
+				if !ok || due.After(stopAt) {
 					return
 				}
 				tick := strconv.Itoa(t)
 				mu.Lock()
-				ticks[floorKey{loop, tick}] = &tickState{start: now, measured: !now.Before(measureFrom)}
+				ticks[floorKey{loop, tick}] = &tickState{start: time.Now(), measured: !due.Before(measureFrom)}
 				mu.Unlock()
 				conns[0].Publish(prefix+"."+loop+".m0."+tick, meas)
 				conns[0].Publish(prefix+"."+loop+".m1."+tick, meas)
-				select {
-				case <-tk.C:
-				case <-ctx.Done():
-					return
-				}
 			}
 		}()
 	}

@@ -104,11 +104,10 @@ func newLightLoop(ids *identities, nc *nats.Conn, loop string, cs mpc.Controller
 	return l, nil
 }
 
-// run sends a tick every period until stopAt; ticks sent from measureFrom on
-// are measured.
+// run sends a tick every period until stopAt (paced by a pacer); ticks due
+// from measureFrom on are measured. Each tick is stamped when sent, as the
+// sensor stamps its measurements.
 func (l *lightLoop) run(ctx context.Context, period time.Duration, measureFrom, stopAt time.Time) {
-	tk := time.NewTicker(period)
-	defer tk.Stop()
 	f := l.prm.Field
 	y := make([]float64, l.prm.P)
 	if n := int(time.Until(stopAt)/period) + 2; n > 0 {
@@ -118,9 +117,11 @@ func (l *lightLoop) run(ctx context.Context, period time.Duration, measureFrom, 
 		l.shares = slices.Grow(l.shares, 2*n*l.prm.M)
 		l.mu.Unlock()
 	}
+	pc := newPacer(period)
+	defer pc.stop()
 	for t := uint64(1); ; t++ {
-		now := time.Now()
-		if now.After(stopAt) || ctx.Err() != nil {
+		due, ok := pc.next(ctx)
+		if !ok || due.After(stopAt) {
 			return
 		}
 		// A measurement that moves: a slow sinusoid of a few degrees per output.
@@ -135,7 +136,7 @@ func (l *lightLoop) run(ctx context.Context, period time.Duration, measureFrom, 
 				err = f.ShareInto(l.rng, l.yEnc, l.y0, l.y1)
 			}
 			if err == nil {
-				start := l.record(t, l.fc.Step(y), !now.Before(measureFrom), masked)
+				start := l.record(t, l.fc.Step(y), !due.Before(measureFrom), masked)
 				if masked {
 					l.publishMasked(t, item, start)
 				} else {
@@ -143,11 +144,6 @@ func (l *lightLoop) run(ctx context.Context, period time.Duration, measureFrom, 
 					l.publish(t, 1, l.y1, start)
 				}
 			}
-		}
-		select {
-		case <-tk.C:
-		case <-ctx.Done():
-			return
 		}
 	}
 }
@@ -320,3 +316,42 @@ func (l *lightLoop) results(deadline time.Duration) (lat []time.Duration, sent, 
 	}
 	return lat, l.sent, misses, wrong
 }
+
+// pacer paces a loop's ticks: the first is due at once, each later one a
+// period after the one before it. A tick is sent when due, or at once when
+// the loop comes to it late: a stall of the harness delays ticks but drops
+// none, where a time.Ticker drops them, so that a step could hold on fewer
+// ticks than its loops' rate.
+type pacer struct {
+	timer  *time.Timer
+	due    time.Time
+	period time.Duration
+	begun  bool
+}
+
+func newPacer(period time.Duration) *pacer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &pacer{timer: t, period: period}
+}
+
+// next waits until the next tick is due and returns when it was due; false
+// when ctx ended first.
+func (p *pacer) next(ctx context.Context) (time.Time, bool) {
+	if !p.begun {
+		p.begun, p.due = true, time.Now()
+	} else {
+		p.due = p.due.Add(p.period)
+	}
+	if wait := time.Until(p.due); wait > 0 {
+		p.timer.Reset(wait)
+		select {
+		case <-p.timer.C:
+		case <-ctx.Done():
+			return p.due, false
+		}
+	}
+	return p.due, ctx.Err() == nil
+}
+
+func (p *pacer) stop() { p.timer.Stop() }

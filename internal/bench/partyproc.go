@@ -209,14 +209,23 @@ func (r *rig) stopProcs() {
 	for _, p := range ps {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	}
-	deadline := time.After(5 * time.Second)
+	// One timer for them all: once it has fired, every process still
+	// running is killed (a channel from time.After delivers once only, so
+	// a second process that ignored SIGTERM was waited for forever).
+	timer := time.NewTimer(5 * time.Second)
+	defer timer.Stop()
+	expired := false
 	for _, p := range ps {
-		select {
-		case <-p.done:
-		case <-deadline:
-			_ = p.cmd.Process.Kill()
-			<-p.done
+		if !expired {
+			select {
+			case <-p.done:
+				continue
+			case <-timer.C:
+				expired = true
+			}
 		}
+		_ = p.cmd.Process.Kill()
+		<-p.done
 	}
 	r.mu.Lock()
 	if r.keysDir != "" {

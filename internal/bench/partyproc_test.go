@@ -255,3 +255,55 @@ func TestTickPartyProcs(t *testing.T) {
 		t.Errorf("a party process still runs after the case")
 	}
 }
+
+// Two party processes that both ignore SIGTERM are both killed once the 5 s
+// have passed; with one time.After channel shared by the two waits, the
+// second was waited for forever.
+func TestStopProcsKillsEveryStubbornProcess(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "party")
+	// exec: the shell itself ignores SIGTERM and sleeps, so no child is
+	// left behind by the kill.
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\ntrap '' TERM\necho started\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{}
+	for i := range 2 {
+		p := &partyProc{id: i, out: &tailBuffer{}, done: make(chan struct{})}
+		p.cmd = exec.Command(bin)
+		p.cmd.Stdout = p.out
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			p.err = p.cmd.Wait()
+			close(p.done)
+		}()
+		r.procs = append(r.procs, p)
+	}
+	// Both have set their trap before the SIGTERM.
+	for _, p := range r.procs {
+		for !strings.Contains(p.out.String(), "started") {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	stopped := make(chan struct{})
+	go func() {
+		r.stopProcs()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		for _, p := range r.procs {
+			_ = p.cmd.Process.Kill()
+		}
+		t.Fatal("stopProcs still waits 30 s on, for a process it did not kill")
+	}
+	for _, p := range r.procs {
+		select {
+		case <-p.done:
+		default:
+			t.Errorf("party%d still runs", p.id)
+		}
+	}
+}

@@ -78,6 +78,7 @@ func newRig(ctx context.Context, url string, log *slog.Logger) (*rig, error) {
 	r := &rig{url: url, ids: ids, log: log}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	if r.admin, err = r.connect("admin"); err != nil {
+		r.cancel()
 		return nil, err
 	}
 	if r.js, err = jetstream.New(r.admin); err != nil {

@@ -162,15 +162,23 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 		}()
 	}
 	sendWG.Wait()
+	if err := ctx.Err(); err != nil {
+		// Ctrl-C cut the measured ticks short: what ran is no step.
+		mon.End()
+		return row, err
+	}
 	c0 := <-atStart // wm is set
 	waited := wm.end()
 	wall := time.Since(start)
 	st := mon.End()
 	row.Stalls, row.StallMax = st.Count, st.Worst
 	row.RSS = processRSS()
-	time.Sleep(opt.Deadline + 100*time.Millisecond)
+	// The CPU over the same wall time as it is divided by (the drain's
+	// sleep below is not in it).
 	row.CPU, row.Steal = cm.cores(wall)
 	row.FaultsPerSec = float64(minorFaults()-faults0) / wall.Seconds()
+	procCPU1 := r.procCPU()
+	time.Sleep(opt.Deadline + 100*time.Millisecond)
 	roles, raw, err := prof.stop()
 	if err != nil {
 		// The split is an addition to the step's figures, not one of
@@ -180,7 +188,6 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	row.Roles = roles
 	if r.partyBin != "" {
 		// The parties' CPU is their processes', not this one's.
-		procCPU1 := r.procCPU()
 		for i := range row.Roles.Party {
 			row.Roles.Party[i] = (procCPU1[i] - procCPU0[i]) / wall.Seconds()
 			row.CPU += row.Roles.Party[i] // NaN if unreadable: then unknown

@@ -241,6 +241,9 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		return row, err
 	}
 	cm := startCPUMeter()
+	// A tick abandoned in the warm-up (a first tick's set-up) is not one of
+	// the measured ticks', as its miss would not be.
+	abandoned0 := rec.abandoned
 	for done := 0; done < opt.Ticks; {
 		b := min(opt.Block, opt.Ticks-done)
 		if err := rec.run(ctx, sn, next, b, opt.Gap); err != nil {
@@ -268,7 +271,7 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 	lat, misses, maxDiff := rec.results(uint64(opt.Warmup)+1, uint64(total))
 	row.Lat, row.Floor, row.Misses, row.MaxDiff = Summarize(lat), Summarize(flat), misses, maxDiff
 	row.ColdFloor = Summarize(coldLat)
-	row.Abandoned = rec.abandoned
+	row.Abandoned = rec.abandoned - abandoned0
 	if n, err := r.queueItems(ctx, loop); err == nil {
 		row.QueueAfter = n
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -167,7 +168,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	rep, err := bench.Run(ctx, bench.Options{Quick: *quick, URL: *url, Out: *out, Sections: sections, Examples: *examplesDir,
 		Profile: *profile, Plan: &plan, Log: log, Progress: stderr})
 	if rep != nil {
-		printSummary(stdout, rep, *out)
+		// The summary on stdout and, beside the CSV files, as summary.txt.
+		var sum bytes.Buffer
+		printSummary(&sum, rep, *out)
+		stdout.Write(sum.Bytes())
+		if werr := writeSummary(*out, sum.Bytes()); werr != nil {
+			fmt.Fprintf(stderr, "bench: the summary was not written into %s: %v\n", *out, werr)
+			if err == nil {
+				err = werr
+			}
+		}
 	}
 	if err != nil && ctx.Err() != nil {
 		// Ctrl-C or SIGTERM: Run wrote what finished; say so rather than
@@ -175,6 +185,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("interrupted (%w): the summary above and the files in %s cover what finished before", err, *out)
 	}
 	return err
+}
+
+// writeSummary writes the summary table into dir as summary.txt, when dir
+// is there (a run that failed before it made dir writes none).
+func writeSummary(dir string, sum []byte) error {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil
+	}
+	return os.WriteFile(filepath.Join(dir, "summary.txt"), sum, 0o644)
 }
 
 // executablePath is path made absolute, or why it is not a file this user
@@ -307,6 +326,8 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 		switch {
 		case !t.Measured:
 			mark, t.Got = "n/a   ", "not measured in this run"
+		case t.Undecided:
+			mark = "OPEN  " // the search stopped below the target (Got says why)
 		case !t.Met:
 			mark = "MISSED"
 		}

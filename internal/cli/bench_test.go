@@ -206,6 +206,10 @@ func TestBenchInterrupted(t *testing.T) {
 	if !strings.Contains(stdout.String(), "protocol1") {
 		t.Errorf("summary without the finished Fig. 5 rows:\n%s", stdout.String())
 	}
+	// The summary is kept beside the files, as printed.
+	if b, err := os.ReadFile(filepath.Join(out, "summary.txt")); err != nil || string(b) != stdout.String() {
+		t.Errorf("summary.txt (%v):\n%s\nwant what was printed:\n%s", err, b, stdout.String())
+	}
 }
 
 // --step-duration sets the measured window of the scale steps: one loop at
