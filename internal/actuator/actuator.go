@@ -426,7 +426,10 @@ func (a *Actuator) onShare(t uint64, id int, item uint64, sent int64, share mpc.
 	a.prm.Field.DcdInto(u, a.uBuf.Data, 2*a.prm.L)
 	var lat time.Duration
 	if p.sent != 0 {
-		lat = time.Since(time.Unix(0, p.sent))
+		// A stamp ahead of this clock (the sensor's runs ahead) would give a
+		// negative latency, which would pull the histogram's sum and
+		// quantiles below what the ticks took: it counts as 0.
+		lat = max(0, time.Since(time.Unix(0, p.sent)))
 		a.opt.Metrics.TickLatency.WithLabelValues(a.opt.Loop).Observe(lat.Seconds())
 	}
 	a.applyLocked(t, p, u, lat, false)

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/natstest"
@@ -420,6 +422,30 @@ func TestFutureStampWaitsOneDeadline(t *testing.T) {
 	}
 	if took := time.Since(began); took < deadline {
 		t.Errorf("fail-safe after %v, want at least the deadline, %v", took, deadline)
+	}
+}
+
+// A tick stamped ahead of the actuator's clock and applied in time has a
+// latency of 0, not a negative one that would pull duet_tick_latency_seconds'
+// sum and quantiles below what the ticks took.
+func TestFutureStampLatencyNotNegative(t *testing.T) {
+	r := newRig(t, 500*time.Millisecond)
+	ahead := time.Now().Add(100 * time.Millisecond).UnixNano()
+	r.share(t, 0, 1, ahead)
+	r.share(t, 1, 1, ahead)
+	ap := r.wait(t, 5*time.Second)
+	if ap.Tick != 1 || ap.Miss {
+		t.Fatalf("applied %+v, want tick 1 in time", ap)
+	}
+	if ap.Latency < 0 {
+		t.Errorf("latency %v, want at least 0", ap.Latency)
+	}
+	var d dto.Metric
+	if err := r.a.opt.Metrics.TickLatency.WithLabelValues("loop1").(prometheus.Metric).Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	if h := d.GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() < 0 {
+		t.Errorf("latency histogram: %d samples summing to %v s, want 1 of at least 0", h.GetSampleCount(), h.GetSampleSum())
 	}
 }
 

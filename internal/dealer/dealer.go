@@ -315,6 +315,10 @@ func (d *Dealer) register(ctx context.Context, wg *sync.WaitGroup, key string, d
 	// looked up: the old epoch's items are refused by both parties.
 	if cancel := d.loops[h.Loop]; cancel != nil {
 		cancel()
+		// The old epoch's depth is not the new one's: until the new
+		// generator has checked its queue (its stream may not be found
+		// for a while), no depth, as for a loop no dealer serves.
+		m.QueueDepth.DeleteLabelValues(h.Loop)
 	}
 	lctx, cancel := context.WithCancel(ctx)
 	d.loops[h.Loop], d.epoch[h.Loop] = cancel, sp.Epoch

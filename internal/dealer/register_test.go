@@ -83,6 +83,12 @@ func TestNewEpochReplacesTheOldAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	filled(stream)
+	for give := time.Now().Add(5 * time.Second); testutil.CollectAndCount(m.QueueDepth) == 0; {
+		if time.Now().After(give) {
+			t.Fatal("epoch 1's generator exported no queue depth")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := js.DeleteStream(ctx, bus.OfflineStream(loop)); err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +98,12 @@ func TestNewEpochReplacesTheOldAtOnce(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // lookups fail meanwhile
 	if metrics.Sum(m.PublishErrors) == 0 {
 		t.Error("no failed lookup counted while the stream was gone")
+	}
+	// Epoch 1's depth is not exported while epoch 2's stream is not
+	// found: it would hide the queue running dry (DuetOfflineQueueLow) and
+	// that no dealer serves the loop (DuetOfflineQueueUnwatched).
+	if n := testutil.CollectAndCount(m.QueueDepth); n != 0 {
+		t.Errorf("%d queue depth series while the new epoch's stream is not found, want none", n)
 	}
 	stream = queue()
 	filled(stream)

@@ -503,3 +503,44 @@ func TestSendTruncDefers(t *testing.T) {
 		}
 	}
 }
+
+// The dispatcher counts its subscription's last drops when it stops, not
+// only every 200 ms: before, the drops since the last count were lost.
+func TestDispatchCountsTheLastDrops(t *testing.T) {
+	nc := natstest.Conn(t)
+	m := metrics.New("party1")
+	s, err := New(nc, testSealer(t, codec.RoleParty1), Options{ID: 1, Loops: []string{"a"}, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.inbox = make(chan *nats.Msg, 1) // room for one message: the rest are dropped
+	sub, err := nc.ChanSubscribe("drops.test", s.inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	const sent = 10
+	for range sent {
+		if err := nc.Publish("drops.test", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for give := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if d, _ := sub.Dropped(); d == sent-1 {
+			break
+		}
+		if time.Now().After(give) {
+			d, err := sub.Dropped()
+			t.Fatalf("%d dropped (%v), want %d", d, err, sent-1)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.dispatch(ctx, sub)
+	if got := testutil.ToFloat64(m.Rejects.WithLabelValues("overload")); got != sent-1 {
+		t.Errorf("%v overload rejects counted, want %d", got, sent-1)
+	}
+}

@@ -226,6 +226,15 @@ func (s *Service) Run(ctx context.Context) error {
 	return <-errc
 }
 
+// countDropped counts as "overload" rejects the messages sub dropped since
+// *counted of them were counted.
+func (s *Service) countDropped(sub *nats.Subscription, counted *int) {
+	if d, err := sub.Dropped(); err == nil && d > *counted {
+		s.opt.Metrics.Rejects.WithLabelValues("overload").Add(float64(d - *counted))
+		*counted = d
+	}
+}
+
 // dispatch routes each inbound message to its loop's worker (deliver). The
 // workers map is complete before dispatch starts and not changed after.
 // While more messages are waiting, messages to the other party are held
@@ -241,12 +250,10 @@ func (s *Service) dispatch(ctx context.Context, bsub *nats.Subscription) {
 	for {
 		select {
 		case <-ctx.Done():
+			s.countDropped(bsub, &dropped) // the last ones too
 			return
 		case <-drops.C:
-			if d, err := bsub.Dropped(); err == nil && d > dropped {
-				s.opt.Metrics.Rejects.WithLabelValues("overload").Add(float64(d - dropped))
-				dropped = d
-			}
+			s.countDropped(bsub, &dropped)
 		case m := <-s.inbox:
 			if more := len(s.inbox) > 0; more != holding {
 				holding = more

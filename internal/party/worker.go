@@ -294,7 +294,14 @@ func (w *worker) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer sub.Unsubscribe()
+	defer func() {
+		// The drops since the last housekeeping are counted too: after
+		// Unsubscribe the subscription no longer says.
+		w.mu.Lock()
+		w.s.countDropped(sub, &w.dropped)
+		w.mu.Unlock()
+		sub.Unsubscribe()
+	}()
 	w.mu.Lock()
 	w.sub = sub
 	w.mu.Unlock()
@@ -344,10 +351,7 @@ func (w *worker) housekeep() {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if d, err := w.sub.Dropped(); err == nil && d > w.dropped { // sub is set before live
-		w.s.opt.Metrics.Rejects.WithLabelValues("overload").Add(float64(d - w.dropped))
-		w.dropped = d
-	}
+	w.s.countDropped(w.sub, &w.dropped) // sub is set before live
 	if w.prm.Variant == mpc.FixedMask && !w.fixedOK {
 		w.sendFixedS(true)
 	}

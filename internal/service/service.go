@@ -129,7 +129,7 @@ func Run(ctx context.Context, name string, roleOf func() codec.Role, cfg any, co
 	}
 	env := &Env{Identity: id, NC: nc, Sealer: sealer, Metrics: m, Log: log}
 	if ln != nil {
-		srv := &http.Server{Handler: mux(env), ReadHeaderTimeout: 5 * time.Second}
+		srv := newHTTPServer(mux(env))
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server", "err", err)
@@ -163,6 +163,22 @@ func TuneGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
 	}
+}
+
+// The HTTP server's limits: a client that sends its request slowly, reads
+// the answer slowly or keeps an idle connection open does not hold a
+// connection and a goroutine for ever (anyone who reaches the port could
+// otherwise run the process out of file descriptors).
+var (
+	httpReadTimeout  = 10 * time.Second
+	httpWriteTimeout = 30 * time.Second
+	httpIdleTimeout  = 60 * time.Second
+)
+
+// newHTTPServer is the server of /metrics, /healthz and /readyz.
+func newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: httpReadTimeout,
+		WriteTimeout: httpWriteTimeout, IdleTimeout: httpIdleTimeout}
 }
 
 func mux(env *Env) http.Handler {

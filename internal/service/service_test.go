@@ -2,7 +2,9 @@ package service
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -141,5 +143,49 @@ func TestConnectionClosedForGoodStopsTheService(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the service ran on with its connection closed for good")
+	}
+}
+
+// The HTTP server closes a kept-alive connection left idle, and one whose
+// request never ends: before, only the request's header had a timeout, so
+// idle connections were held for ever.
+func TestHTTPServerClosesIdleConnections(t *testing.T) {
+	defer func(r, w, i time.Duration) { httpReadTimeout, httpWriteTimeout, httpIdleTimeout = r, w, i }(httpReadTimeout, httpWriteTimeout, httpIdleTimeout)
+	httpReadTimeout, httpIdleTimeout = 300*time.Millisecond, 200*time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) }))
+	go srv.Serve(ln)
+	defer srv.Close()
+	closed := func(c net.Conn) bool {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := io.ReadAll(c) // until the server closes it
+		return err == nil
+	}
+	// Idle after one request, kept alive.
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(c) {
+		t.Error("an idle kept-alive connection was still open 5 s on")
+	}
+	// A request whose body never comes.
+	c2, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := c2.Write([]byte("POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(c2) {
+		t.Error("a connection with a request body that never ends was still open 5 s on")
 	}
 }
