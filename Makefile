@@ -17,10 +17,12 @@ DEALERS   ?= 2
 
 SERVICES  := sensor party actuator dealer plant
 # Prometheus's promtool (make alerts-test) and server (make e2e), built from
-# the Go module proxy into build/tools.
+# the Go module proxy into build/tools/<version> (a new version is built
+# afresh, not hidden by an older binary).
 PROMTOOL_VERSION ?= v0.316.0
-PROMTOOL         := build/tools/promtool
-PROMETHEUS       := build/tools/prometheus
+TOOLS            := build/tools/$(PROMTOOL_VERSION)
+PROMTOOL         := $(TOOLS)/promtool
+PROMETHEUS       := $(TOOLS)/prometheus
 IMAGES    := $(SERVICES) nats tools
 BIN       := build/bin
 CTX       := build/ctx
@@ -114,12 +116,12 @@ e2e-ports:
 	@PREFLIGHT=1 COMPOSE='$(COMPOSE)' scripts/e2e.sh
 
 ## alerts-test: Prometheus's own promtool checks the alert rules and runs their unit tests
-## (deploy/prometheus/duet-alerts.test.yaml); promtool is built once into build/tools
+## (deploy/prometheus/duet-alerts.test.yaml); promtool is built once into build/tools/<version>
 $(PROMTOOL):
-	GOBIN=$(CURDIR)/build/tools $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
 # The e2e test's Prometheus (scrapes the stack with the alert rules loaded).
 $(PROMETHEUS):
-	GOBIN=$(CURDIR)/build/tools $(GO) install github.com/prometheus/prometheus/cmd/prometheus@$(PROMTOOL_VERSION)
+	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/prometheus/prometheus/cmd/prometheus@$(PROMTOOL_VERSION)
 alerts-test: $(PROMTOOL)
 	$(PROMTOOL) check rules deploy/prometheus/duet-alerts.yaml
 	$(PROMTOOL) test rules deploy/prometheus/duet-alerts.test.yaml
@@ -183,5 +185,8 @@ k8s-dashboard:
 	  --from-file=duet-dashboard.json=deploy/prometheus/duet-dashboard.json --dry-run=client -o yaml \
 	  | $(KUBECTL) label --local -f - grafana_dashboard=1 -o yaml | $(KUBECTL) apply -f -
 
+## clean: the build outputs, except build/k8s-keys: the cluster's CA and role
+## keys (make k8s-secrets would otherwise make new ones and replace the live
+## Secrets with them)
 clean:
-	rm -rf build
+	@[ ! -d build ] || find build -mindepth 1 -maxdepth 1 ! -name k8s-keys -exec rm -rf {} +

@@ -212,7 +212,18 @@ wait_healthy() {
 	return 1
 }
 
-cid() { "${DC[@]}" ps -q "$1"; }
+# -a: Compose v2 lists only running containers without it, and the plant
+# drill starts the container it stopped.
+cid() { "${DC[@]}" ps -a -q "$1"; }
+# up runs "compose up" with its arguments and fails the run at once with
+# compose's output when it fails (a port or subnet taken, an image missing),
+# rather than 120 s later as a service that did not become healthy; its
+# progress lines are left out.
+up() {
+	local out
+	out=$("${DC[@]}" up "$@" 2>&1) || fail "compose up $*: $out"
+	grep -v -e '^Creating' -e '^Starting' -e '^Stopping' -e '^Removing' -e '^Recreating' -e '^ *Container ' -e '^ *Network ' -e '^ *Volume ' -e '^$' <<<"$out" || true
+}
 
 # connz IP FIELD: a field of the NATS server's view of the client at IP.
 connz() {
@@ -255,7 +266,7 @@ out=$("${DC[@]}" run --rm keys 2>&1) || fail "duet keys --if-missing on a volume
 out=$("${DC[@]}" run --rm keys 2>&1) || fail "duet keys --if-missing on a volume with keys: $out"
 [[ $out == *"already has this release's permissions"* ]] || fail "duet keys --if-missing on a current nats-auth.conf: $out"
 pass "keys service on a volume with keys: kept them, a stale nats-auth.conf rewritten with this release's permissions"
-"${DC[@]}" up -d --scale keys=0 --scale dealer=1 2>&1 | grep -v -e '^Creating' -e '^$' || true
+up -d --scale keys=0 --scale dealer=1
 for s in nats sensor party0 party1 actuator dealer plant; do
 	wait_healthy "$s" 1 120 || fail "$s did not become healthy within 120 s"
 done
@@ -319,10 +330,10 @@ pass "steady ${STEADY} s: $dt ticks ($dh in two hops), $dm new misses (allowed $
 
 # 3. Dealers 1 -> 3 -> 1: parties never disagree on an item.
 im0=$(item_mismatches) vm0=$(version_mismatches) m0=$(misses) t0=$(ticks)
-"${DC[@]}" up -d --no-recreate --scale keys=0 --scale dealer=3 dealer 2>&1 | grep -v -e '^Creating' -e '^$' || true
+up -d --no-recreate --scale keys=0 --scale dealer=3 dealer
 wait_healthy dealer 3 60 || fail "3 dealers did not become healthy"
 sleep 8
-"${DC[@]}" up -d --no-recreate --scale keys=0 --scale dealer=1 dealer 2>&1 | grep -v -e '^Stopping' -e '^Removing' -e '^$' || true
+up -d --no-recreate --scale keys=0 --scale dealer=1 dealer
 wait_healthy dealer 1 60 || fail "did not scale back to 1 dealer"
 sleep 8
 im1=$(item_mismatches) vm1=$(version_mismatches) m1=$(misses) t1=$(ticks)
