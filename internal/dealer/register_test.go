@@ -423,3 +423,38 @@ func testDealer(t *testing.T, nc *nats.Conn, sealer *codec.Sealer, name string) 
 	}
 	return d
 }
+
+// A set-up whose items the server cannot carry (n = m = p = 300: megabytes
+// of material, over the test server's max_payload) is refused (the watch
+// counts it as too_large) before any item is made: before, the dealer built
+// them every refill round only to fail to publish them (hundreds of MB a
+// round for n = 1,000).
+func TestRegisterRefusesItemsOverMaxPayload(t *testing.T) {
+	nc := natstest.Conn(t)
+	sealers := testkeys.Sealers(t)
+	m := metrics.New("d")
+	d, err := New(nc, sealers[codec.RoleDealer], Options{Name: "d", LowWater: 16, Batch: 8, Poll: 20 * time.Millisecond, PollMax: 100 * time.Millisecond,
+		Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prm := pendulumParams(t, mpc.PerTick)
+	prm.N, prm.M, prm.P = 300, 300, 300
+	if mpc.DealerBytesPerTick(prm, true) <= int(nc.MaxPayload()) {
+		t.Fatalf("%d bytes of material fit the server's max_payload of %d", mpc.DealerBytesPerTick(prm, true), nc.MaxPayload())
+	}
+	const loop = "big"
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	err = d.register(ctx, &wg, bus.SetupKey(loop, codec.RoleDealer), dealerRecord(t, sealers[codec.RoleSensor], prm, loop, 1))
+	if !errors.Is(err, codec.ErrTooLarge) || !strings.Contains(err.Error(), "max_payload") {
+		t.Fatalf("err = %v, want ErrTooLarge naming max_payload", err)
+	}
+	d.mu.Lock()
+	served := d.loops[loop] != nil
+	d.mu.Unlock()
+	if served {
+		t.Error("the loop is served")
+	}
+}

@@ -13,8 +13,9 @@ var (
 	ErrUnstable     = errors.New("mpc: controller state matrix A is not Schur stable")
 	ErrModulusSmall = errors.New("mpc: modulus too small for the controller")
 	// ErrUncertified: A is stable but decays too slowly for the sizing to
-	// bound its powers within maxPowerSteps (spectral radius within about
-	// 10^-5 of 1). It also matches ErrParams.
+	// bound its powers within the powers it computes (spectral radius within
+	// about 10^-5 of 1 for a small A; fewer powers for a large one:
+	// powerSteps). It also matches ErrParams.
 	ErrUncertified = errors.New("mpc: the modulus bound cannot be certified for A")
 	ErrParams      = errors.New("mpc: invalid parameters")
 	ErrMaterial    = errors.New("mpc: invalid dealer material")

@@ -9,8 +9,19 @@ import (
 )
 
 // maxPowerSteps caps how many powers A^t are computed to certify (c, γ) and to sum
-// Σ_t ||A^t||_inf. Each step costs one n×n matrix product.
-const maxPowerSteps = 100000
+// Σ_t ||A^t||_inf. Each step costs one n×n matrix product, n³ multiply-adds; powerWork
+// caps their total, so that a large A is refused (ErrUncertified) in seconds rather than
+// sized for hours (n = 1000 would take 10^14 at 10^5 powers): n = 32 keeps all 10^5
+// powers, n = 64 about 15,000, n = 1,000 four.
+const (
+	maxPowerSteps = 100000
+	powerWork     = 4e9
+)
+
+// powerSteps is the number of powers sizing computes at most for an n×n A.
+func powerSteps(n int) int {
+	return int(min(maxPowerSteps, powerWork/math.Max(1, float64(n)*float64(n)*float64(n))))
+}
 
 // certMargin is the slack, in natural-log units, asked of the certificate
 // ||A^L||_inf / γ^L <= exp(-certMargin) < 1 (see powerNorms.c), so that rounding in the
@@ -278,6 +289,7 @@ func stateBound(A [][]float64) (stability, error) {
 // (A nilpotent) is recorded as -Inf and stays zero.
 type powerNorms struct {
 	n       int
+	steps   int       // powers computed at most (powerSteps)
 	a, p, q []float64 // A, A^t / 2^e, scratch; row-major n×n
 	e       int
 	logN    []float64 // logN[t] = ln ||A^t||_inf
@@ -285,7 +297,7 @@ type powerNorms struct {
 
 func newPowerNorms(A [][]float64) *powerNorms {
 	n := len(A)
-	pn := &powerNorms{n: n, a: make([]float64, n*n), p: make([]float64, n*n), q: make([]float64, n*n), logN: []float64{0}}
+	pn := &powerNorms{n: n, steps: powerSteps(n), a: make([]float64, n*n), p: make([]float64, n*n), q: make([]float64, n*n), logN: []float64{0}}
 	for i, row := range A {
 		copy(pn.a[i*n:], row)
 		pn.p[i*n+i] = 1
@@ -293,9 +305,9 @@ func newPowerNorms(A [][]float64) *powerNorms {
 	return pn
 }
 
-// logNorm returns ln ||A^t||_inf and false if t > maxPowerSteps.
+// logNorm returns ln ||A^t||_inf and false if t > pn.steps.
 func (pn *powerNorms) logNorm(t int) (float64, bool) {
-	if t > maxPowerSteps {
+	if t > pn.steps {
 		return 0, false
 	}
 	n := pn.n
@@ -332,7 +344,7 @@ func (pn *powerNorms) logNorm(t int) (float64, bool) {
 }
 
 // c returns c(γ) = sup_t ||A^t||_inf / γ^t for 0 < γ < 1, certified as in SizeModulus,
-// or false if no certificate was found within maxPowerSteps powers.
+// or false if no certificate was found within pn.steps powers.
 func (pn *powerNorms) c(gamma float64) (float64, bool) {
 	lg := math.Log(gamma)
 	best := 0.0 // ln of the t = 0 term, ||I|| / γ^0 = 1
@@ -354,7 +366,7 @@ func (pn *powerNorms) c(gamma float64) (float64, bool) {
 //
 // ln c(γ) is a supremum of functions affine in u = ln γ and -ln(1-e^u) is convex, so the
 // objective ln c - ln(1-γ) is convex in u and a golden-section search on u finds its
-// minimum. Near ρ the certificate may need more than maxPowerSteps powers; such γ count as
+// minimum. Near ρ the certificate may need more than pn.steps powers; such γ count as
 // +Inf, and as c(γ) only falls with γ they form an interval at the low end, which the
 // search steps out of.
 func (pn *powerNorms) chooseGamma(rho float64) (c, gamma float64, err error) {
@@ -378,7 +390,11 @@ func (pn *powerNorms) chooseGamma(rho float64) (c, gamma float64, err error) {
 		return f
 	}
 	const invPhi = 0.6180339887498949
-	ua, ub := math.Log(rho+1e-12), math.Log(1-1e-12)
+	// The low end stays a millionth of 1-ρ above ρ: the objective there is within a
+	// factor 1+10^-6 of its value at ρ, while a γ closer to ρ can need far more powers
+	// for its certificate (for A = ρI, about ρ/((γ-ρ)·10^6) of them: 10^5, all there
+	// are, at γ = ρ+10^-12).
+	ua, ub := math.Log(rho+max(1e-12, 1e-6*(1-rho))), math.Log(1-1e-12)
 	x1, x2 := ub-invPhi*(ub-ua), ua+invPhi*(ub-ua)
 	f1, f2 := eval(x1), eval(x2)
 	for it := 0; it < 200 && ub-ua > 1e-13; it++ {
@@ -393,7 +409,7 @@ func (pn *powerNorms) chooseGamma(rho float64) (c, gamma float64, err error) {
 		}
 	}
 	if math.IsInf(bestF, 1) {
-		return 0, 0, fmt.Errorf("%w (%w): spectral radius %.6f of A is too close to 1: no (c, γ) certified within %d powers; give an explicit \"modulus\" instead of \"auto\"", ErrUncertified, ErrParams, rho, maxPowerSteps)
+		return 0, 0, fmt.Errorf("%w (%w): spectral radius %.6f of A is too close to 1 for its size (n = %d): no (c, γ) certified within %d powers; give an explicit \"modulus\" instead of \"auto\"", ErrUncertified, ErrParams, rho, pn.n, pn.steps)
 	}
 	return bestC, bestG, nil
 }
@@ -403,7 +419,7 @@ func (pn *powerNorms) chooseGamma(rho float64) (c, gamma float64, err error) {
 // the tail: Σ_{t>=T} ||A^t|| <= Σ_{s<L} ||A^(T+s)|| / (1 - ||A^L||). Summation stops once this
 // tail is below 2^-60 of the partial sum, and the tail bound is added in.
 func (pn *powerNorms) series() (sum, maxN float64, err error) {
-	tooLong := fmt.Errorf("%w (%w): Σ ||A^t|| did not converge within %d powers; give an explicit \"modulus\" instead of \"auto\"", ErrUncertified, ErrParams, maxPowerSteps)
+	tooLong := fmt.Errorf("%w (%w): Σ ||A^t|| did not converge within %d powers (n = %d); give an explicit \"modulus\" instead of \"auto\"", ErrUncertified, ErrParams, pn.steps, pn.n)
 	L, q := 0, 0.0
 	for t := 1; L == 0; t++ {
 		ln, ok := pn.logNorm(t)

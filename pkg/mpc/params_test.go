@@ -552,3 +552,55 @@ func TestResolveWarnsSmallLambda(t *testing.T) {
 		t.Fatalf("lambda %d: warnings %q, err %v; want none", DefaultLambda, res.Warnings, err)
 	}
 }
+
+// Sizing an A whose power norms are flat near ρ (A = ρI: c(γ) = 1 for every
+// γ ≥ ρ) stays clear of ρ, where a certificate needs up to every power there
+// is: before, the search went to γ = ρ + 10^-12 and computed 10^5 powers,
+// each an n×n product (for n = 1,000 about 10^14 multiply-adds: a day).
+func TestSizingStaysClearOfRho(t *testing.T) {
+	const n = 8
+	A := make([][]float64, n)
+	for i := range A {
+		A[i] = make([]float64, n)
+		A[i][i] = 0.5
+	}
+	pn := newPowerNorms(A)
+	c, g, err := pn.chooseGamma(0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pn.logN) > 100 {
+		t.Errorf("%d powers computed for A = 0.5·I, want a handful", len(pn.logN)-1)
+	}
+	// The bound is as good as at ρ itself, to a millionth.
+	if lim := c / (1 - g); c < 1 || lim > 2*(1+1e-5) {
+		t.Errorf("c = %v, γ = %v: c/(1-γ) = %v, want about 2", c, g, lim)
+	}
+}
+
+// The powers computed are capped by their total work, so that a large A
+// is refused (ErrUncertified, naming n) in seconds, not sized for hours.
+func TestPowerStepsBoundedByWork(t *testing.T) {
+	if got := powerSteps(3); got != maxPowerSteps {
+		t.Errorf("n = 3: %d powers, want all %d", got, maxPowerSteps)
+	}
+	for _, n := range []int{64, 200, 1000} {
+		got := powerSteps(n)
+		if work := float64(got) * float64(n*n*n); got >= maxPowerSteps || work > powerWork {
+			t.Errorf("n = %d: %d powers, %.3g multiply-adds; want at most %.3g", n, got, work, powerWork)
+		}
+	}
+	// A = 0.99999·I with n = 150 needs about 69,000 powers before
+	// ||A^t|| <= 1/2, more than its size allows (1,185): uncertified, with
+	// n in the error.
+	const n = 150
+	A := make([][]float64, n)
+	for i := range A {
+		A[i] = make([]float64, n)
+		A[i][i] = 0.99999
+	}
+	_, err := stateBound(A)
+	if !errors.Is(err, ErrUncertified) || !strings.Contains(err.Error(), "n = 150") {
+		t.Fatalf("err = %v, want ErrUncertified naming n = 150", err)
+	}
+}
