@@ -109,10 +109,17 @@ func deniedSub(t *testing.T, c *demo.Cluster, r codec.Role, subject string) {
 func TestPermissionsDenyCrossRoleAccess(t *testing.T) {
 	c := startACL(t, demo.Options{ACL: true})
 	loop := "pendulum"
-	// P0 cannot read P1's subjects.
+	// P0 cannot read P1's subjects, nor P1 P0's.
 	deniedSub(t, c, codec.RoleParty0, bus.ExchangeSubject(loop, 1))
 	deniedSub(t, c, codec.RoleParty0, bus.MeasureSubject(loop, 1))
 	deniedSub(t, c, codec.RoleParty0, bus.BatchSubject(1))
+	deniedSub(t, c, codec.RoleParty1, bus.ExchangeSubject(loop, 0))
+	deniedSub(t, c, codec.RoleParty1, bus.MeasureSubject(loop, 0))
+	deniedSub(t, c, codec.RoleParty1, bus.BatchSubject(0))
+	deniedSub(t, c, codec.RoleParty1, acl.Inbox(codec.RoleParty0)+".>")
+	// Neither party reads the output shares (the other's share of u).
+	deniedSub(t, c, codec.RoleParty0, bus.OutputSubject(loop))
+	deniedSub(t, c, codec.RoleParty1, bus.OutputSubject(loop))
 	// The sensor cannot read the party-to-party exchange.
 	deniedSub(t, c, codec.RoleSensor, bus.ExchangeSubject(loop, 0))
 	deniedSub(t, c, codec.RoleSensor, bus.BatchSubject(0))

@@ -53,6 +53,10 @@ func TestAwaitMask(t *testing.T) {
 	if item, _, ok := s.takeMask(7); !ok || item != 42 {
 		t.Fatalf("takeMask = %d, %v; want item 42", item, ok)
 	}
+	// Taken once only: a mask pads one measurement.
+	if item, _, ok := s.takeMask(7); ok {
+		t.Fatalf("takeMask again = item %d: a mask taken twice", item)
+	}
 	// One share here, the other arriving during the wait.
 	s.give(0, 8, 43)
 	go s.give(1, 8, 43)
