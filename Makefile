@@ -185,8 +185,8 @@ k8s-dashboard:
 	  --from-file=duet-dashboard.json=deploy/prometheus/duet-dashboard.json --dry-run=client -o yaml \
 	  | $(KUBECTL) label --local -f - grafana_dashboard=1 -o yaml | $(KUBECTL) apply -f -
 
-## clean: the build outputs, except build/k8s-keys: the cluster's CA and role
+## clean: the build outputs, except K8S_KEYS (build/k8s-keys): the cluster's CA and role
 ## keys (make k8s-secrets would otherwise make new ones and replace the live
 ## Secrets with them)
 clean:
-	@[ ! -d build ] || find build -mindepth 1 -maxdepth 1 ! -name k8s-keys -exec rm -rf {} +
+	@[ ! -d build ] || find build -mindepth 1 -maxdepth 1 ! -name '$(notdir $(K8S_KEYS))' -exec rm -rf {} +

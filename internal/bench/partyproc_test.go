@@ -282,8 +282,13 @@ func TestStopProcsKillsEveryStubbornProcess(t *testing.T) {
 	}
 	// Both have set their trap before the SIGTERM.
 	for _, p := range r.procs {
-		for !strings.Contains(p.out.String(), "started") {
-			time.Sleep(10 * time.Millisecond)
+		for give := time.Now().Add(10 * time.Second); !strings.Contains(p.out.String(), "started"); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(give) {
+				for _, p := range r.procs {
+					_ = p.cmd.Process.Kill()
+				}
+				t.Fatalf("party%d did not start in 10 s: %s", p.id, p.out.String())
+			}
 		}
 	}
 	stopped := make(chan struct{})

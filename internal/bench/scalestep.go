@@ -146,8 +146,14 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	measureFrom := start.Add(opt.Warmup)
 	stopAt := measureFrom.Add(opt.Duration)
 	atStart := make(chan stepCounts, 1)
+	atStartDone := make(chan struct{}) // closed once the goroutine below has returned
 	go func() {
-		time.Sleep(time.Until(measureFrom))
+		defer close(atStartDone)
+		select {
+		case <-time.After(time.Until(measureFrom)):
+		case <-ctx.Done():
+			return // the step is cut short: nothing to read
+		}
 		wm = startWaitMeter()
 		atStart <- read()
 	}()
@@ -163,8 +169,10 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	}
 	sendWG.Wait()
 	if err := ctx.Err(); err != nil {
-		// Ctrl-C cut the measured ticks short: what ran is no step.
+		// Ctrl-C cut the measured ticks short: what ran is no step (and
+		// nothing reads the rig, which the caller then closes).
 		mon.End()
+		<-atStartDone
 		return row, err
 	}
 	c0 := <-atStart // wm is set
@@ -178,8 +186,8 @@ func scalePoint(ctx context.Context, opt ScaleOptions, n, try int) (ScaleRow, er
 	row.CPU, row.Steal = cm.cores(wall)
 	row.FaultsPerSec = float64(minorFaults()-faults0) / wall.Seconds()
 	procCPU1 := r.procCPU()
+	roles, raw, err := prof.stop() // the CPU by role over the same window
 	time.Sleep(opt.Deadline + 100*time.Millisecond)
-	roles, raw, err := prof.stop()
 	if err != nil {
 		// The split is an addition to the step's figures, not one of
 		// them: without it the row says n/a.

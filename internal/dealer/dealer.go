@@ -300,15 +300,19 @@ func (d *Dealer) register(ctx context.Context, wg *sync.WaitGroup, key string, d
 	// An item the server cannot carry is refused before any is made: its
 	// generator would build hundreds of MB of material (n = 1,000) every
 	// refill round only to fail to publish it. The sensor refuses such a
-	// set-up itself; this guards against one that did not.
+	// set-up itself; this guards against one that did not. (Its material
+	// alone is checked, as the sensor does.)
+	var tooLarge error
 	if material, mp := mpc.DealerBytesPerTick(prm, sp.Compress), d.nc.MaxPayload(); mp > 0 && int64(material) > mp {
-		return fmt.Errorf("%w: loop %s: an item holds %d bytes of material, over the NATS server's max_payload of %d", codec.ErrTooLarge, h.Loop, material, mp)
+		tooLarge = fmt.Errorf("%w: loop %s: an item holds %d bytes of material, over the NATS server's max_payload of %d", codec.ErrTooLarge, h.Loop, material, mp)
 	}
-	var secret [32]byte
-	copy(secret[:], sp.Secret)
-	gen, err := mpc.NewDealer(prm, mpc.NewSession(secret), sp.Compress)
-	if err != nil {
-		return err
+	var gen *mpc.Dealer
+	if tooLarge == nil {
+		var secret [32]byte
+		copy(secret[:], sp.Secret)
+		if gen, err = mpc.NewDealer(prm, mpc.NewSession(secret), sp.Compress); err != nil {
+			return err
+		}
 	}
 	m := d.opt.Metrics
 	metrics.Zero([]string{h.Loop}, m.ItemsPublished, m.LowWater, m.QueueFull, m.PublishErrors) // from the start: metrics.Zero
@@ -326,6 +330,14 @@ func (d *Dealer) register(ctx context.Context, wg *sync.WaitGroup, key string, d
 		// generator has checked its queue (its stream may not be found
 		// for a while), no depth, as for a loop no dealer serves.
 		m.QueueDepth.DeleteLabelValues(h.Loop)
+	}
+	if tooLarge != nil {
+		// The epoch is taken, unserved: the old one's generator stopped
+		// and its depth gone, as the parties refuse its items too.
+		delete(d.loops, h.Loop)
+		d.epoch[h.Loop] = sp.Epoch
+		d.mu.Unlock()
+		return tooLarge
 	}
 	lctx, cancel := context.WithCancel(ctx)
 	d.loops[h.Loop], d.epoch[h.Loop] = cancel, sp.Epoch

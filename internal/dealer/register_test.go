@@ -426,7 +426,8 @@ func testDealer(t *testing.T, nc *nats.Conn, sealer *codec.Sealer, name string) 
 
 // A set-up whose items the server cannot carry (n = m = p = 300: megabytes
 // of material, over the test server's max_payload) is refused (the watch
-// counts it as too_large) before any item is made: before, the dealer built
+// counts it as too_large) before any item is made, and the loop's earlier
+// epoch is no longer served: before, the dealer built
 // them every refill round only to fail to publish them (hundreds of MB a
 // round for n = 1,000).
 func TestRegisterRefusesItemsOverMaxPayload(t *testing.T) {
@@ -447,14 +448,31 @@ func TestRegisterRefusesItemsOverMaxPayload(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
-	err = d.register(ctx, &wg, bus.SetupKey(loop, codec.RoleDealer), dealerRecord(t, sealers[codec.RoleSensor], prm, loop, 1))
+	key := bus.SetupKey(loop, codec.RoleDealer)
+	// Epoch 1, the pendulum, is served (its stream not there: looked up
+	// meanwhile), with a depth exported.
+	if err := d.register(ctx, &wg, key, dealerRecord(t, sealers[codec.RoleSensor], pendulumParams(t, mpc.PerTick), loop, 1)); err != nil {
+		t.Fatal(err)
+	}
+	d.setDepth(loop, 1, 100)
+	// Epoch 2, too large, is refused, and stops epoch 1's generator: the
+	// parties refuse its items as well, and its depth would hide that no
+	// dealer serves the loop.
+	err = d.register(ctx, &wg, key, dealerRecord(t, sealers[codec.RoleSensor], prm, loop, 2))
 	if !errors.Is(err, codec.ErrTooLarge) || !strings.Contains(err.Error(), "max_payload") {
 		t.Fatalf("err = %v, want ErrTooLarge naming max_payload", err)
 	}
 	d.mu.Lock()
-	served := d.loops[loop] != nil
+	served, epoch := d.loops[loop] != nil, d.epoch[loop]
 	d.mu.Unlock()
-	if served {
-		t.Error("the loop is served")
+	if served || epoch != 2 {
+		t.Errorf("after the refused epoch: served %v at epoch %d, want not served, at epoch 2", served, epoch)
+	}
+	if n := testutil.CollectAndCount(m.QueueDepth); n != 0 {
+		t.Errorf("%d queue depth series after the refused epoch, want none", n)
+	}
+	// The same record again (a watch restarted) is not refused twice.
+	if err := d.register(ctx, &wg, key, dealerRecord(t, sealers[codec.RoleSensor], prm, loop, 2)); err != nil {
+		t.Errorf("the refused record again: %v", err)
 	}
 }

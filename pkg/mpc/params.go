@@ -13,14 +13,14 @@ import (
 // caps their total, so that a large A is refused (ErrUncertified) in seconds rather than
 // sized for hours (n = 1000 would take 10^14 at 10^5 powers): n = 32 keeps all 10^5
 // powers, n = 64 about 15,000, n = 1,000 four.
-const (
-	maxPowerSteps = 100000
-	powerWork     = 4e9
-)
+const maxPowerSteps = 100000
 
-// powerSteps is the number of powers sizing computes at most for an n×n A.
+// powerWork is the multiply-adds the powers cost at most (a variable for the tests).
+var powerWork = 4e9
+
+// powerSteps is the number of powers sizing computes at most for an n×n A, at least 1.
 func powerSteps(n int) int {
-	return int(min(maxPowerSteps, powerWork/math.Max(1, float64(n)*float64(n)*float64(n))))
+	return max(1, int(min(maxPowerSteps, powerWork/math.Max(1, float64(n)*float64(n)*float64(n)))))
 }
 
 // certMargin is the slack, in natural-log units, asked of the certificate
@@ -393,7 +393,9 @@ func (pn *powerNorms) chooseGamma(rho float64) (c, gamma float64, err error) {
 	// The low end stays a millionth of 1-ρ above ρ: the objective there is within a
 	// factor 1+10^-6 of its value at ρ, while a γ closer to ρ can need far more powers
 	// for its certificate (for A = ρI, about ρ/((γ-ρ)·10^6) of them: 10^5, all there
-	// are, at γ = ρ+10^-12).
+	// are, at γ = ρ+10^-12, where one suffices at this end). For an A whose c(γ) grows
+	// near ρ (the pendulum's) the search still reaches the powers' limit; powerWork
+	// bounds their cost.
 	ua, ub := math.Log(rho+max(1e-12, 1e-6*(1-rho))), math.Log(1-1e-12)
 	x1, x2 := ub-invPhi*(ub-ua), ua+invPhi*(ub-ua)
 	f1, f2 := eval(x1), eval(x2)

@@ -581,6 +581,9 @@ func TestSizingStaysClearOfRho(t *testing.T) {
 // The powers computed are capped by their total work, so that a large A
 // is refused (ErrUncertified, naming n) in seconds, not sized for hours.
 func TestPowerStepsBoundedByWork(t *testing.T) {
+	if got := powerSteps(5000); got != 1 {
+		t.Errorf("n = 5,000: %d powers, want 1 (A = 0 is still sized)", got)
+	}
 	if got := powerSteps(3); got != maxPowerSteps {
 		t.Errorf("n = 3: %d powers, want all %d", got, maxPowerSteps)
 	}
@@ -591,8 +594,10 @@ func TestPowerStepsBoundedByWork(t *testing.T) {
 		}
 	}
 	// A = 0.99999·I with n = 150 needs about 69,000 powers before
-	// ||A^t|| <= 1/2, more than its size allows (1,185): uncertified, with
-	// n in the error.
+	// ||A^t|| <= 1/2, more than its size allows (118 at a tenth of the
+	// work, to keep the test short): uncertified, with n in the error.
+	defer func(w float64) { powerWork = w }(powerWork)
+	powerWork /= 10
 	const n = 150
 	A := make([][]float64, n)
 	for i := range A {
