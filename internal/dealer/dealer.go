@@ -177,8 +177,9 @@ func (d *Dealer) watch(ctx context.Context, wg *sync.WaitGroup) (again bool, err
 	// staying up and ready with no loop served.
 	deniedErr := make(chan error, 1)
 	recreated := make(chan struct{}, 1)
+	every := recreateCheck // read here, not in the goroutine, which Run does not wait for
 	go func() {
-		check := time.NewTicker(recreateCheck)
+		check := time.NewTicker(every)
 		defer check.Stop()
 		for {
 			select {

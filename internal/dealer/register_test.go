@@ -263,7 +263,14 @@ func TestRunFollowsARecreatedSetupBucket(t *testing.T) {
 	}
 	defer dnc.Close()
 	d := testDealer(t, dnc, sealers[codec.RoleDealer], "d")
-	go d.Run(ctx)
+	// Run ends before recreateCheck is restored (it reads it).
+	rctx, cancel := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		d.Run(rctx)
+	}()
+	defer func() { cancel(); <-ran }()
 	waitEpoch := func(want uint64, within time.Duration) {
 		t.Helper()
 		for end := time.Now().Add(within); ; time.Sleep(10 * time.Millisecond) {

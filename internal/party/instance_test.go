@@ -130,7 +130,8 @@ func TestRestoreWhileAnotherInstanceWrites(t *testing.T) {
 		}
 	}()
 	time.Sleep(20 * time.Millisecond)
-	second := &worker{s: first.s, id: first.id, loop: first.loop, prm: first.prm, p: first.p, guard: codec.NewReplayGuard()}
+	_, p := pendulumParty(t) // its own party: the first's is read by its writes meanwhile
+	second := &worker{s: first.s, id: first.id, loop: first.loop, prm: first.prm, p: p, guard: codec.NewReplayGuard()}
 	if err := second.openPersister(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -99,6 +99,9 @@ func TestSealMatchesReference(t *testing.T) {
 
 // TestSealAllocs pins Seal at one allocation: the envelope.
 func TestSealAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not exact under the race detector (sync.Pool drops puts)")
+	}
 	s := testSealer(t, RoleParty0)
 	payload := make([]byte, 200)
 	if n := testing.AllocsPerRun(100, func() {
