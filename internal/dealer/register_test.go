@@ -54,12 +54,8 @@ func TestNewEpochReplacesTheOldAtOnce(t *testing.T) {
 	}
 	stream := queue()
 	sealers := testkeys.Sealers(t)
-	m := metrics.New("d")
-	d, err := New(nc, sealers[codec.RoleDealer], Options{Name: "d", LowWater: 16, Batch: 8, Poll: 20 * time.Millisecond, PollMax: 100 * time.Millisecond,
-		Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := testDealer(t, nc, sealers[codec.RoleDealer], "d")
+	m := d.opt.Metrics
 	prm := pendulumParams(t, mpc.PerTick)
 	key := bus.SetupKey(loop, codec.RoleDealer)
 	record := func(epoch uint64) []byte { return dealerRecord(t, sealers[codec.RoleSensor], prm, loop, epoch) }
@@ -434,18 +430,13 @@ func testDealer(t *testing.T, nc *nats.Conn, sealer *codec.Sealer, name string) 
 // A set-up whose items the server cannot carry (n = m = p = 300: megabytes
 // of material, over the test server's max_payload) is refused (the watch
 // counts it as too_large) before any item is made, and the loop's earlier
-// epoch is no longer served: before, the dealer built
-// them every refill round only to fail to publish them (hundreds of MB a
-// round for n = 1,000).
+// epoch is no longer served: before, the dealer built them every refill
+// round only to fail to publish them (hundreds of MB a round for n = 1,000).
 func TestRegisterRefusesItemsOverMaxPayload(t *testing.T) {
 	nc := natstest.Conn(t)
 	sealers := testkeys.Sealers(t)
-	m := metrics.New("d")
-	d, err := New(nc, sealers[codec.RoleDealer], Options{Name: "d", LowWater: 16, Batch: 8, Poll: 20 * time.Millisecond, PollMax: 100 * time.Millisecond,
-		Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := testDealer(t, nc, sealers[codec.RoleDealer], "d")
+	m := d.opt.Metrics
 	prm := pendulumParams(t, mpc.PerTick)
 	prm.N, prm.M, prm.P = 300, 300, 300
 	if mpc.DealerBytesPerTick(prm, true) <= int(nc.MaxPayload()) {
@@ -465,7 +456,7 @@ func TestRegisterRefusesItemsOverMaxPayload(t *testing.T) {
 	// Epoch 2, too large, is refused, and stops epoch 1's generator: the
 	// parties refuse its items as well, and its depth would hide that no
 	// dealer serves the loop.
-	err = d.register(ctx, &wg, key, dealerRecord(t, sealers[codec.RoleSensor], prm, loop, 2))
+	err := d.register(ctx, &wg, key, dealerRecord(t, sealers[codec.RoleSensor], prm, loop, 2))
 	if !errors.Is(err, codec.ErrTooLarge) || !strings.Contains(err.Error(), "max_payload") {
 		t.Fatalf("err = %v, want ErrTooLarge naming max_payload", err)
 	}

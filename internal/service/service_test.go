@@ -164,28 +164,20 @@ func TestHTTPServerClosesIdleConnections(t *testing.T) {
 		_, err := io.ReadAll(c) // until the server closes it
 		return err == nil
 	}
-	// Idle after one request, kept alive.
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	if !closed(c) {
-		t.Error("an idle kept-alive connection was still open 5 s on")
-	}
-	// A request whose body never comes.
-	c2, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
-	if _, err := c2.Write([]byte("POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	if !closed(c2) {
-		t.Error("a connection with a request body that never ends was still open 5 s on")
+	for _, c := range []struct{ what, req string }{
+		{"an idle kept-alive connection", "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"},
+		{"a connection with a request body that never ends", "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"},
+	} {
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := conn.Write([]byte(c.req)); err != nil {
+			t.Fatal(err)
+		}
+		if !closed(conn) {
+			t.Errorf("%s was still open 5 s on", c.what)
+		}
 	}
 }
