@@ -333,7 +333,7 @@ func printSummary(w io.Writer, rep *bench.Report, out string) {
 		}
 		fmt.Fprintf(w, "  %s %s: %s\n", mark, t.Name, t.Got)
 	}
-	fmt.Fprintf(w, "\nwrote CSV files and plots to %s\n", out)
+	fmt.Fprintf(w, "\nwrote CSV files, plots and this summary (summary.txt) to %s\n", out)
 }
 
 // parseCounts parses "50,100,200": positive integers.
