@@ -524,3 +524,29 @@ func TestPendingTicksBounded(t *testing.T) {
 		t.Errorf("after ticks 1000 to 1099 and then 500: %d pending, ended %v; want 75 pending, ended 500 and 1000 to 1024", pending, applied)
 	}
 }
+
+// Both parties' shares of tick 2^64-1, which no loop reaches, are refused
+// as malformed: before, they were applied, the last applied tick stayed
+// there, every later tick was refused as late, and the watchdog's next tick
+// (lastApp+1) wrapped to 0.
+func TestTickBeyondMaxTickRefused(t *testing.T) {
+	r := newRig(t, 30*time.Millisecond)
+	malformed := func() float64 { return testutil.ToFloat64(r.a.opt.Metrics.Rejects.WithLabelValues("malformed")) }
+	before := malformed()
+	now := time.Now().UnixNano()
+	r.share(t, 0, 1<<64-1, now)
+	r.share(t, 1, 1<<64-1, now)
+	if got := malformed() - before; got != 2 {
+		t.Fatalf("shares of tick 2^64-1: %v malformed rejects, want 2", got)
+	}
+	select {
+	case tick := <-r.got:
+		t.Fatalf("tick %d applied", tick)
+	case <-time.After(60 * time.Millisecond):
+	}
+	r.share(t, 0, 1, time.Now().UnixNano())
+	r.share(t, 1, 1, time.Now().UnixNano())
+	if ap := r.wait(t, time.Second); ap.Tick != 1 || ap.Miss || ap.U[0] != 1.5 {
+		t.Fatalf("tick 1 after the refusals: %+v, want u = 1.5 applied", ap)
+	}
+}

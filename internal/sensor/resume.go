@@ -52,7 +52,9 @@ var setupRoles = []codec.Role{codec.RoleParty0, codec.RoleParty1, codec.RoleActu
 // refuse its stored set-up envelopes (codec.ErrVersion) and never start.
 // A set-up whose recipients' keys changed cannot be either: a role whose
 // key was rotated alone cannot open the records sealed to its old key, and
-// would wait for a new set-up for ever.
+// would wait for a new set-up for ever. Nor can one whose items per
+// message or next tick is out of range (the record is the sensor's own, so
+// only a fault puts them there).
 func resumable(rec record, digest, keys [32]byte) (bool, string) {
 	switch {
 	case rec.Wire != codec.Version:
@@ -61,6 +63,10 @@ func resumable(rec record, digest, keys [32]byte) (bool, string) {
 		return false, "controller or options changed"
 	case len(rec.Keys) > 0 && !bytes.Equal(rec.Keys, keys[:]):
 		return false, "the public key of a role the set-up is sealed to (party0, party1, the actuator or the dealers) changed"
+	case rec.ItemsPerMsg < 0 || rec.ItemsPerMsg > codec.MaxItemsPerMsg:
+		return false, fmt.Sprintf("the stored set-up's items per stream message, %d, is outside 0..%d", rec.ItemsPerMsg, codec.MaxItemsPerMsg)
+	case rec.NextTick > codec.MaxTick-resumeMargin:
+		return false, fmt.Sprintf("the stored set-up's next tick, %d, is beyond the ticks the receivers admit (2^62 less the resume margin)", rec.NextTick)
 	}
 	return true, ""
 }

@@ -35,6 +35,11 @@ func TestResumable(t *testing.T) {
 		{"same keys", record{Digest: d, Wire: codec.Version, Keys: k[:]}, true, ""},
 		{"no keys recorded (an earlier release)", record{Digest: d, Wire: codec.Version}, true, ""},
 		{"a recipient's key changed", record{Digest: d, Wire: codec.Version, Keys: []byte{9}}, false, "public key of a role the set-up is sealed to"},
+		{"most items per message", record{Digest: d, Wire: codec.Version, ItemsPerMsg: codec.MaxItemsPerMsg}, true, ""},
+		{"too many items per message", record{Digest: d, Wire: codec.Version, ItemsPerMsg: codec.MaxItemsPerMsg + 1}, false, "items per stream message"},
+		{"negative items per message", record{Digest: d, Wire: codec.Version, ItemsPerMsg: -1}, false, "items per stream message"},
+		{"last next tick", record{Digest: d, Wire: codec.Version, NextTick: codec.MaxTick - resumeMargin}, true, ""},
+		{"next tick past the receivers' bound", record{Digest: d, Wire: codec.Version, NextTick: codec.MaxTick - resumeMargin + 1}, false, "next tick"},
 	} {
 		ok, why := resumable(c.rec, d, k)
 		if ok != c.ok || !strings.Contains(why, c.why) || (!ok && why == "") {

@@ -22,6 +22,16 @@ type Header struct {
 	From, To Role
 }
 
+// MaxTick is the largest tick a ReplayGuard admits; a larger one is refused
+// as malformed. A loop counts its ticks from 1, 25 a second (1,000 at the
+// sensor's shortest period), so it never comes near 2^62; the bound keeps a
+// receiver's arithmetic on an admitted tick (the next tick, t+1, an
+// actuator's watchdog tick) from wrapping, whatever an authenticated but
+// faulty sender puts in the header. (Set-up records and offline items carry
+// their epoch, a Unix time in nanoseconds, as their tick; they are opened
+// without a ReplayGuard, and 2^62 ns after 1970 is in 2116.)
+const MaxTick = 1 << 62
+
 func (h Header) String() string {
 	return fmt.Sprintf("%s loop=%s tick=%d %s->%s", h.Kind, h.Loop, h.Tick, h.From, h.To)
 }

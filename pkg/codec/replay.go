@@ -124,6 +124,8 @@ func checkReplayHeader(h Header) error {
 		return fmt.Errorf("%w: %d", ErrKind, uint8(h.Kind))
 	case !h.From.Valid():
 		return fmt.Errorf("%w: sender %d", ErrRole, uint8(h.From))
+	case h.Tick > MaxTick:
+		return fmt.Errorf("%w: %s from %s, loop %s: tick %d above the largest a loop reaches, 2^62", ErrMalformed, h.Kind, h.From, h.Loop, h.Tick)
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ func TestReplayGuard(t *testing.T) {
 		tick   uint64
 		accept bool
 	}{
-		{0, true}, {0, false}, {1, true}, {1, false}, {0, false}, {5, true}, {3, false}, {6, true}, {1<<64 - 1, true}, {1<<64 - 1, false},
+		{0, true}, {0, false}, {1, true}, {1, false}, {0, false}, {5, true}, {3, false}, {6, true}, {MaxTick, true}, {MaxTick, false},
 	}
 	for i, s := range steps {
 		if err := g.Check(at(s.tick)); (err == nil) != s.accept {
@@ -28,6 +28,35 @@ func TestReplayGuard(t *testing.T) {
 		if err != nil && !errors.Is(err, ErrReplay) {
 			t.Fatalf("step %d: err = %v, want ErrReplay", i, err)
 		}
+	}
+}
+
+// A tick above MaxTick is refused as malformed by every entry point, before
+// anything is decoded or recorded, so that a receiver's t+1 cannot wrap.
+func TestReplayGuardRefusesTicksAboveMaxTick(t *testing.T) {
+	g := NewReplayGuard()
+	h := Header{Kind: KindOutput, Loop: "a", From: RoleParty0, To: RoleActuator}
+	for _, tick := range []uint64{MaxTick + 1, 1<<64 - 1} {
+		h.Tick = tick
+		decoded := false
+		for name, err := range map[string]error{
+			"Check":        g.Check(h),
+			"Accept":       g.Accept(h),
+			"Admit":        g.Admit(h, []byte{0xc0}, new(any), func() error { decoded = true; return nil }),
+			"AdmitDecoded": g.AdmitDecoded(h, func() error { decoded = true; return nil }),
+		} {
+			if !errors.Is(err, ErrMalformed) || Reason(err) != "malformed" {
+				t.Errorf("%s(tick %d) = %v; want ErrMalformed", name, tick, err)
+			}
+		}
+		if decoded {
+			t.Errorf("tick %d: the payload was validated", tick)
+		}
+	}
+	// Nothing was recorded: the largest tick allowed is still fresh.
+	h.Tick = MaxTick
+	if err := g.Accept(h); err != nil {
+		t.Fatalf("Accept(MaxTick) after the refusals: %v", err)
 	}
 }
 
