@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -23,6 +24,11 @@ const (
 	MaxPeriodMs   = 10000 // the QUBE's sampling period is 1..MaxPeriodMs ms
 	MaxAlpha0Deg  = 90    // |alpha0_deg| must be strictly below this
 )
+
+// maxSpecFileLen bounds a plant spec as the controller's is bounded
+// (pkg/mpc): LoadSpec reads no more of a file, and ParseSpec refuses more.
+// A variable for the tests.
+var maxSpecFileLen = 64 << 20
 
 // Spec is the user-facing description of a plant, one JSON object whose
 // "kind" selects the rest of its fields:
@@ -68,6 +74,9 @@ var kindFields = map[string]map[string]bool{
 // and, where one field is at fault, name it as a *FieldError; all satisfy
 // errors.Is(err, ErrSpec). Matrix rows and columns in messages count from 0.
 func ParseSpec(data []byte) (Spec, error) {
+	if len(data) > maxSpecFileLen {
+		return Spec{}, fmt.Errorf("%w: larger than %d bytes", ErrSpec, maxSpecFileLen)
+	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(data, &fields); err != nil {
 		return Spec{}, jsonError(err)
@@ -148,11 +157,18 @@ func jsonError(err error) error {
 	return fmt.Errorf("%w: %s", ErrSpec, msg)
 }
 
-// LoadSpec reads and parses the JSON plant spec in the file at path.
+// LoadSpec reads and parses the JSON plant spec in the file at path. It reads
+// no more than the largest spec ParseSpec takes, so a wrong path (a device, a
+// huge file) is refused without being read whole.
 func LoadSpec(path string) (Spec, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return Spec{}, fmt.Errorf("plant: load spec: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, int64(maxSpecFileLen)+1))
+	if err != nil {
+		return Spec{}, fmt.Errorf("plant: load spec: %s: %w", path, err)
 	}
 	s, err := ParseSpec(data)
 	if err != nil {

@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -65,6 +68,29 @@ func TestLoadSpecMissingFile(t *testing.T) {
 	_, err := LoadSpec("testdata/does-not-exist.json")
 	if err == nil || !strings.HasPrefix(err.Error(), "plant: ") {
 		t.Errorf("got %v, want a plant: error", err)
+	}
+}
+
+// A spec file over the limit is refused naming the limit and the file, and
+// no more of it than the limit is read.
+func TestLoadSpecTooLarge(t *testing.T) {
+	defer func(n int) { maxSpecFileLen = n }(maxSpecFileLen)
+	maxSpecFileLen = len(ltiOK)
+	dir := t.TempDir()
+	ok := filepath.Join(dir, "ok.json")
+	big := filepath.Join(dir, "big.json")
+	if err := os.WriteFile(ok, []byte(ltiOK), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(big, []byte(ltiOK+" "), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadSpec(ok); err != nil {
+		t.Fatalf("a spec at the limit: %v", err)
+	}
+	_, err := LoadSpec(big)
+	if !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "larger than "+strconv.Itoa(len(ltiOK))+" bytes") || !strings.Contains(err.Error(), big) {
+		t.Fatalf("a spec one byte over the limit: %v; want ErrSpec naming the limit and the file", err)
 	}
 }
 
