@@ -6,7 +6,10 @@
 // steady phase, where a stall longer than the 30 ms deadline costs ticks).
 package stall
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // Period is the monitor's sleep: it wakes up once per Period when nothing
 // stalls.
@@ -25,6 +28,7 @@ type Monitor struct {
 	over  time.Duration
 	sleep func(time.Duration)
 	stop  chan struct{}
+	once  sync.Once
 	done  chan struct{}
 	res   Result
 }
@@ -60,9 +64,10 @@ func (m *Monitor) run() {
 	}
 }
 
-// End stops the monitor and returns what it saw.
+// End stops the monitor and returns what it saw; called again, it returns
+// the same.
 func (m *Monitor) End() Result {
-	close(m.stop)
+	m.once.Do(func() { close(m.stop) })
 	<-m.done
 	return m.res
 }

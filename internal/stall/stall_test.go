@@ -41,4 +41,9 @@ func TestMonitorQuiet(t *testing.T) {
 	if r.Wakeups == 0 || r.Count != 0 {
 		t.Errorf("%+v: want wake-ups and no stall over an hour", r)
 	}
+	// A second End (a deferred one after an explicit one) returns the same
+	// rather than panicking on the closed channel.
+	if again := m.End(); again != r {
+		t.Errorf("End again: %+v, want %+v", again, r)
+	}
 }
