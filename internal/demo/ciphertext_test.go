@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/party"
@@ -30,7 +32,13 @@ import (
 // record key (and a state record's plaintext is not in what the broker
 // saw). Every kind of message the loop sends must be among them, and a
 // message on a subject the test does not know fails it, so that a new
-// message sent in clear cannot pass unseen. (pkg/codec's
+// message sent in clear cannot pass unseen. Each envelope, re-addressed to
+// every other role, fails to authenticate for that role: no role (P1 with
+// P0's items or shares, say) can read what is sealed to another, whatever
+// the broker does with the header. What the test skips as carrying no duet
+// data (JetStream's API, acknowledgements, flow control, records read
+// back), body and headers, holds no 16 bytes of any plaintext opened
+// either. (pkg/codec's
 // TestBrokerSeesOnlyCiphertext checks one envelope; this checks the
 // traffic.)
 func TestBrokerCarriesOnlyCiphertext(t *testing.T) {
@@ -74,8 +82,14 @@ func TestBrokerCarriesOnlyCiphertext(t *testing.T) {
 		}
 		return nil
 	}
+	// plains are the plaintexts opened (their public bytes cleared),
+	// checked at the end against what the test skipped; tried counts, by
+	// kind, the other roles whose keys were tried on an envelope.
+	var plains [][]byte
+	tried := map[codec.Kind]int{}
 	// public are bytes of the plaintext the broker may see (an item's
-	// nonce, its serial, travels in clear in the item message).
+	// nonce, its serial, travels in clear in the item message; a set-up's
+	// stream, subject and modulus name are public).
 	opened := func(raw, env []byte, what string, public ...[]byte) error {
 		h, err := codec.PeekHeader(env)
 		if err != nil {
@@ -91,11 +105,42 @@ func TestBrokerCarriesOnlyCiphertext(t *testing.T) {
 		}
 		kinds[h.Kind]++
 		body = bytes.Clone(body)
+		// A set-up's public fields: its stream, its subject and its
+		// modulus's name are in the JetStream API's JSON too.
+		switch h.Kind {
+		case codec.KindSetup:
+			var p codec.SetupPayload
+			if err := codec.Unmarshal(body, &p); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			public = append(public, []byte(p.Stream), []byte(p.Params.Modulus))
+		case codec.KindDealerSetup:
+			var p codec.DealerSetupPayload
+			if err := codec.Unmarshal(body, &p); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			public = append(public, []byte(p.Stream), []byte(p.Subject), []byte(p.Params.Modulus))
+		}
 		for _, p := range public {
 			if i := bytes.Index(body, p); i >= 0 {
 				clear(body[i : i+len(p)])
 			}
 		}
+		for r, other := range sealers {
+			if r == h.To {
+				continue
+			}
+			_, _, err := other.Open(readdressed(t, env, r))
+			switch {
+			case errors.Is(err, codec.ErrAuth):
+				tried[h.Kind]++
+			case errors.Is(err, codec.ErrRole) && !codec.Allowed(h.Kind, h.From, r):
+				// refused before decrypting: the kind never goes to r
+			default:
+				return fmt.Errorf("%s (%s to %s): re-addressed to %s, it opens with %v; want codec.ErrAuth", what, h.Kind, h.To, r, err)
+			}
+		}
+		plains = append(plains, body)
 		return scan(raw, body, fmt.Sprintf("%s (%s to %s)", what, h.Kind, h.To))
 	}
 	check := func(raw, env []byte, what string, public ...[]byte) {
@@ -118,7 +163,25 @@ func TestBrokerCarriesOnlyCiphertext(t *testing.T) {
 	if opened(append(bytes.Clone(env), payload...), env, "a payload in clear") == nil {
 		t.Fatal("the check is void: a payload carried in clear passed it")
 	}
-	kinds = map[codec.Kind]int{}
+	// ... and a share another role opens: a party1 given party0's key (one
+	// key for both parties) reads the measurement share sealed to party0.
+	keys1 := maps.Clone(c.PublicKeys())
+	keys1[codec.RoleParty1] = keys1[codec.RoleParty0]
+	shared, err := codec.NewSealer(codec.RoleParty1, c.Identity(codec.RoleParty0), keys1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	share, err := sealers[codec.RoleSensor].Seal(codec.Header{Kind: codec.KindMeasure, Loop: "pendulum", Tick: 1, From: codec.RoleSensor, To: codec.RoleParty0}, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	real1 := sealers[codec.RoleParty1]
+	sealers[codec.RoleParty1] = shared
+	if err := opened(share, share, "a share two parties open"); err == nil || !strings.Contains(err.Error(), "re-addressed to party1") {
+		t.Fatalf("the check is void: a share the other party opens passed it (%v)", err)
+	}
+	sealers[codec.RoleParty1] = real1
+	kinds, plains, tried = map[codec.Kind]int{}, nil, map[codec.Kind]int{}
 	// The set-up records were written before the tap: read them back.
 	js, err := jetstream.New(tap)
 	if err != nil {
@@ -164,6 +227,7 @@ func TestBrokerCarriesOnlyCiphertext(t *testing.T) {
 	// classify checks one message the broker carried, or says it carries
 	// no duet data (the JetStream API's JSON, acknowledgements, flow
 	// control): skipped.
+	var skippedRaw []byte // what classify skipped, body and headers
 	classify := func(m *nats.Msg) (skipped bool, err error) {
 		what := m.Subject
 		// What the broker saw: the body and every header.
@@ -174,6 +238,11 @@ func TestBrokerCarriesOnlyCiphertext(t *testing.T) {
 				raw = append(raw, v...)
 			}
 		}
+		defer func() {
+			if skipped {
+				skippedRaw = append(skippedRaw, raw...)
+			}
+		}()
 		switch {
 		case len(m.Data) == 0 && (strings.HasPrefix(m.Subject, "$JS.") || strings.HasPrefix(m.Subject, "$KV.") || strings.HasPrefix(m.Subject, "_INBOX")):
 			return true, nil // flow control, heartbeats, KV deletions (an empty body elsewhere is checked as any other)
@@ -276,7 +345,16 @@ func TestBrokerCarriesOnlyCiphertext(t *testing.T) {
 			t.Fatalf("the check is void: %s passed it", m.Subject)
 		}
 	}
-	stateRecords = [2]int{}
+	// ... and a payload in the header of a message with an empty body,
+	// which classify skips, is caught at the end.
+	skippedRaw = nil
+	if skip, err := classify(&nats.Msg{Subject: "$JS.FC.pendulum", Header: header}); !skip || err != nil {
+		t.Fatalf("an empty flow-control message: skipped %v, %v; want skipped", skip, err)
+	}
+	if err := leak(skippedRaw, [][]byte{payload}); err == nil {
+		t.Fatal("the check is void: a payload in the header of a skipped message passed it")
+	}
+	stateRecords, skippedRaw = [2]int{}, nil
 	skipped := 0
 	for len(seen) > 0 {
 		skip, err := classify(<-seen)
@@ -286,6 +364,9 @@ func TestBrokerCarriesOnlyCiphertext(t *testing.T) {
 		if skip {
 			skipped++
 		}
+	}
+	if err := leak(skippedRaw, plains); err != nil {
+		t.Fatal(err)
 	}
 	for i, n := range stateRecords {
 		if n == 0 {
@@ -298,5 +379,59 @@ func TestBrokerCarriesOnlyCiphertext(t *testing.T) {
 			t.Errorf("no %s message was seen: the test did not cover it", k)
 		}
 	}
-	t.Logf("opened %v and %v state records; %d messages of the JetStream API, acknowledgements and state records read back skipped", kinds, stateRecords, skipped)
+	// The other party's key was tried on each party's shares: the
+	// measurement's, the items' and the set-up's.
+	for _, k := range []codec.Kind{codec.KindMeasure, codec.KindMaterial, codec.KindSetup} {
+		if tried[k] == 0 {
+			t.Errorf("no other role's key was tried on a %s message", k)
+		}
+	}
+	t.Logf("opened %v and %v state records; other roles' keys tried, by kind, %v; %d messages of the JetStream API, acknowledgements and state records read back skipped", kinds, stateRecords, tried, skipped)
+}
+
+// readdressed is env with its To field set to role r; the sealed header and
+// the box are left as they are.
+func readdressed(t *testing.T, env []byte, r codec.Role) []byte {
+	t.Helper()
+	var fields []any
+	if err := msgpack.Unmarshal(env, &fields); err != nil || len(fields) != 8 {
+		t.Fatalf("an envelope of %d fields: %v", len(fields), err)
+	}
+	box, _ := fields[7].([]byte)
+	boxHeader := 2
+	if len(box) > 0xff {
+		boxHeader = 3
+	}
+	if len(box) > 0xffff {
+		boxHeader = 5
+	}
+	to := len(env) - len(box) - boxHeader - 2 - 24 - 1 // before the nonce's bin 8 header and its 24 bytes
+	if env[to+1] != 0xc4 || env[to+2] != 24 || env[to] >= 0x80 {
+		t.Fatalf("no To field before the nonce at byte %d of %x", to, env)
+	}
+	out := bytes.Clone(env)
+	out[to] = byte(r)
+	var again []any
+	if err := msgpack.Unmarshal(out, &again); err != nil || len(again) != 8 || fmt.Sprint(again[5]) != fmt.Sprint(uint8(r)) {
+		t.Fatalf("re-addressed to %d: %v (%v)", r, again, err)
+	}
+	return out
+}
+
+// leak says whether 16 bytes of any of plains are in raw.
+func leak(raw []byte, plains [][]byte) error {
+	windows := map[[16]byte]int{}
+	for i, p := range plains {
+		for j := 0; j+16 <= len(p); j += 8 {
+			if w := [16]byte(p[j : j+16]); w != ([16]byte{}) {
+				windows[w] = i
+			}
+		}
+	}
+	for j := 0; j+16 <= len(raw); j++ {
+		if i, ok := windows[[16]byte(raw[j:j+16])]; ok {
+			return fmt.Errorf("what the test skipped holds 16 bytes of plaintext %d (of %d) at byte %d", i, len(plains), j)
+		}
+	}
+	return nil
 }

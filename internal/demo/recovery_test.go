@@ -191,6 +191,7 @@ func chaos(t *testing.T, twoHop bool) {
 	if err := c.WaitReady(ctx, 400); err != nil {
 		t.Fatal(err)
 	}
+	audit := startWireAudit(t, c)
 	// Nine events at seeded ticks, at least 120 ticks apart.
 	type event struct {
 		at   uint64
@@ -306,6 +307,11 @@ func chaos(t *testing.T, twoHop bool) {
 	}
 	s := Summarize(recs)
 	checkAudit(t, c, s.Applied-s.Misses-20)
+	if twoHop {
+		audit.check(codec.KindPreT, codec.KindMul)
+	} else {
+		audit.check(codec.KindMul)
+	}
 	checkBound(t, c, s)
 	// In real time (two-hop) a plant that does not answer while the server
 	// restarts costs its ticks (the sensor counts them as misses; Fast mode

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/duet-mpc/duet/internal/metrics"
+	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
@@ -44,6 +45,7 @@ func TestStalledPartyKeepsTicksPaired(t *testing.T) {
 						time.Sleep(stall)
 					}
 				}}, 300)
+			audit := startWireAudit(t, c)
 			if err := c.RunTicks(context.Background(), 300); err != nil {
 				t.Fatal(err)
 			}
@@ -85,6 +87,7 @@ func TestStalledPartyKeepsTicksPaired(t *testing.T) {
 				t.Errorf("the pendulum fell: max |α| %.2f°", m)
 			}
 			checkAudit(t, c, 250)
+			audit.check(codec.KindMul)
 		})
 	}
 }

@@ -47,11 +47,13 @@ func TestLoopTwoHop(t *testing.T) {
 				t.Fatal(err)
 			}
 			const ticks = 300
+			audit := startWireAudit(t, c)
 			s := runTwoHop(t, c, ticks)
 			if bound := sim.OutputBound(cs, c.Sensor.Resolved()); s.MaxDiff > bound {
 				t.Fatalf("max |u - uplain| = %g exceeds the bound %g", s.MaxDiff, bound)
 			}
 			checkAudit(t, c, ticks-5)
+			audit.check(codec.KindPreT)
 			loop := c.opt.Loop
 			paths := func(service, path string) float64 {
 				return testutil.ToFloat64(c.Metrics[service].TickPaths.WithLabelValues(loop, path))
