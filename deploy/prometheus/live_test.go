@@ -14,7 +14,7 @@ import (
 
 // healthyQuiet are the alerts a healthy stack must not fire (the deadline
 // misses and latency alerts may: a 2-core VM stalls).
-var healthyQuiet = []string{"DuetLoopStalled", "DuetActuatorAbsent", "DuetLoopWithoutActuator", "DuetNATSPermissionDenied", "DuetOfflineQueueEmpty", "DuetOfflineQueueLow",
+var healthyQuiet = []string{"DuetLoopStalled", "DuetActuatorAbsent", "DuetLoopWithoutActuator", "DuetLoopUnattended", "DuetNATSPermissionDenied", "DuetOfflineQueueEmpty", "DuetOfflineQueueLow",
 	"DuetOfflineQueueUnwatched", "DuetItemMismatch", "DuetPartyOverloaded", "DuetForbiddenMessages", "DuetMalformedMessages", "DuetMeasurementOutOfRange"}
 
 // TestLivePrometheus runs against a real Prometheus that scrapes a running
