@@ -187,6 +187,11 @@ func (w *worker) restoreOnce(ctx context.Context) error {
 		w.s.opt.Log.Info("persisted state is from another set-up epoch; starting fresh", "loop", w.loop)
 		return w.claim(ctx, e.Revision())
 	}
+	if rec.Tick > codec.MaxTick {
+		// The replay guard refuses every tick above it: restored, the loop
+		// would refuse all its messages as stale.
+		return fmt.Errorf("persisted state: tick %d above the largest a loop reaches (2^62)", rec.Tick)
+	}
 	f := w.prm.Field
 	x, err := rec.X.Decode(f, w.prm.N, 1)
 	if err != nil {

@@ -310,3 +310,27 @@ func TestRecordUnderAnotherKey(t *testing.T) {
 		t.Fatalf("the log does not say the key changed:\n%s", logs)
 	}
 }
+
+// A state record whose tick is above codec.MaxTick is refused at restore,
+// naming the tick: restored, the loop would refuse every message as stale
+// (its replay guard admits no tick above the bound).
+func TestRestoreRefusesTickAboveMaxTick(t *testing.T) {
+	ctx := context.Background()
+	first := persistingWorker(t, "far")
+	first.cur = codec.MaxTick + 1
+	saveState(t, first, 5)
+	if !first.flushState(ctx) {
+		t.Fatal("version 5 not persisted")
+	}
+	key := testStateKey
+	s := &Service{nc: first.s.nc, js: first.s.js, opt: Options{ID: 0, StateKey: &key, StateStorage: jetstream.MemoryStorage,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party")}}
+	w := &worker{s: s, id: 0, loop: "far", prm: first.prm, p: first.p, guard: codec.NewReplayGuard(), epoch: first.epoch}
+	if err := w.openPersister(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := w.restore(ctx)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("tick %d above the largest", uint64(codec.MaxTick+1))) || w.restored {
+		t.Fatalf("restore of a record at tick 2^62+1: %v, restored %v; want refused, naming the tick", err, w.restored)
+	}
+}
