@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -37,7 +38,9 @@ type wireAudit struct {
 	errs     []string            // messages that would not open or decode
 }
 
-// auditKey names one entry of one item's mask as one party opened it.
+// auditKey names one entry of one item's mask as one party opened it. Item
+// ids are the offline stream's sequences: a test that ran two set-up epochs
+// (a new stream) would need the epoch in the key too.
 type auditKey struct {
 	from  codec.Role
 	loop  string
@@ -57,7 +60,10 @@ func startWireAudit(t *testing.T, c *Cluster) *wireAudit {
 		}
 		a.sealers[i] = s
 	}
-	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1))
+	// Reconnecting at once after a restart of the server (as the chaos test
+	// makes): the services reconnect within 250 ms, and what they send
+	// after a restart is what the audit is for.
+	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,8 +152,20 @@ func (a *wireAudit) onEnvelope(env []byte) {
 // opening would not open; it wants openings of each kind in kinds.
 func (a *wireAudit) check(kinds ...codec.Kind) {
 	a.t.Helper()
+	// Every message the server has sent the tap so far, handled before the
+	// subscription closes (Unsubscribe drops what is queued).
 	if err := a.nc.Flush(); err != nil {
 		a.t.Error(err)
+	}
+	handled := make(chan struct{})
+	if err := a.nc.Barrier(func() { close(handled) }); err != nil {
+		a.t.Error(err)
+	} else {
+		select {
+		case <-handled:
+		case <-time.After(30 * time.Second):
+			a.t.Error("wire audit: the tap's queued messages not handled in 30 s")
+		}
 	}
 	if err := a.sub.Unsubscribe(); err != nil {
 		a.t.Error(err)
@@ -169,9 +187,9 @@ func (a *wireAudit) check(kinds ...codec.Kind) {
 }
 
 // The audit itself: an item's mask entry opened to a second value (as a
-// party taking an item again would send) is caught, in a batch as well as
-// direct; the same opening sent again (a resent Mul, or a pre-opening's
-// state rows in a three-hop Mul after it) is not.
+// party taking an item again would send) is caught, direct and in a batch,
+// in T and in S; the same opening sent again (a resent Mul, or a
+// pre-opening's state rows in a three-hop Mul after it) is not.
 func TestWireAuditCatchesASecondOpening(t *testing.T) {
 	sealers := testkeys.Sealers(t)
 	a := &wireAudit{t: t, opened: map[auditKey]string{}, messages: map[codec.Kind]int{}}
@@ -180,12 +198,16 @@ func TestWireAuditCatchesASecondOpening(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opening := func(kind codec.Kind, tick, item uint64, vals ...uint64) []byte {
+	column := func(vals ...uint64) mpc.Matrix {
 		m := mpc.NewMatrix(len(vals), 1)
 		for i, v := range vals {
 			m.Data[i] = f.FromUint64(v)
 		}
-		body, err := codec.Marshal(codec.MulPayload{Item: item, T: codec.PutMatrix(f, m)})
+		return m
+	}
+	s := column(7, 8)
+	opening := func(kind codec.Kind, tick, item uint64, vals ...uint64) []byte {
+		body, err := codec.Marshal(codec.MulPayload{Item: item, T: codec.PutMatrix(f, column(vals...)), S: codec.PutMatrix(f, s)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,12 +220,21 @@ func TestWireAuditCatchesASecondOpening(t *testing.T) {
 	a.onMsg(&nats.Msg{Subject: bus.ExchangeSubject("l", 1), Data: opening(codec.KindPreT, 1, 5, 10, 11)})
 	a.onMsg(&nats.Msg{Subject: bus.ExchangeSubject("l", 1), Data: opening(codec.KindMul, 2, 5, 10, 11, 12)})
 	a.onMsg(&nats.Msg{Subject: bus.ExchangeSubject("l", 1), Data: opening(codec.KindMul, 2, 5, 10, 11, 12)})
-	if len(a.bad) != 0 || len(a.errs) != 0 || a.repeated != 5 {
-		t.Fatalf("one opening sent again: %v, %v, %d repeated; want nothing caught and 5 entries repeated", a.bad, a.errs, a.repeated)
+	if len(a.bad) != 0 || len(a.errs) != 0 || a.repeated != 9 {
+		t.Fatalf("one opening sent again: %v, %v, %d repeated; want nothing caught and 9 entries repeated", a.bad, a.errs, a.repeated)
 	}
-	batch := codec.AppendBatch(nil, opening(codec.KindMul, 3, 5, 10, 99, 12))
+	a.onMsg(&nats.Msg{Subject: bus.ExchangeSubject("l", 1), Data: opening(codec.KindMul, 3, 5, 10, 11, 13)})
+	if len(a.bad) != 1 || !strings.Contains(a.bad[0], "T[2]") {
+		t.Fatalf("item 5 opened again, entry 2 to another value: caught %v, want T[2]", a.bad)
+	}
+	batch := codec.AppendBatch(nil, opening(codec.KindMul, 4, 5, 10, 99, 12))
 	a.onMsg(&nats.Msg{Subject: bus.BatchSubject(1), Data: batch})
-	if len(a.bad) != 1 || !strings.Contains(a.bad[0], "T[1]") {
+	if len(a.bad) != 2 || !strings.Contains(a.bad[1], "T[1]") {
 		t.Fatalf("item 5 opened again in a batch, entry 1 to another value: caught %v, want T[1]", a.bad)
+	}
+	s = column(7, 9)
+	a.onMsg(&nats.Msg{Subject: bus.ExchangeSubject("l", 1), Data: opening(codec.KindPreT, 5, 5, 10, 11)})
+	if len(a.bad) != 3 || !strings.Contains(a.bad[2], "S[1]") {
+		t.Fatalf("item 5's S opened to another value: caught %v, want S[1]", a.bad)
 	}
 }
