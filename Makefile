@@ -43,6 +43,11 @@ IMGBIN    := $(BIN)/$(subst /,-,$(IMAGE_PLATFORM))
 endif
 # The classic builder is enough for COPY-only images (and needs no buildx).
 BUILDKIT  ?= $(shell docker buildx version >/dev/null 2>&1 && echo 1 || echo 0)
+# With buildx, `docker buildx build --load`: the current builder may be one
+# of the docker-container driver (docker buildx create --use), which leaves
+# what it builds in its own cache unless told to load it into the engine's
+# images, where compose and the e2e test look for them.
+DOCKER_BUILD := $(if $(filter 1,$(BUILDKIT)),docker buildx build --load,DOCKER_BUILDKIT=0 docker build)
 
 SHELL       := bash
 .SHELLFLAGS := -eo pipefail -c
@@ -77,7 +82,7 @@ endif
 	  esac; \
 	  cp examples/qube-servo2/controller.json examples/qube-servo2/plant.json $$ctx/; \
 	  echo "docker build duet-$$img:$(IMAGE_TAG)"; \
-	  DOCKER_BUILDKIT=$(BUILDKIT) docker build -q --platform $(IMAGE_PLATFORM) -f deploy/docker/$$img.Dockerfile -t duet-$$img:$(IMAGE_TAG) $$ctx 2>&1 >/dev/null \
+	  $(DOCKER_BUILD) -q --platform $(IMAGE_PLATFORM) -f deploy/docker/$$img.Dockerfile -t duet-$$img:$(IMAGE_TAG) $$ctx 2>&1 >/dev/null \
 	    | { grep -v -e DEPRECATED -e 'legacy builder' -e BuildKit -e '^ *environment-variable' -e '^$$' || true; } >&2; \
 	done
 
