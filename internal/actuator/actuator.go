@@ -96,7 +96,10 @@ type Actuator struct {
 	forgotten uint64
 	last      []float64
 	lastApp   uint64
-	uBuf      mpc.Matrix
+	// noticed: the highest tick the sensor's notices announced (0: none
+	// yet); announced bounds the output shares' ticks by it.
+	noticed uint64
+	uBuf    mpc.Matrix
 	// The watchdog (Options.Watchdog): on once the actuator is ready; its
 	// timer, armed by every input applied, and when the last one was.
 	watchOn bool
@@ -263,7 +266,13 @@ func (a *Actuator) onMsg(m *nats.Msg) {
 	case h.Kind == codec.KindOutput && (h.From == codec.RoleParty0 || h.From == codec.RoleParty1):
 		var op codec.OutputPayload
 		var u mpc.Matrix
-		if err := a.accept(h, body, &op, func() (err error) { u, err = op.U.Decode(a.prm.Field, a.prm.M, 1); return }); err != nil {
+		if err := a.accept(h, body, &op, func() (err error) {
+			if err := a.announced(h.Tick); err != nil {
+				return err
+			}
+			u, err = op.U.Decode(a.prm.Field, a.prm.M, 1)
+			return
+		}); err != nil {
 			return
 		}
 		id := 0
@@ -274,6 +283,27 @@ func (a *Actuator) onMsg(m *nats.Msg) {
 	default:
 		a.reject(fmt.Errorf("%w: %s from %s is not accepted by the actuator", codec.ErrKind, h.Kind, h.From))
 	}
+}
+
+// unannounced: an output share whose tick is more than this many beyond
+// both the sensor's latest notice and the last tick applied is refused
+// (announced). The sensor announces every tick, measured or lost, right
+// after its measurements, and jumps at most its resume margin (100 ticks)
+// when it resumes; 1,024 ticks is 41 s at 25 Hz.
+const unannounced = 1 << 10
+
+// announced refuses an output share of tick t far beyond the ticks the
+// sensor has announced and the actuator has applied, as only a faulty party
+// sends: admitted, it would take the party's replay guard and, at its
+// deadline, the last tick applied there, and every tick the sensor sent
+// after it would be refused. Before the first notice nothing is refused.
+func (a *Actuator) announced(t uint64) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.noticed == 0 || t <= max(a.noticed, a.lastApp)+unannounced {
+		return nil
+	}
+	return fmt.Errorf("%w: an output share of tick %d, %d ticks beyond the sensor's latest notice (tick %d)", codec.ErrMalformed, t, t-a.noticed, a.noticed)
 }
 
 // accept checks replay, decodes and validates; only a fully valid message
@@ -357,6 +387,7 @@ func (a *Actuator) prune(t uint64) {
 func (a *Actuator) onTick(t uint64, sent int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.noticed = max(a.noticed, t)
 	if p := a.entry(t); p != nil {
 		a.date(t, p, sent)
 	}

@@ -550,3 +550,45 @@ func TestTickBeyondMaxTickRefused(t *testing.T) {
 		t.Fatalf("tick 1 after the refusals: %+v, want u = 1.5 applied", ap)
 	}
 }
+
+// One party's share of a tick far beyond the sensor's latest notice (a
+// faulty party's tick number) is refused as malformed: before, it took the
+// party's replay guard, so that the party's shares of every later tick the
+// sensor sent were refused as replays, and its fail-safe at the deadline
+// made it the last tick applied. A share near the notices is taken as
+// before, and before the first notice nothing is refused.
+func TestUnannouncedTickRefused(t *testing.T) {
+	r := newRig(t, 30*time.Millisecond)
+	malformed := func() float64 { return testutil.ToFloat64(r.a.opt.Metrics.Rejects.WithLabelValues("malformed")) }
+	now := func() int64 { return time.Now().UnixNano() }
+	r.share(t, 0, 1, now())
+	r.share(t, 1, 1, now())
+	if ap := r.wait(t, time.Second); ap.Tick != 1 || ap.Miss {
+		t.Fatalf("tick 1: %+v, want applied", ap)
+	}
+	r.send(t, codec.RoleSensor, codec.KindTick, 1, codec.TickPayload{SentUnixNano: now()})
+	before := malformed()
+	r.share(t, 0, 1<<40, now())
+	if got := malformed() - before; got != 1 {
+		t.Fatalf("one party's share of tick 2^40: %v malformed rejects, want 1", got)
+	}
+	select {
+	case tick := <-r.got:
+		t.Fatalf("tick %d applied after one party's share of tick 2^40", tick)
+	case <-time.After(100 * time.Millisecond):
+	}
+	r.share(t, 0, 2, now())
+	r.share(t, 1, 2, now())
+	if ap := r.wait(t, time.Second); ap.Tick != 2 || ap.Miss || ap.U[0] != 1.5 {
+		t.Fatalf("tick 2 after the refusal: %+v, want u = 1.5 applied", ap)
+	}
+	// At the bound (the notice at 1, tick 2 applied): taken, and one share
+	// alone gets the fail-safe at its deadline, as before.
+	r.share(t, 0, 2+unannounced, now())
+	if ap := r.wait(t, time.Second); ap.Tick != 2+unannounced || !ap.Miss {
+		t.Fatalf("one share of tick %d: %+v, want the fail-safe", 2+unannounced, ap)
+	}
+	if got := malformed() - before; got != 1 {
+		t.Fatalf("%v malformed rejects in all, want 1", got)
+	}
+}
