@@ -165,7 +165,11 @@ func TestTwoHopPartiesRejectMalformed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		env, err := s.Seal(codec.Header{Kind: kind, Loop: c.opt.Loop, Tick: 1 << 40, From: from, To: codec.RoleParty0}, body)
+		// A tick ahead of the loop's (none of these is admitted, so the
+		// loop's later ticks are not refused), but within the other
+		// party's reach: party0 refuses one further beyond its latest
+		// measurement as malformed, before its shape is looked at.
+		env, err := s.Seal(codec.Header{Kind: kind, Loop: c.opt.Loop, Tick: 1 << 9, From: from, To: codec.RoleParty0}, body)
 		if err != nil {
 			t.Fatal(err)
 		}

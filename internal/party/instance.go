@@ -33,11 +33,37 @@ func (w *worker) acceptPeer(h codec.Header, body []byte, v any, inc, peer *uint6
 	if err := w.peerInstance(*inc, *peer); err != nil {
 		return err
 	}
+	if err := w.peerTickInRange(h); err != nil {
+		w.reject(err)
+		return err
+	}
 	if err := w.guard.AdmitDecoded(h, validate); err != nil {
 		w.reject(err)
 		return err
 	}
 	return nil
+}
+
+// peerAhead: a message of the other party whose tick is more than this many
+// beyond the latest measurement this party has admitted is refused
+// (peerTickInRange). The other party is a few ticks ahead at most (it took
+// the measurement first); the sensor jumps at most its resume margin (100
+// ticks) when it resumes. 1,024 ticks is 41 s at 25 Hz.
+const peerAhead = 1 << 10
+
+// peerTickInRange refuses a message of the other party whose tick is far
+// beyond the latest measurement this party has admitted, as only a faulty
+// party sends: admitted, it would take the replay guard's tick for its
+// kind, and the other party's messages of every later tick the sensor sent
+// would be refused as replays. Before the first measurement since the
+// worker started (a party restored after an outage holds an old tick)
+// nothing is refused.
+func (w *worker) peerTickInRange(h codec.Header) error {
+	if w.measured == 0 || h.Tick <= w.measured+peerAhead {
+		return nil
+	}
+	return fmt.Errorf("%w: %s from %s of tick %d, %d ticks beyond the latest measurement (tick %d)",
+		codec.ErrMalformed, h.Kind, h.From, h.Tick, h.Tick-w.measured, w.measured)
 }
 
 // peerInstance checks the instance fields of a message of the other party

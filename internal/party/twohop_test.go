@@ -733,3 +733,42 @@ func TestMeasurementOnAnotherSubjectRefused(t *testing.T) {
 		t.Error("tick 2, measured on another subject, produced output shares")
 	}
 }
+
+// A message of the other party of a tick far beyond the latest measurement
+// (a faulty party's tick number) is refused as malformed: before, it took
+// the replay guard's tick for its kind, and the other party's Protocol 1
+// messages of every later tick were refused as replays, so that no tick
+// completed at this party again.
+func TestPeerTickFarAheadRefused(t *testing.T) {
+	r := newTwoHopRig(t, 16)
+	y := r.y()
+	r.measure(1, y, false, 0)
+	if o := r.outs[1]; o[0].Data == nil || o[1].Data == nil {
+		t.Fatal("tick 1 produced no output shares")
+	}
+	// A well-formed message, which only its tick sets apart.
+	mp := codec.MulPayload{Item: 1, T: codec.PutMatrix(r.prm.Field, mpc.NewMatrix(r.prm.N+r.prm.P, 1))}
+	if r.prm.Variant == mpc.PerTick {
+		rows, cols := r.prm.PhiShape()
+		mp.S = codec.PutMatrix(r.prm.Field, mpc.NewMatrix(rows, cols))
+	}
+	body, err := codec.Marshal(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := testSealer(t, codec.RoleParty0).Seal(codec.Header{Kind: codec.KindMul, Loop: rigLoop, Tick: 1 << 40, From: codec.RoleParty0, To: codec.RoleParty1}, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(r.m[1].Rejects.WithLabelValues("malformed"))
+	r.w[1].handle(context.Background(), &nats.Msg{Subject: bus.ExchangeSubject(rigLoop, 1), Data: env})
+	if n := testutil.ToFloat64(r.m[1].Rejects.WithLabelValues("malformed")) - before; n != 1 {
+		t.Fatalf("party0's Mul of tick 2^40: %v malformed rejects at party1, want 1", n)
+	}
+	for tick := uint64(2); tick <= 3; tick++ {
+		r.measure(tick, y, false, 0)
+		if o := r.outs[tick]; o[0].Data == nil || o[1].Data == nil {
+			t.Fatalf("tick %d after the refusal: output shares %v, want both", tick, o)
+		}
+	}
+}

@@ -82,9 +82,13 @@ type worker struct {
 	lastPing time.Time
 
 	// Tick state.
-	cur  uint64
-	st   stage
-	item uint64 // stream sequence of the item in use
+	cur uint64
+	// measured: the highest tick of a measurement admitted since the
+	// worker started (0: none yet); acceptPeer bounds the other party's
+	// ticks by it (peerTickInRange).
+	measured uint64
+	st       stage
+	item     uint64 // stream sequence of the item in use
 	// itemSerial is that item's serial, which the tick's Protocol 1
 	// exchange compares with the other party's (sameItem).
 	itemSerial codec.Serial
