@@ -97,9 +97,11 @@ type Actuator struct {
 	last      []float64
 	lastApp   uint64
 	// noticed: the highest tick the sensor's notices announced (0: none
-	// yet); announced bounds the output shares' ticks by it.
-	noticed uint64
-	uBuf    mpc.Matrix
+	// yet); announced bounds the output shares' ticks by it and lastApp,
+	// allowing for the time since either last rose (advanced).
+	noticed  uint64
+	advanced time.Time
+	uBuf     mpc.Matrix
 	// The watchdog (Options.Watchdog): on once the actuator is ready; its
 	// timer, armed by every input applied, and when the last one was.
 	watchOn bool
@@ -286,10 +288,13 @@ func (a *Actuator) onMsg(m *nats.Msg) {
 }
 
 // unannounced: an output share whose tick is more than this many beyond
-// both the sensor's latest notice and the last tick applied is refused
-// (announced). The sensor announces every tick, measured or lost, right
-// after its measurements, and jumps at most its resume margin (100 ticks)
-// when it resumes; 1,024 ticks is 41 s at 25 Hz.
+// both the sensor's latest notice and the last tick applied, plus a tick a
+// millisecond (the sensor's shortest period) since either last rose, is
+// refused (announced). The sensor announces every tick, measured or lost,
+// right after its measurements, and jumps at most its resume margin (100
+// ticks) when it resumes; the time allowed covers an actuator that heard
+// nothing for a while (a partition, a server restart) and whose first
+// messages after it are a tick's shares, ahead of its notice.
 const unannounced = 1 << 10
 
 // announced refuses an output share of tick t far beyond the ticks the
@@ -300,10 +305,15 @@ const unannounced = 1 << 10
 func (a *Actuator) announced(t uint64) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.noticed == 0 || t <= max(a.noticed, a.lastApp)+unannounced {
+	if a.noticed == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: an output share of tick %d, %d ticks beyond the sensor's latest notice (tick %d)", codec.ErrMalformed, t, t-a.noticed, a.noticed)
+	reach := max(a.noticed, a.lastApp) + unannounced + uint64(time.Since(a.advanced)/time.Millisecond)
+	if t <= reach {
+		return nil
+	}
+	return fmt.Errorf("%w: an output share of tick %d, beyond tick %d, the sensor's latest notice (tick %d) and the time since allow",
+		codec.ErrMalformed, t, reach, a.noticed)
 }
 
 // accept checks replay, decodes and validates; only a fully valid message
@@ -387,7 +397,9 @@ func (a *Actuator) prune(t uint64) {
 func (a *Actuator) onTick(t uint64, sent int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.noticed = max(a.noticed, t)
+	if t > a.noticed {
+		a.noticed, a.advanced = t, time.Now()
+	}
 	if p := a.entry(t); p != nil {
 		a.date(t, p, sent)
 	}
@@ -516,7 +528,7 @@ func (a *Actuator) applyLocked(t uint64, p *pending, u []float64, lat time.Durat
 	}
 	delete(a.ticks, t)
 	if t > a.lastApp {
-		a.lastApp = t
+		a.lastApp, a.advanced = t, time.Now()
 	}
 	copy(a.last, u)
 	if a.watchOn {

@@ -556,7 +556,8 @@ func TestTickBeyondMaxTickRefused(t *testing.T) {
 // party's replay guard, so that the party's shares of every later tick the
 // sensor sent were refused as replays, and its fail-safe at the deadline
 // made it the last tick applied. A share near the notices is taken as
-// before, and before the first notice nothing is refused.
+// before, and so is a tick further ahead after a silence, which the sensor
+// could have reached meanwhile.
 func TestUnannouncedTickRefused(t *testing.T) {
 	r := newRig(t, 30*time.Millisecond)
 	malformed := func() float64 { return testutil.ToFloat64(r.a.opt.Metrics.Rejects.WithLabelValues("malformed")) }
@@ -590,5 +591,21 @@ func TestUnannouncedTickRefused(t *testing.T) {
 	}
 	if got := malformed() - before; got != 1 {
 		t.Fatalf("%v malformed rejects in all, want 1", got)
+	}
+	// After 2 s with nothing (a partition, a server restart), a tick up to
+	// 2,000 further is taken: at the sensor's shortest period, 1 ms, it
+	// could have counted that many meanwhile. 2^40 is still refused.
+	r.a.mu.Lock()
+	far := r.a.lastApp + unannounced + 1900
+	r.a.advanced = r.a.advanced.Add(-2 * time.Second)
+	r.a.mu.Unlock()
+	r.share(t, 0, far, now())
+	r.share(t, 1, far, now())
+	if ap := r.wait(t, time.Second); ap.Tick != far || ap.Miss {
+		t.Fatalf("tick %d after 2 s of silence: %+v, want applied", far, ap)
+	}
+	r.share(t, 0, 1<<40, now())
+	if got := malformed() - before; got != 2 {
+		t.Fatalf("tick 2^40 after the silence: %v malformed rejects in all, want 2", got)
 	}
 }

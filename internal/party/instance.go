@@ -2,6 +2,7 @@ package party
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/duet-mpc/duet/pkg/codec"
 )
@@ -45,11 +46,21 @@ func (w *worker) acceptPeer(h codec.Header, body []byte, v any, inc, peer *uint6
 }
 
 // peerAhead: a message of the other party whose tick is more than this many
-// beyond the latest measurement this party has admitted is refused
+// beyond the latest measurement this party has admitted, plus a tick a
+// millisecond (the sensor's shortest period) since it came, is refused
 // (peerTickInRange). The other party is a few ticks ahead at most (it took
 // the measurement first); the sensor jumps at most its resume margin (100
-// ticks) when it resumes. 1,024 ticks is 41 s at 25 Hz.
+// ticks) when it resumes; the time allowed covers a party that heard
+// nothing for a while (the plant down, a partition) and gets the other
+// party's message of the next tick before its own measurement.
 const peerAhead = 1 << 10
+
+// noteMeasured records an admitted measurement of tick t.
+func (w *worker) noteMeasured(t uint64) {
+	if t > w.measured {
+		w.measured, w.measuredAt = t, time.Now()
+	}
+}
 
 // peerTickInRange refuses a message of the other party whose tick is far
 // beyond the latest measurement this party has admitted, as only a faulty
@@ -59,11 +70,15 @@ const peerAhead = 1 << 10
 // worker started (a party restored after an outage holds an old tick)
 // nothing is refused.
 func (w *worker) peerTickInRange(h codec.Header) error {
-	if w.measured == 0 || h.Tick <= w.measured+peerAhead {
+	if w.measured == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s from %s of tick %d, %d ticks beyond the latest measurement (tick %d)",
-		codec.ErrMalformed, h.Kind, h.From, h.Tick, h.Tick-w.measured, w.measured)
+	reach := w.measured + peerAhead + uint64(time.Since(w.measuredAt)/time.Millisecond)
+	if h.Tick <= reach {
+		return nil
+	}
+	return fmt.Errorf("%w: %s from %s of tick %d, beyond tick %d, the latest measurement (tick %d) and the time since allow",
+		codec.ErrMalformed, h.Kind, h.From, h.Tick, reach, w.measured)
 }
 
 // peerInstance checks the instance fields of a message of the other party

@@ -106,7 +106,7 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 		}); err != nil {
 			return
 		}
-		w.measured = max(w.measured, h.Tick)
+		w.noteMeasured(h.Tick)
 		w.noteShares(h.Tick)
 		w.ySent = mp.SentUnixNano
 		w.onMeasure(ctx, h.Tick, false)
@@ -123,7 +123,7 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 		}); err != nil {
 			return
 		}
-		w.measured = max(w.measured, h.Tick)
+		w.noteMeasured(h.Tick)
 		w.ySent = mp.SentUnixNano
 		w.onMeasureMasked(ctx, h.Tick, item)
 	case h.Kind == codec.KindPreT && h.From == w.peer:

@@ -2,6 +2,7 @@ package party
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -770,5 +771,16 @@ func TestPeerTickFarAheadRefused(t *testing.T) {
 		if o := r.outs[tick]; o[0].Data == nil || o[1].Data == nil {
 			t.Fatalf("tick %d after the refusal: output shares %v, want both", tick, o)
 		}
+	}
+	// After 2 s with no measurement (the plant down, a partition), a tick
+	// up to 2,000 further is within reach, as the sensor could have counted
+	// that many meanwhile at its shortest period, 1 ms; 2^40 is not.
+	w := r.w[1]
+	w.measuredAt = w.measuredAt.Add(-2 * time.Second)
+	if err := w.peerTickInRange(codec.Header{Kind: codec.KindMul, From: codec.RoleParty0, Tick: w.measured + peerAhead + 1900}); err != nil {
+		t.Errorf("a tick 1,900 beyond the bound after 2 s: %v", err)
+	}
+	if err := w.peerTickInRange(codec.Header{Kind: codec.KindMul, From: codec.RoleParty0, Tick: 1 << 40}); !errors.Is(err, codec.ErrMalformed) {
+		t.Errorf("tick 2^40 after 2 s: %v, want refused as malformed", err)
 	}
 }

@@ -84,11 +84,12 @@ type worker struct {
 	// Tick state.
 	cur uint64
 	// measured: the highest tick of a measurement admitted since the
-	// worker started (0: none yet); acceptPeer bounds the other party's
-	// ticks by it (peerTickInRange).
-	measured uint64
-	st       stage
-	item     uint64 // stream sequence of the item in use
+	// worker started (0: none yet), and when it rose; acceptPeer bounds
+	// the other party's ticks by them (peerTickInRange).
+	measured   uint64
+	measuredAt time.Time
+	st         stage
+	item       uint64 // stream sequence of the item in use
 	// itemSerial is that item's serial, which the tick's Protocol 1
 	// exchange compares with the other party's (sameItem).
 	itemSerial codec.Serial
