@@ -287,28 +287,20 @@ func (a *Actuator) onMsg(m *nats.Msg) {
 	}
 }
 
-// unannounced: an output share whose tick is more than this many beyond
-// both the sensor's latest notice and the last tick applied, plus a tick a
-// millisecond (the sensor's shortest period) since either last rose, is
-// refused (announced). The sensor announces every tick, measured or lost,
-// right after its measurements, and jumps at most its resume margin (100
-// ticks) when it resumes; the time allowed covers an actuator that heard
-// nothing for a while (a partition, a server restart) and whose first
-// messages after it are a tick's shares, ahead of its notice.
-const unannounced = 1 << 10
-
-// announced refuses an output share of tick t far beyond the ticks the
-// sensor has announced and the actuator has applied, as only a faulty party
-// sends: admitted, it would take the party's replay guard and, at its
-// deadline, the last tick applied there, and every tick the sensor sent
-// after it would be refused. Before the first notice nothing is refused.
+// announced refuses an output share of tick t beyond the reach
+// (codec.Reach) of the sensor's latest notice and the last tick applied, as
+// only a faulty party sends: admitted, it would take the party's replay
+// guard and, at its deadline, the last tick applied there, and every tick
+// the sensor sent after it would be refused. The sensor announces every
+// tick, measured or lost, right after its measurements. Before the first
+// notice nothing is refused.
 func (a *Actuator) announced(t uint64) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.noticed == 0 {
 		return nil
 	}
-	reach := max(a.noticed, a.lastApp) + unannounced + uint64(time.Since(a.advanced)/time.Millisecond)
+	reach := codec.Reach(max(a.noticed, a.lastApp), a.advanced)
 	if t <= reach {
 		return nil
 	}

@@ -585,9 +585,9 @@ func TestUnannouncedTickRefused(t *testing.T) {
 	}
 	// At the bound (the notice at 1, tick 2 applied): taken, and one share
 	// alone gets the fail-safe at its deadline, as before.
-	r.share(t, 0, 2+unannounced, now())
-	if ap := r.wait(t, time.Second); ap.Tick != 2+unannounced || !ap.Miss {
-		t.Fatalf("one share of tick %d: %+v, want the fail-safe", 2+unannounced, ap)
+	r.share(t, 0, 2+codec.ReachAhead, now())
+	if ap := r.wait(t, time.Second); ap.Tick != 2+codec.ReachAhead || !ap.Miss {
+		t.Fatalf("one share of tick %d: %+v, want the fail-safe", 2+codec.ReachAhead, ap)
 	}
 	if got := malformed() - before; got != 1 {
 		t.Fatalf("%v malformed rejects in all, want 1", got)
@@ -596,7 +596,7 @@ func TestUnannouncedTickRefused(t *testing.T) {
 	// 2,000 further is taken: at the sensor's shortest period, 1 ms, it
 	// could have counted that many meanwhile. 2^40 is still refused.
 	r.a.mu.Lock()
-	far := r.a.lastApp + unannounced + 1900
+	far := r.a.lastApp + codec.ReachAhead + 1900
 	r.a.advanced = r.a.advanced.Add(-2 * time.Second)
 	r.a.mu.Unlock()
 	r.share(t, 0, far, now())

@@ -45,16 +45,6 @@ func (w *worker) acceptPeer(h codec.Header, body []byte, v any, inc, peer *uint6
 	return nil
 }
 
-// peerAhead: a message of the other party whose tick is more than this many
-// beyond the latest measurement this party has admitted, plus a tick a
-// millisecond (the sensor's shortest period) since it came, is refused
-// (peerTickInRange). The other party is a few ticks ahead at most (it took
-// the measurement first); the sensor jumps at most its resume margin (100
-// ticks) when it resumes; the time allowed covers a party that heard
-// nothing for a while (the plant down, a partition) and gets the other
-// party's message of the next tick before its own measurement.
-const peerAhead = 1 << 10
-
 // noteMeasured records an admitted measurement of tick t.
 func (w *worker) noteMeasured(t uint64) {
 	if t > w.measured {
@@ -62,9 +52,9 @@ func (w *worker) noteMeasured(t uint64) {
 	}
 }
 
-// peerTickInRange refuses a message of the other party whose tick is far
-// beyond the latest measurement this party has admitted, as only a faulty
-// party sends: admitted, it would take the replay guard's tick for its
+// peerTickInRange refuses a message of the other party whose tick is beyond
+// the reach (codec.Reach) of the latest measurement this party has
+// admitted, as only a faulty party sends: admitted, it would take the replay guard's tick for its
 // kind, and the other party's messages of every later tick the sensor sent
 // would be refused as replays. Before the first measurement since the
 // worker started (a party restored after an outage holds an old tick)
@@ -73,7 +63,7 @@ func (w *worker) peerTickInRange(h codec.Header) error {
 	if w.measured == 0 {
 		return nil
 	}
-	reach := w.measured + peerAhead + uint64(time.Since(w.measuredAt)/time.Millisecond)
+	reach := codec.Reach(w.measured, w.measuredAt)
 	if h.Tick <= reach {
 		return nil
 	}

@@ -777,7 +777,7 @@ func TestPeerTickFarAheadRefused(t *testing.T) {
 	// that many meanwhile at its shortest period, 1 ms; 2^40 is not.
 	w := r.w[1]
 	w.measuredAt = w.measuredAt.Add(-2 * time.Second)
-	if err := w.peerTickInRange(codec.Header{Kind: codec.KindMul, From: codec.RoleParty0, Tick: w.measured + peerAhead + 1900}); err != nil {
+	if err := w.peerTickInRange(codec.Header{Kind: codec.KindMul, From: codec.RoleParty0, Tick: w.measured + codec.ReachAhead + 1900}); err != nil {
 		t.Errorf("a tick 1,900 beyond the bound after 2 s: %v", err)
 	}
 	if err := w.peerTickInRange(codec.Header{Kind: codec.KindMul, From: codec.RoleParty0, Tick: 1 << 40}); !errors.Is(err, codec.ErrMalformed) {

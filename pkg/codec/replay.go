@@ -3,6 +3,7 @@ package codec
 import (
 	"fmt"
 	"sync"
+	"time"
 )
 
 // ReplayGuard is a receiver's replay protection: a message is fresh only if
@@ -32,6 +33,26 @@ type replayLoop [RolePlant + 1][kindEnd]struct {
 // NewReplayGuard returns an empty guard.
 func NewReplayGuard() *ReplayGuard {
 	return &ReplayGuard{loops: make(map[string]*replayLoop)}
+}
+
+// ReachAhead is how far beyond the newest tick a receiver knows the sensor
+// sent it takes a message of a sender that only follows the sensor's ticks
+// (a party's output share at the actuator, the other party's Protocol 1
+// message at a party); see Reach. The other sender is a few ticks ahead at
+// most, and the sensor jumps at most its resume margin (100 ticks) when it
+// resumes.
+const ReachAhead = 1 << 10
+
+// Reach is the furthest tick such a receiver takes: ReachAhead beyond
+// latest, the newest tick it knows the sensor sent (which it learnt at at),
+// plus one tick a millisecond, the sensor's shortest period, since then, for
+// a receiver that heard nothing for a while (a partition, a server restart,
+// the plant down) and whose first message after it is another sender's. A
+// faulty sender's far tick, refused, cannot take the receiver's ReplayGuard
+// for its kind, which would refuse every later tick of that sender as a
+// replay.
+func Reach(latest uint64, at time.Time) uint64 {
+	return latest + ReachAhead + uint64(time.Since(at)/time.Millisecond)
 }
 
 // Check reports whether h would be accepted, without recording it.

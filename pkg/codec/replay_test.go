@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestReplayGuard(t *testing.T) {
@@ -57,6 +58,18 @@ func TestReplayGuardRefusesTicksAboveMaxTick(t *testing.T) {
 	h.Tick = MaxTick
 	if err := g.Accept(h); err != nil {
 		t.Fatalf("Accept(MaxTick) after the refusals: %v", err)
+	}
+}
+
+// Reach allows ReachAhead beyond the latest tick, and a tick a millisecond
+// since it was learnt.
+func TestReach(t *testing.T) {
+	now := time.Now()
+	if r := Reach(10, now); r < 10+ReachAhead || r > 10+ReachAhead+1000 {
+		t.Errorf("Reach(10, now) = %d, want %d (and a few for the time this took)", r, 10+ReachAhead)
+	}
+	if r := Reach(10, now.Add(-2*time.Second)); r < 10+ReachAhead+2000 || r > 10+ReachAhead+3000 {
+		t.Errorf("Reach(10, 2 s ago) = %d, want about %d", r, 10+ReachAhead+2000)
 	}
 }
 
