@@ -519,12 +519,13 @@ func (a *Actuator) applyLocked(t uint64, p *pending, u []float64, lat time.Durat
 		p.timer.Stop()
 	}
 	delete(a.ticks, t)
+	now := time.Now() // one clock reading for the far-tick bound and the watchdog
 	if t > a.lastApp {
-		a.lastApp, a.advanced = t, time.Now()
+		a.lastApp, a.advanced = t, now
 	}
 	copy(a.last, u)
 	if a.watchOn {
-		a.applied = time.Now()
+		a.applied = now
 		if a.watch == nil {
 			a.watch = time.AfterFunc(a.opt.Watchdog, a.bark)
 		} else {

@@ -91,6 +91,17 @@ func (r *rig) share(t *testing.T, id int, tick uint64, sent int64) {
 	r.send(t, from, codec.KindOutput, tick, codec.OutputPayload{Item: 7, U: codec.PutMatrix(f, sh), SentUnixNano: sent})
 }
 
+// nothingApplied fails the test if a tick is applied within d; what says
+// when (after what), as in "tick 3 applied <what>".
+func (r *rig) nothingApplied(t *testing.T, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case tick := <-r.got:
+		t.Fatalf("tick %d %s", tick, what)
+	case <-time.After(d):
+	}
+}
+
 func (r *rig) wait(t *testing.T, within time.Duration) Applied {
 	t.Helper()
 	select {
@@ -120,11 +131,7 @@ func TestSharesDateTheTick(t *testing.T) {
 		t.Errorf("latency %v, want at least the 3 ms since the stamp", ap.Latency)
 	}
 	r.send(t, codec.RoleSensor, codec.KindTick, 1, codec.TickPayload{SentUnixNano: sent})
-	select {
-	case tick := <-r.got:
-		t.Fatalf("tick %d applied again after its notice", tick)
-	case <-time.After(60 * time.Millisecond):
-	}
+	r.nothingApplied(t, 60*time.Millisecond, "applied again after its notice")
 }
 
 // A tick whose shares never come is known from the sensor's notice, which
@@ -182,11 +189,7 @@ func TestSupersededDeadlineAppliesNothing(t *testing.T) {
 	if ap := r.wait(t, time.Second); ap.Tick != 2 || ap.Miss {
 		t.Fatalf("applied %+v, want tick 2", ap)
 	}
-	select {
-	case tick := <-r.got:
-		t.Fatalf("tick %d reported after tick 2", tick)
-	case <-time.After(200 * time.Millisecond): // past tick 1's deadline
-	}
+	r.nothingApplied(t, 200*time.Millisecond, "reported after tick 2") // past tick 1's deadline
 	if got := testutil.ToFloat64(m.Misses.WithLabelValues("loop1")); got != 1 {
 		t.Errorf("%v misses counted for a superseded tick, want 1", got)
 	}
@@ -203,11 +206,7 @@ func TestNothingAppliedAfterStop(t *testing.T) {
 	r.a.stop()
 	r.share(t, 0, 2, now)
 	r.share(t, 1, 2, now)
-	select {
-	case tick := <-r.got:
-		t.Fatalf("tick %d applied after the actuator stopped", tick)
-	case <-time.After(200 * time.Millisecond): // past tick 1's deadline
-	}
+	r.nothingApplied(t, 200*time.Millisecond, "applied after the actuator stopped") // past tick 1's deadline
 	if got := metrics.Sum(m.Misses) + metrics.Sum(m.Rejects) + metrics.Sum(m.Ticks); got != 0 {
 		t.Errorf("%v misses, rejects and ticks counted after the actuator stopped, want 0", got)
 	}
@@ -250,11 +249,7 @@ func TestWatchdogAppliesFailSafeOnce(t *testing.T) {
 	misses := func() float64 { return testutil.ToFloat64(r.a.opt.Metrics.Misses.WithLabelValues("loop1")) }
 	// Before the first input (the sensor waiting for the plant, say) it
 	// does not fire.
-	select {
-	case tick := <-r.got:
-		t.Fatalf("tick %d applied before any input", tick)
-	case <-time.After(2 * watchdog):
-	}
+	r.nothingApplied(t, 2*watchdog, "applied before any input")
 
 	r.share(t, 0, 1, time.Now().UnixNano())
 	r.share(t, 1, 1, time.Now().UnixNano())
@@ -266,11 +261,7 @@ func TestWatchdogAppliesFailSafeOnce(t *testing.T) {
 	if quiet := time.Since(at); ap.Tick != 2 || !ap.Miss || ap.U[0] != 0 || quiet < watchdog-10*time.Millisecond {
 		t.Fatalf("after %v of silence: %+v; want the zero fail-safe as tick 2, after %v", quiet, ap, watchdog)
 	}
-	select {
-	case tick := <-r.got:
-		t.Fatalf("tick %d applied after the watchdog's; want the fail-safe once", tick)
-	case <-time.After(3 * watchdog):
-	}
+	r.nothingApplied(t, 3*watchdog, "applied after the watchdog's; want the fail-safe once")
 	if m := misses(); m != 1 {
 		t.Fatalf("%v misses counted, want 1", m)
 	}
@@ -539,11 +530,7 @@ func TestTickBeyondMaxTickRefused(t *testing.T) {
 	if got := malformed() - before; got != 2 {
 		t.Fatalf("shares of tick 2^64-1: %v malformed rejects, want 2", got)
 	}
-	select {
-	case tick := <-r.got:
-		t.Fatalf("tick %d applied", tick)
-	case <-time.After(60 * time.Millisecond):
-	}
+	r.nothingApplied(t, 60*time.Millisecond, "applied")
 	r.share(t, 0, 1, time.Now().UnixNano())
 	r.share(t, 1, 1, time.Now().UnixNano())
 	if ap := r.wait(t, time.Second); ap.Tick != 1 || ap.Miss || ap.U[0] != 1.5 {
@@ -573,11 +560,7 @@ func TestUnannouncedTickRefused(t *testing.T) {
 	if got := malformed() - before; got != 1 {
 		t.Fatalf("one party's share of tick 2^40: %v malformed rejects, want 1", got)
 	}
-	select {
-	case tick := <-r.got:
-		t.Fatalf("tick %d applied after one party's share of tick 2^40", tick)
-	case <-time.After(100 * time.Millisecond):
-	}
+	r.nothingApplied(t, 100*time.Millisecond, "applied after one party's share of tick 2^40")
 	r.share(t, 0, 2, now())
 	r.share(t, 1, 2, now())
 	if ap := r.wait(t, time.Second); ap.Tick != 2 || ap.Miss || ap.U[0] != 1.5 {
