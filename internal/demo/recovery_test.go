@@ -486,3 +486,82 @@ func TestSensorWaitsForThePlant(t *testing.T) {
 	}
 	checkBound(t, c, s)
 }
+
+// TestQueueRecreatedWhilePartiesDown: the loop's offline queue deleted and
+// set up again while both parties are down (`nats stream rm`, then the
+// sensor restarted, as README's upgrade notes prescribe) numbers its items
+// from 1 again. The restarted parties restore a high-water mark of the old
+// queue; they start again from the new queue's first item. Before, they
+// discarded every item up to the old mark, every tick missing until the
+// dealers had published past it.
+func TestQueueRecreatedWhilePartiesDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real-time test")
+	}
+	cs, ps := pendulum(t)
+	c := startWith(t, Options{Controller: cs, Plant: ps, Variant: mpc.PerTick, Compress: true, Fast: true,
+		Period: 40 * time.Millisecond, Deadline: 250 * time.Millisecond, Dealers: 1, LowWater: 30, QueueMax: 60, ItemsPerMsg: 1}, 30)
+	const before = 150 // items taken from the old queue: more than the new one holds (60)
+	if err := c.RunTicks(context.Background(), before); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	c.KillParty(0)
+	c.KillParty(1)
+	nc, _, _, err := c.connAs("operator", codec.RoleSensor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := js.DeleteStream(ctx, bus.OfflineStream("pendulum")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RestartSensor(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, bus.OfflineStream("pendulum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := st.CachedInfo().State.LastSeq; last >= before {
+		t.Fatalf("the new queue's last sequence is %d: not recreated below the old high-water mark", last)
+	}
+	discarded := func(i int) float64 { return metrics.Sum(c.Metrics[fmt.Sprintf("party%d", i)].ItemsDiscarded) }
+	for i := range 2 {
+		if err := c.StartParty(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.WaitReady(rctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	v0, _ := c.Parties[0].Status("pendulum")
+	if !v0.Restored {
+		t.Fatal("party0 did not restore its persisted state")
+	}
+	const after = 100
+	from := lastTick(c)
+	if err := c.RunTicks(ctx, after); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	v1, _ := c.Parties[0].Status("pendulum")
+	if v1.Version < v0.Version+after-5 {
+		t.Fatalf("party0 state version %d -> %d over %d ticks on the new queue", v0.Version, v1.Version, after)
+	}
+	if m := missesBetween(c.Records(), from+5, from+after); m > 0 {
+		t.Errorf("%d ticks missed on the new queue after the first five", m)
+	}
+	for i := range 2 {
+		if d := discarded(i); d > 8 {
+			t.Errorf("party%d discarded %v items of the new queue", i, d)
+		}
+	}
+	checkAudit(t, c, before+after-10)
+}

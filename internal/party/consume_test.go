@@ -169,3 +169,98 @@ func TestConsumerMissingAfterStreamDeleted(t *testing.T) {
 		t.Fatalf("lookup after the stream's deletion: %v, want it taken as the consumer gone", err)
 	}
 }
+
+// A loop whose offline consumer, looked up after missed heartbeats, is found
+// under its name but created since the loop started consuming (the queue
+// deleted and set up again while the party ran) stops, naming it: pulls by
+// that name reach the new queue, whose items, numbered from 1 again, are all
+// at or below the loop's high-water mark, so every tick would miss. The
+// consumer the loop started with, found, does not stop it.
+func TestRecreatedConsumerStopsTheLoop(t *testing.T) {
+	defer func(d time.Duration) { consumerRecheck = d }(consumerRecheck)
+	consumerRecheck = 10 * time.Millisecond
+	js, err := jetstream.New(natstest.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	q := bus.OfflineQueue{Loop: "consume-recreated", MaxMsgs: 100}
+	stream, err := bus.EnsureOfflineQueue(ctx, js, q, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.Consumer(ctx, bus.ConsumerName(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Service{js: js, opt: Options{ID: 0, Prefetch: 1,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party")}}
+	w := &worker{s: s, id: 0, loop: q.Loop, perMsg: 1, stop: make(chan struct{})}
+	done := make(chan struct{})
+	defer close(done)
+	onErr := w.consumeErrs(ctx, stream, cons.CachedInfo().Created, done)
+	looking := func() bool { return goroutinesIn("party.(*worker).consumeErrs.func") == 0 }
+
+	onErr(nil, jetstream.ErrNoHeartbeat)
+	waitUntil(t, "the lookup of the consumer the loop started with ended", looking)
+	select {
+	case <-w.stop:
+		t.Fatalf("the loop stopped with its own consumer found: %v", *w.stopErr.Load())
+	default:
+	}
+
+	if err := js.DeleteStream(ctx, bus.OfflineStream(q.Loop)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.EnsureOfflineQueue(ctx, js, q, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	onErr(nil, jetstream.ErrNoHeartbeat)
+	select {
+	case <-w.stop:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the loop did not stop within 5 s of finding its consumer created again")
+	}
+	if e := w.stopErr.Load(); e == nil || !errors.Is(*e, errQueueRecreated) {
+		t.Fatalf("stopped with %v, want errQueueRecreated", e)
+	}
+}
+
+// A loop that starts consuming with a high-water mark beyond its queue's
+// last sequence (a state record of a queue since deleted and set up again)
+// takes items from the new queue's start; one at or below it is kept.
+func TestHighWaterMarkOfAnOldQueue(t *testing.T) {
+	js, err := jetstream.New(natstest.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	q := bus.OfflineQueue{Loop: "consume-old-hwm", MaxMsgs: 100}
+	if _, err := bus.EnsureOfflineQueue(ctx, js, q, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	const last = 3
+	for range last {
+		if _, err := js.Publish(ctx, bus.OfflineSubject(q.Loop), []byte("not an item")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ hwm, want uint64 }{
+		{itemID(last, 0xff), itemID(last, 0xff)}, // the last message's items, all taken
+		{itemID(last+1, 0), 0},                   // beyond the queue: an old queue's
+		{itemID(1<<40, 7), 0},
+	} {
+		s := &Service{js: js, opt: Options{ID: 0, Prefetch: 1,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party")}}
+		w := &worker{s: s, id: 0, loop: q.Loop, perMsg: 1, stop: make(chan struct{}), hwm: c.hwm, minSeq: c.hwm + 1, burn: 2}
+		stop, err := w.consume(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		if w.hwm != c.want || (c.want == 0) != (w.minSeq == 0 && w.burn == 0) {
+			t.Errorf("high-water mark %#x with the queue's last sequence %d: now %#x (minSeq %#x, burn %d), want %#x",
+				c.hwm, last, w.hwm, w.minSeq, w.burn, c.want)
+		}
+	}
+}

@@ -190,6 +190,7 @@ func (w *worker) consume(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("offline consumer: %w", err)
 	}
+	w.fromNewQueue(stream.CachedInfo().State.LastSeq)
 	// The consumer acknowledges on delivery (see bus.EnsureOfflineQueue):
 	// an item is consumed before this party can use it. The callback only
 	// queues the raw item; it is opened and decoded by stageItem after a
@@ -227,7 +228,7 @@ func (w *worker) consume(ctx context.Context) (stop func(), err error) {
 		case <-done:
 		}
 	}, jetstream.PullMaxMessages(pull), jetstream.PullThresholdMessages(pullThreshold(pull)), jetstream.PullExpiry(pullExpiry),
-		jetstream.ConsumeErrHandler(w.consumeErrs(ctx, stream, done)))
+		jetstream.ConsumeErrHandler(w.consumeErrs(ctx, stream, cons.CachedInfo().Created, done)))
 	if err != nil {
 		return nil, fmt.Errorf("offline consume: %w", err)
 	}
@@ -236,6 +237,31 @@ func (w *worker) consume(ctx context.Context) (stop func(), err error) {
 		close(done)
 	}, nil
 }
+
+// fromNewQueue starts a restored loop from the first item of a queue that
+// was deleted and set up again (`nats stream rm`, then the sensor) since its
+// state record was written: the new queue numbers its items from 1 again, so
+// a high-water mark beyond its last sequence (last) is the old queue's.
+// Kept, every item up to it would be discarded, every tick missing until the
+// dealers had published past it (at 25 Hz, 90,000 items an hour of the old
+// queue's life). Within one stream an item taken is never beyond the last
+// sequence. A broker that lies about it gains nothing: the item serials
+// restored with the record still refuse an item used before.
+func (w *worker) fromNewQueue(last uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.hwm>>8 <= last {
+		return
+	}
+	w.s.opt.Log.Warn("offline queue set up anew since the state record was written (its last sequence is below the last item taken): taking items from its start",
+		"party", w.id, "loop", w.loop, "hwm", w.hwm>>8, "last_seq", last)
+	w.hwm, w.minSeq, w.burn = 0, 0, 0
+}
+
+// errQueueRecreated: the loop's offline consumer was found under its name
+// but created after the loop started consuming, as when the queue is
+// deleted and set up again while the party runs.
+var errQueueRecreated = errors.New("the offline consumer was created again since the loop started (the queue set up anew)")
 
 // consumeErrs reports the offline consumer's errors, which the client
 // otherwise drops: each error the first time and then once a minute. A
@@ -246,7 +272,7 @@ func (w *worker) consume(ctx context.Context) (stop func(), err error) {
 // party is restarted (and fails to start, saying why, until the sensor has
 // set the queue up again). Before, the loop ran on without items and the
 // party stayed ready.
-func (w *worker) consumeErrs(ctx context.Context, stream jetstream.Stream, done chan struct{}) func(jetstream.ConsumeContext, error) {
+func (w *worker) consumeErrs(ctx context.Context, stream jetstream.Stream, created time.Time, done chan struct{}) func(jetstream.ConsumeContext, error) {
 	logs := bus.NewLogLimit()
 	var checking atomic.Bool
 	return func(_ jetstream.ConsumeContext, err error) {
@@ -271,8 +297,17 @@ func (w *worker) consumeErrs(ctx context.Context, stream jetstream.Stream, done 
 						}
 					}
 					cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-					_, cerr = stream.Consumer(cctx, bus.ConsumerName(w.id))
+					var c jetstream.Consumer
+					c, cerr = stream.Consumer(cctx, bus.ConsumerName(w.id))
 					cancel()
+					if cerr == nil && !c.CachedInfo().Created.Equal(created) {
+						// Pulls by its name would reach the new queue,
+						// whose items (numbered from 1 again) are all at
+						// or below the high-water mark. Restarted, the
+						// party takes them from the start (fromNewQueue).
+						cerr = errQueueRecreated
+						break
+					}
 					if !consumerMissing(cerr) {
 						return
 					}
