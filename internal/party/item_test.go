@@ -140,6 +140,16 @@ func TestTrimItemsMulti(t *testing.T) {
 	if rs := p1.trimItems(itemMsgs(t, old...), seq); len(rs) != 1 || !errors.Is(rs[0].err, errEarlierEpoch) || rs[0].items != 4 {
 		t.Errorf("an earlier set-up's message: %d items, err %v, standing for %d; want one errEarlierEpoch for 4", len(rs), rs[0].err, rs[0].items)
 	}
+	// ... also with more items than this set-up's limit (a new set-up with
+	// fewer items a message): before, refused as malformed, counted as one.
+	p1.perMsg = 1
+	if rs := p1.trimItems(itemMsgs(t, old...), seq); len(rs) != 1 || !errors.Is(rs[0].err, errEarlierEpoch) || rs[0].items != 4 {
+		t.Errorf("an earlier set-up's 4-item message, 1 allowed now: %d items, err %v, standing for %d; want one errEarlierEpoch for 4", len(rs), rs[0].err, rs[0].items)
+	}
+	if rs := p1.trimItems(data, seq); len(rs) != 1 || !errors.Is(rs[0].err, codec.ErrMalformed) || rs[0].items != 4 {
+		t.Errorf("this set-up's 4-item message, 1 allowed: %d items, err %v, standing for %d; want one ErrMalformed for 4", len(rs), rs[0].err, rs[0].items)
+	}
+	p1.perMsg = 4
 	if rs := p1.trimItems(append(bytes.Clone(data), 0xc0), seq); len(rs) != 1 || rs[0].err == nil {
 		t.Error("trailing byte after the items accepted")
 	}

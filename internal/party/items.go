@@ -74,7 +74,12 @@ var errEarlierEpoch = errors.New("offline item of an earlier set-up")
 // is seq<<8 | its index in the message (itemID); an error is one rawItem
 // that carries it.
 func (w *worker) trimItems(data []byte, seq uint64) []rawItem {
-	its, err := codec.PeekItemsAppend(w.peeked[:0], data, w.perMsg, w.loop)
+	// Peeked up to the largest count any set-up takes, and held to this
+	// set-up's after the epoch: a message of an earlier set-up with more
+	// items a message (DUET_ITEMS_PER_MSG lowered in a new set-up) is
+	// discarded with its items counted, as any earlier set-up's, not
+	// refused as malformed, which made DuetMalformedMessages fire.
+	its, err := codec.PeekItemsAppend(w.peeked[:0], data, codec.MaxItemsPerMsg, w.loop)
 	w.peeked = its
 	defer clear(its) // keeps nothing of data alive
 	if err != nil {
@@ -85,6 +90,8 @@ func (w *worker) trimItems(data []byte, seq uint64) []rawItem {
 		return []rawItem{{seq: itemID(seq, 0), items: len(its), err: fmt.Errorf("%w: item of epoch %d, the set-up's is %d", errEarlierEpoch, it.Epoch, w.epoch)}}
 	} else if it.Loop != w.loop || it.Epoch != w.epoch {
 		return []rawItem{{seq: itemID(seq, 0), items: len(its), err: fmt.Errorf("%w: item for loop %q epoch %d, want %q epoch %d", codec.ErrHeader, it.Loop, it.Epoch, w.loop, w.epoch)}}
+	} else if len(its) > max(1, w.perMsg) {
+		return []rawItem{{seq: itemID(seq, 0), items: len(its), err: fmt.Errorf("%w: %d items in one stream message, the set-up's limit is %d", codec.ErrMalformed, len(its), max(1, w.perMsg))}}
 	}
 	out := make([]rawItem, len(its))
 	own := 0
