@@ -132,3 +132,21 @@ const MaxOfflineMsg = 256 << 10
 func ItemsPerMsg(want, itemBytes, limit int) int {
 	return max(1, min(want, limit/max(1, itemBytes)))
 }
+
+// ItemTooLarge says why an offline item of material bytes cannot travel, or
+// returns "" when it can. One stream message holds one item at the least; the
+// NATS server refuses a message over its max_payload (mp, 0 when unknown),
+// and every duet service refuses one over codec.MaxEnvelope (4 MiB), a bound
+// that raising max_payload does not lift. Only the material is checked: the
+// overhead is an upper bound, and an item just over a limit is left to the
+// dealers, which log it.
+func ItemTooLarge(material int, mp int64) string {
+	const remedy = "use seed compression (DUET_COMPRESS) or a smaller controller"
+	if material > codec.MaxEnvelope && (mp <= 0 || mp > codec.MaxEnvelope) {
+		return fmt.Sprintf("an offline item holds %d bytes of material, over the %d bytes a duet service takes in one message (whatever the NATS server's max_payload): %s", material, codec.MaxEnvelope, remedy)
+	}
+	if mp > 0 && int64(material) > mp {
+		return fmt.Sprintf("an offline item holds %d bytes of material, over the NATS server's max_payload of %d: raise max_payload (duet takes up to %d bytes), %s", material, mp, codec.MaxEnvelope, remedy)
+	}
+	return ""
+}

@@ -1,6 +1,11 @@
 package bus
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"github.com/duet-mpc/duet/pkg/codec"
+)
 
 func TestSubjectLoop(t *testing.T) {
 	for _, c := range []struct{ subject, loop string }{
@@ -30,6 +35,32 @@ func TestItemsPerMsg(t *testing.T) {
 	} {
 		if got := ItemsPerMsg(c.want, c.item, c.limit); got != c.got {
 			t.Errorf("ItemsPerMsg(%d, %d, %d) = %d, want %d", c.want, c.item, c.limit, got, c.got)
+		}
+	}
+}
+
+// An item over codec.MaxEnvelope is refused whatever max_payload allows
+// (before, a max_payload raised to 8 MB let a 5-MB item through, and every
+// refill then failed); one over max_payload names it; one within both fits.
+func TestItemTooLarge(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		material int
+		mp       int64
+		want     string // "" fits
+	}{
+		{1136, mib, ""},
+		{mib, mib, ""},
+		{mib + 1, mib, "max_payload of 1048576"},
+		{5 * mib, 8 * mib, "whatever the NATS server's max_payload"},
+		{5 * mib, 0, "whatever the NATS server's max_payload"},
+		{5 * mib, mib, "max_payload of 1048576"},
+		{codec.MaxEnvelope, 8 * mib, ""},
+		{2 * mib, 0, ""},
+	} {
+		got := ItemTooLarge(c.material, c.mp)
+		if (got == "") != (c.want == "") || !strings.Contains(got, c.want) {
+			t.Errorf("ItemTooLarge(%d, %d) = %q, want %q", c.material, c.mp, got, c.want)
 		}
 	}
 }

@@ -298,14 +298,13 @@ func (d *Dealer) register(ctx context.Context, wg *sync.WaitGroup, key string, d
 	if len(sp.Secret) != 32 {
 		return fmt.Errorf("%w: session secret has %d bytes", codec.ErrMalformed, len(sp.Secret))
 	}
-	// An item the server cannot carry is refused before any is made: its
-	// generator would build hundreds of MB of material (n = 1,000) every
-	// refill round only to fail to publish it. The sensor refuses such a
-	// set-up itself; this guards against one that did not. (Its material
-	// alone is checked, as the sensor does.)
+	// An item the server or the parties cannot carry is refused before any
+	// is made: its generator would build hundreds of MB of material (n =
+	// 1,000) every refill round only to fail to publish it. The sensor
+	// refuses such a set-up itself; this guards against one that did not.
 	var tooLarge error
-	if material, mp := mpc.DealerBytesPerTick(prm, sp.Compress), d.nc.MaxPayload(); mp > 0 && int64(material) > mp {
-		tooLarge = fmt.Errorf("%w: loop %s: an item holds %d bytes of material, over the NATS server's max_payload of %d", codec.ErrTooLarge, h.Loop, material, mp)
+	if why := bus.ItemTooLarge(mpc.DealerBytesPerTick(prm, sp.Compress), d.nc.MaxPayload()); why != "" {
+		tooLarge = fmt.Errorf("%w: loop %s: %s", codec.ErrTooLarge, h.Loop, why)
 	}
 	var gen *mpc.Dealer
 	if tooLarge == nil {

@@ -159,14 +159,12 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	// An item is one stream message at the least: one the server cannot
-	// carry would leave the dealers failing every refill and the loop with
-	// no item, so the set-up is refused here, naming the limit.
-	// (Its material alone is checked: the overhead is an upper bound, and
-	// an item just over the limit is left to the dealers, which log it.)
+	// An item is one stream message at the least: one the server or the
+	// services cannot carry would leave the dealers failing every refill and
+	// the loop with no item, so the set-up is refused here, naming the limit.
 	material := mpc.DealerBytesPerTick(rz.Params, opt.Compress)
-	if mp := nc.MaxPayload(); mp > 0 && int64(material) > mp {
-		return nil, fmt.Errorf("sensor: loop %s: an offline item holds %d bytes of material, over the NATS server's max_payload of %d: raise max_payload, use seed compression (DUET_COMPRESS), or a smaller controller", opt.Loop, material, mp)
+	if why := bus.ItemTooLarge(material, nc.MaxPayload()); why != "" {
+		return nil, fmt.Errorf("sensor: loop %s: %s", opt.Loop, why)
 	}
 	itemBytes := material + itemOverhead
 	// Large items go fewer to a stream message (the dealers do the same
