@@ -435,21 +435,30 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 			s.opt.OnTick(t, y, up)
 		}
 		now := time.Now().UnixNano()
+		var err0, err1 error
 		if masked {
 			mp := codec.MeasureMaskedPayload{Item: item, T: codec.PutMatrix(f, ty), SentUnixNano: now}
-			s.publish(codec.KindMeasureMasked, codec.RoleParty0, bus.MeasureSubject(s.opt.Loop, 0), t, mp)
-			s.publish(codec.KindMeasureMasked, codec.RoleParty1, bus.MeasureSubject(s.opt.Loop, 1), t, mp)
+			err0 = s.publish(codec.KindMeasureMasked, codec.RoleParty0, bus.MeasureSubject(s.opt.Loop, 0), t, mp)
+			err1 = s.publish(codec.KindMeasureMasked, codec.RoleParty1, bus.MeasureSubject(s.opt.Loop, 1), t, mp)
 		} else {
-			s.publish(codec.KindMeasure, codec.RoleParty0, bus.MeasureSubject(s.opt.Loop, 0), t, codec.MeasurePayload{Y: codec.PutMatrix(f, y0), SentUnixNano: now})
-			s.publish(codec.KindMeasure, codec.RoleParty1, bus.MeasureSubject(s.opt.Loop, 1), t, codec.MeasurePayload{Y: codec.PutMatrix(f, y1), SentUnixNano: now})
+			err0 = s.publish(codec.KindMeasure, codec.RoleParty0, bus.MeasureSubject(s.opt.Loop, 0), t, codec.MeasurePayload{Y: codec.PutMatrix(f, y0), SentUnixNano: now})
+			err1 = s.publish(codec.KindMeasure, codec.RoleParty1, bus.MeasureSubject(s.opt.Loop, 1), t, codec.MeasurePayload{Y: codec.PutMatrix(f, y1), SentUnixNano: now})
 		}
-		s.lastSent = t
-		s.opt.Metrics.Ticks.WithLabelValues(s.opt.Loop).Inc()
+		s.lastSent = t // one share may have gone
+		if err := errors.Join(err0, err1); err != nil {
+			// The connection refused them (closed, or its reconnect buffer
+			// full in a long outage): the tick is lost, a miss, not a tick
+			// sent; the notice still goes, in case the connection is back.
+			s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
+			s.warnLost("measurement not published", t, err)
+		} else {
+			s.opt.Metrics.Ticks.WithLabelValues(s.opt.Loop).Inc()
+		}
 		s.used(resume, t)
 		if !s.waitNotice(ctx) {
 			return nil
 		}
-		s.publish(codec.KindTick, codec.RoleActuator, bus.TickSubject(s.opt.Loop), t, codec.TickPayload{SentUnixNano: now})
+		s.notify(t, now)
 	}
 	return nil
 }
@@ -502,7 +511,14 @@ func (s *Sensor) missed(resume chan uint64, why string, t uint64, err error) {
 // plant keeping the last input; the notice is all the tick sends.
 func (s *Sensor) lost(resume chan uint64, t uint64) {
 	s.used(resume, t)
-	s.publish(codec.KindTick, codec.RoleActuator, bus.TickSubject(s.opt.Loop), t, codec.TickPayload{SentUnixNano: time.Now().UnixNano()})
+	s.notify(t, time.Now().UnixNano())
+}
+
+// notify sends the actuator tick t's notice, stamped sent (Unix ns).
+func (s *Sensor) notify(t uint64, sent int64) {
+	if err := s.publish(codec.KindTick, codec.RoleActuator, bus.TickSubject(s.opt.Loop), t, codec.TickPayload{SentUnixNano: sent}); err != nil {
+		s.warnLost("tick notice not published", t, err)
+	}
 }
 
 // waitNotice waits Options.NoticeDelay after a tick's measurements; false
@@ -525,20 +541,19 @@ func (s *Sensor) waitNotice(ctx context.Context) bool {
 	}
 }
 
-func (s *Sensor) publish(kind codec.Kind, to codec.Role, subj string, tick uint64, payload any) {
+func (s *Sensor) publish(kind codec.Kind, to codec.Role, subj string, tick uint64, payload any) error {
 	body, err := codec.Marshal(payload)
 	if err != nil {
-		s.opt.Log.Error("marshal", "err", err)
-		return
+		return fmt.Errorf("encoding %v for %v: %w", kind, to, err)
 	}
 	env, err := s.sealer.Seal(codec.Header{Kind: kind, Loop: s.opt.Loop, Tick: tick, From: codec.RoleSensor, To: to}, body)
 	if err != nil {
-		s.opt.Log.Error("seal", "err", err)
-		return
+		return fmt.Errorf("sealing %v for %v: %w", kind, to, err)
 	}
 	if err := s.nc.Publish(subj, env); err != nil {
-		s.opt.Log.Warn("publish", "subject", subj, "err", err)
+		return fmt.Errorf("publishing %v on %s: %w", kind, subj, err)
 	}
+	return nil
 }
 
 // readPlant asks the plant for y_t (request/reply, sealed both ways).
