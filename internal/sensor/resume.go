@@ -41,6 +41,11 @@ type record struct {
 	// to (setupRoles; codec.Sealer.PeerKeys); absent in records of earlier
 	// releases, which are resumed as before.
 	Keys []byte `msgpack:"keys,omitempty"`
+	// Params are the parameters the set-up was made with, as resolved from
+	// the controller (the modulus, with "modulus": "auto", by this build's
+	// sizing); absent in records of earlier releases, which are resumed as
+	// before and stamped with the parameters this build resolves.
+	Params *codec.ParamsWire `msgpack:"params,omitempty"`
 }
 
 // setupRoles are the roles the sensor seals a set-up record to.
@@ -54,13 +59,19 @@ var setupRoles = []codec.Role{codec.RoleParty0, codec.RoleParty1, codec.RoleActu
 // key was rotated alone cannot open the records sealed to its old key, and
 // would wait for a new set-up for ever. Nor can one whose items per
 // message or next tick is out of range (the record is the sensor's own, so
-// only a fault puts them there).
-func resumable(rec record, digest, keys [32]byte) (bool, string) {
+// only a fault puts them there). Nor can one whose parameters differ from
+// those this build resolves from the same controller (params): the digest
+// covers the controller as written, and a build whose modulus sizing chose
+// another modulus would share the measurements in a field the parties do
+// not compute in, every u wrong.
+func resumable(rec record, digest, keys [32]byte, params *codec.ParamsWire) (bool, string) {
 	switch {
 	case rec.Wire != codec.Version:
 		return false, fmt.Sprintf("the stored set-up was sealed with wire version %d (0: version 1), this build speaks %d", rec.Wire, codec.Version)
 	case rec.Digest != digest:
 		return false, "controller or options changed"
+	case rec.Params != nil && params != nil && *rec.Params != *params:
+		return false, fmt.Sprintf("the parameters resolved from the controller, %+v, differ from the stored set-up's, %+v (another build's modulus sizing)", *params, *rec.Params)
 	case len(rec.Keys) > 0 && !bytes.Equal(rec.Keys, keys[:]):
 		return false, "the public key of a role the set-up is sealed to (party0, party1, the actuator or the dealers) changed"
 	case rec.ItemsPerMsg < 0 || rec.ItemsPerMsg > codec.MaxItemsPerMsg:
@@ -81,6 +92,16 @@ func (s *Sensor) digest() [32]byte {
 		Z bool
 	}{s.opt.Controller, s.opt.Variant.String(), s.opt.Compress})
 	return sha256.Sum256(b)
+}
+
+// params are the set-up's parameters as the resume record holds them (nil
+// for a Sensor that New did not make, as some tests build one).
+func (s *Sensor) params() *codec.ParamsWire {
+	if s.rz.Params.Field == nil {
+		return nil
+	}
+	p := codec.PutParams(s.rz.Params)
+	return &p
 }
 
 func (s *Sensor) recordKey() string { return bus.SetupKey(s.opt.Loop, codec.RoleSensor) }
@@ -113,7 +134,7 @@ func (s *Sensor) resume(ctx context.Context) (bool, error) {
 		}
 		return false, nil
 	}
-	if ok, why := resumable(rec, s.digest(), s.sealer.PeerKeys(setupRoles...)); !ok {
+	if ok, why := resumable(rec, s.digest(), s.sealer.PeerKeys(setupRoles...), s.params()); !ok {
 		// The parties and the actuator read their set-up at start only: a
 		// new one reaches them when they restart.
 		s.opt.Log.Warn(why+"; starting a new set-up (a new epoch, ticks from 1): restart the parties, the actuator and the plant of this loop too", "loop", s.opt.Loop)
@@ -143,7 +164,7 @@ func (s *Sensor) saveRecord(ctx context.Context, next uint64) error {
 	}
 	if s.opt.StateKey != nil && s.kv != nil {
 		keys := s.sealer.PeerKeys(setupRoles...)
-		data, err := codec.SealRecord(s.opt.StateKey, s.recordKey(), record{Epoch: s.epoch, Digest: s.digest(), NextTick: next, ItemsPerMsg: s.itemsPerMsg(), Wire: codec.Version, Keys: keys[:]})
+		data, err := codec.SealRecord(s.opt.StateKey, s.recordKey(), record{Epoch: s.epoch, Digest: s.digest(), NextTick: next, ItemsPerMsg: s.itemsPerMsg(), Wire: codec.Version, Keys: keys[:], Params: s.params()})
 		if err != nil {
 			return err
 		}

@@ -15,13 +15,17 @@ import (
 	"github.com/duet-mpc/duet/internal/natstest"
 	"github.com/duet-mpc/duet/internal/testkeys"
 	"github.com/duet-mpc/duet/pkg/codec"
+	"github.com/duet-mpc/duet/pkg/mpc"
 )
 
 // TestResumable: a record of this wire version and digest resumes; one of
-// another wire version (or of a release that did not record it) or another
-// digest starts a new set-up, saying why.
+// another wire version (or of a release that did not record it), another
+// digest or other resolved parameters starts a new set-up, saying why.
 func TestResumable(t *testing.T) {
 	d, k := [32]byte{1}, [32]byte{3}
+	prm := codec.ParamsWire{Modulus: "2^127-1", N: 3, M: 1, P: 2, K: 16, L: 20, Lambda: 40, Variant: 1}
+	other := prm
+	other.Modulus = "2^255-19"
 	for _, c := range []struct {
 		name string
 		rec  record
@@ -40,8 +44,11 @@ func TestResumable(t *testing.T) {
 		{"negative items per message", record{Digest: d, Wire: codec.Version, ItemsPerMsg: -1}, false, "items per stream message"},
 		{"last next tick", record{Digest: d, Wire: codec.Version, NextTick: codec.MaxTick - resumeMargin}, true, ""},
 		{"next tick past the receivers' bound", record{Digest: d, Wire: codec.Version, NextTick: codec.MaxTick - resumeMargin + 1}, false, "next tick"},
+		{"same parameters", record{Digest: d, Wire: codec.Version, Params: &prm}, true, ""},
+		{"no parameters recorded (an earlier release)", record{Digest: d, Wire: codec.Version}, true, ""},
+		{"another modulus resolved", record{Digest: d, Wire: codec.Version, Params: &other}, false, "parameters resolved from the controller"},
 	} {
-		ok, why := resumable(c.rec, d, k)
+		ok, why := resumable(c.rec, d, k, &prm)
 		if ok != c.ok || !strings.Contains(why, c.why) || (!ok && why == "") {
 			t.Errorf("%s: resumable = %v, %q; want %v, %q", c.name, ok, why, c.ok, c.why)
 		}
@@ -200,4 +207,51 @@ func setupBucket(t *testing.T) jetstream.KeyValue {
 		t.Fatal(err)
 	}
 	return kv
+}
+
+// A stored set-up made with other parameters than this build resolves from
+// the same controller (another build's modulus sizing, with "modulus":
+// "auto") is not resumed: a new set-up starts, saying why. Before, the
+// digest of the controller as written matched, and the sensor shared the
+// measurements in a field the parties did not compute in. The same
+// parameters resume.
+func TestResumeChecksResolvedParams(t *testing.T) {
+	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Conn(t)
+	sealer := testkeys.Sealers(t)[codec.RoleSensor]
+	key := [32]byte{8}
+	var logs bytes.Buffer
+	setUp := func(modulus string) *Sensor {
+		t.Helper()
+		s, err := New(nc, sealer, Options{Loop: "p", Controller: cs, Variant: mpc.PerTick, Compress: true, StateKey: &key,
+			Log: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if modulus != "" {
+			if s.rz.Params.Field, err = mpc.ParseModulus(modulus); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Setup(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := setUp("")
+	if s := setUp(""); s.epoch != first.epoch {
+		t.Fatalf("the same parameters: epoch %d, want the stored set-up's %d resumed\n%s", s.epoch, first.epoch, logs.String())
+	}
+	other := "2^255-19"
+	if first.rz.Params.Field.Name() == other {
+		other = "2^127-1"
+	}
+	logs.Reset()
+	if s := setUp(other); s.epoch == first.epoch || !strings.Contains(logs.String(), "parameters resolved from the controller") {
+		t.Fatalf("modulus %s against the stored %s: epoch %d (stored %d), want a new set-up, saying why\n%s",
+			other, first.rz.Params.Field.Name(), s.epoch, first.epoch, logs.String())
+	}
 }
