@@ -176,6 +176,32 @@ func (s *Sensor) saveRecord(ctx context.Context, next uint64) error {
 	return nil
 }
 
+// errSetupGone: the set-up bucket is not on the server any more.
+var errSetupGone = errors.New("the set-up bucket is gone")
+
+// setupGone is called while the resume record's writes fail for the
+// resume margin (no measurement is sent meanwhile). It looks the set-up
+// bucket up, at most once a second, and returns an error, which ends Run,
+// if the server answers that it is gone: a NATS server restarted on memory
+// storage (DUET_FILE_STORE=false) or the bucket deleted takes the loop's
+// set-up and queue with it, and the sensor sets a loop up only at start.
+// Before, it ran on sending nothing and stayed ready, and the parties,
+// which stop when their queue goes, could not start again: the loop stood
+// until someone restarted the sensor. A server that does not answer (still
+// restarting) is not taken for a gone bucket.
+func (s *Sensor) setupGone(ctx context.Context) error {
+	if s.js == nil || time.Since(s.setupLooked) < time.Second {
+		return nil
+	}
+	s.setupLooked = time.Now()
+	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := s.js.KeyValue(lctx, bus.SetupBucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	return fmt.Errorf("sensor: loop %s: %w (a NATS server restarted on memory storage, DUET_FILE_STORE=false, or the bucket deleted): exiting, so that the sensor is restarted and sets the loop up again; restart the loop's actuator and plant too once it has", s.opt.Loop, errSetupGone)
+}
+
 // saveRecords writes the resume record for each next tick number it
 // receives, until the channel closes, and keeps the last one stored in
 // savedNext. A write that fails is logged; the record then lags, and once

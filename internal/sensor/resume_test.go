@@ -3,9 +3,11 @@ package sensor
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -253,5 +255,42 @@ func TestResumeChecksResolvedParams(t *testing.T) {
 	if s := setUp(other); s.epoch == first.epoch || !strings.Contains(logs.String(), "parameters resolved from the controller") {
 		t.Fatalf("modulus %s against the stored %s: epoch %d (stored %d), want a new set-up, saying why\n%s",
 			other, first.rz.Params.Field.Name(), s.epoch, first.epoch, logs.String())
+	}
+}
+
+// A sensor whose set-up bucket is gone (a NATS server restarted on memory
+// storage, or the bucket deleted) ends Run with an error saying so once its
+// resume record has failed for the resume margin, so that it is restarted
+// and sets the loop up again: it sets a loop up only at start. Before, it
+// ran on sending nothing, ready, and the loop stood until someone restarted
+// it.
+func TestRunEndsWhenSetupBucketGone(t *testing.T) {
+	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Conn(t)
+	key := [32]byte{9}
+	s, err := New(nc, testkeys.Sealers(t)[codec.RoleSensor], Options{Loop: "gone", Controller: cs, Variant: mpc.PerTick, Compress: true,
+		StateKey: &key, Period: time.Millisecond, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Setup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(t.Context(), bus.SetupBucket); err != nil {
+		t.Fatal(err)
+	}
+	s.plantUp = true // no plant: each tick is lost, its number spent
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err = s.Run(ctx)
+	if !errors.Is(err, errSetupGone) || !strings.Contains(err.Error(), "DUET_FILE_STORE") {
+		t.Fatalf("Run with the set-up bucket gone: %v (context %v), want errSetupGone naming DUET_FILE_STORE", err, ctx.Err())
 	}
 }

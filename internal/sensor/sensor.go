@@ -118,6 +118,8 @@ type Sensor struct {
 	// the waits in a row that ended without them.
 	maskTimer       *time.Timer
 	maskWaitsFailed int
+	// setupLooked is when setupGone last looked the set-up bucket up.
+	setupLooked time.Time
 }
 
 // New resolves the controller (sizing the modulus) and prepares the sensor.
@@ -361,6 +363,9 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 			return nil
 		}
 		if !s.resumeCovers(t) {
+			if err := s.setupGone(ctx); err != nil {
+				return err
+			}
 			if s.ticker == nil {
 				// Fast (simulated time): no time passes while the record
 				// lags, so the tick waits for it, asking for the write
