@@ -433,10 +433,14 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 	}
 	q := &queue{loop: loop, epoch: epoch, prm: prm, gen: gen, rng: mpc.NewPRG(key, [16]byte{}), subj: bus.OfflineSubject(loop), perMsg: perMsg,
 		limit: min(bus.MaxOfflineMsg, int(d.nc.MaxPayload())/2)}
-	if info := stream.CachedInfo(); info != nil && info.Config.MaxMsgs > 0 && info.Config.MaxMsgs*int64(q.perMsg) <= int64(d.opt.LowWater) {
+	var capMsgs int64 // the queue's size in stream messages (0: not known)
+	if info := stream.CachedInfo(); info != nil {
+		capMsgs = max(0, info.Config.MaxMsgs)
+	}
+	if capMsgs > 0 && capMsgs*int64(q.perMsg) <= int64(d.opt.LowWater) {
 		// The sensor sizes the queue (DUET_QUEUE_MAX), the dealer its mark.
 		d.opt.Log.Warn("the offline queue cannot reach DUET_LOW_WATER: every refill will find it full; raise the sensor's DUET_QUEUE_MAX or lower DUET_LOW_WATER",
-			"loop", loop, "queue_items", info.Config.MaxMsgs*int64(q.perMsg), "low_water", d.opt.LowWater)
+			"loop", loop, "queue_items", capMsgs*int64(q.perMsg), "low_water", d.opt.LowWater)
 	}
 	wait := time.NewTimer(d.opt.Poll)
 	wait.Stop()
@@ -462,8 +466,18 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 			if depth < d.opt.LowWater {
 				d.opt.Metrics.LowWater.WithLabelValues(loop).Inc()
 				// One batch per round, then look again: with several replicas
-				// each would otherwise refill the whole deficit.
-				res := d.refill(ctx, q, d.opt.Batch)
+				// each would otherwise refill the whole deficit. No more than
+				// the queue has room for: a larger batch (DUET_BATCH above the
+				// queue's size less the low-water mark) was refused in part
+				// every round, counted as a full queue, its items drawn and
+				// sealed for nothing.
+				// (At least one item: a queue that cannot reach the mark, full,
+				// is still found full and backed off from.)
+				n := d.opt.Batch
+				if capMsgs > 0 {
+					n = max(1, min(n, int(capMsgs)*q.perMsg-depth))
+				}
+				res := d.refill(ctx, q, n)
 				if res == refilled {
 					full = 0
 					continue

@@ -275,7 +275,7 @@ func TestServeWarnsQueueBelowLowWater(t *testing.T) {
 		warn     bool
 	}{{50, true}, {40, true}, {39, false}} {
 		var buf testlog.Buffer
-		startServeWith(t, "pendulum", c.lowWater, 40, 5*time.Millisecond, 50*time.Millisecond, nil, slog.New(slog.NewTextHandler(&buf, nil)))
+		startServeWith(t, "pendulum", c.lowWater, 40, 5*time.Millisecond, 50*time.Millisecond, nil, func(o *Options) { o.Log = slog.New(slog.NewTextHandler(&buf, nil)) })
 		warned := func() bool { return strings.Contains(buf.String(), "cannot reach DUET_LOW_WATER") }
 		for deadline := time.Now().Add(5 * time.Second); c.warn && !warned() && time.Now().Before(deadline); {
 			time.Sleep(10 * time.Millisecond)
@@ -295,9 +295,9 @@ func startServe(t *testing.T, loop string, lowWater int, maxMsgs int64, poll, po
 }
 
 // startServeWith is startServe with the stream's configuration changed by
-// edit (if not nil) before the replica starts, and the replica logging to
-// log (nil: nowhere).
-func startServeWith(t *testing.T, loop string, lowWater int, maxMsgs int64, poll, pollMax time.Duration, edit func(*jetstream.StreamConfig), log *slog.Logger) (jetstream.JetStream, jetstream.Stream, *metrics.Set) {
+// edit (if not nil) before the replica starts, and the replica's options
+// (batches of 8 items, logging nowhere) by opt (if not nil).
+func startServeWith(t *testing.T, loop string, lowWater int, maxMsgs int64, poll, pollMax time.Duration, edit func(*jetstream.StreamConfig), opt func(*Options)) (jetstream.JetStream, jetstream.Stream, *metrics.Set) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	nc := natstest.Conn(t)
@@ -318,10 +318,11 @@ func startServeWith(t *testing.T, loop string, lowWater int, maxMsgs int64, poll
 	}
 	sd, _, _ := testSealers(t)
 	m := metrics.New("d")
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	o := Options{Name: "d", LowWater: lowWater, Batch: 8, Poll: poll, PollMax: pollMax, Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if opt != nil {
+		opt(&o)
 	}
-	d, err := New(nc, sd, Options{Name: "d", LowWater: lowWater, Batch: 8, Poll: poll, PollMax: pollMax, Metrics: m, Log: log})
+	d, err := New(nc, sd, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,4 +388,35 @@ func TestServeDropsDepthWhenChecksFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("the depth exported again", exported)
+}
+
+// A batch larger than the queue has room for (DUET_BATCH above its size
+// less the low-water mark) is cut to the room: before, each refill round
+// published the whole batch, the stream refused the rest, and the round
+// counted as a full queue (duet_queue_full_total) with both parties
+// keeping up, its items drawn and sealed for nothing.
+func TestRefillCutToTheQueuesRoom(t *testing.T) {
+	const maxMsgs, lowWater = 40, 20
+	js, _, m := startServeWith(t, "pendulum", lowWater, maxMsgs, 5*time.Millisecond, 50*time.Millisecond, nil, func(o *Options) { o.Batch = 1000 })
+	ctx := t.Context()
+	cons, err := js.Consumer(ctx, bus.OfflineStream("pendulum"), bus.ConsumerName(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	depth := func() int {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(info.NumPending)
+	}
+	for deadline := time.Now().Add(10 * time.Second); depth() < maxMsgs; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the queue holds %d of %d after 10 s", depth(), maxMsgs)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // rounds that would find it full
+	if full, published := metrics.Sum(m.QueueFull), metrics.Sum(m.ItemsPublished); full != 0 || published != maxMsgs {
+		t.Errorf("%v rounds found the queue full, %v items published; want 0, and the queue's %d", full, published, maxMsgs)
+	}
 }
