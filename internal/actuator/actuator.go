@@ -107,6 +107,11 @@ type Actuator struct {
 	watchOn bool
 	watch   *time.Timer
 	applied time.Time
+	// period is the sensor's tick period as its notices' stamps give it
+	// (noticedSent: the stamp of the notice of tick noticed; 0: none yet):
+	// the watchdog waits at least two periods and the deadline (quiet).
+	period      time.Duration
+	noticedSent int64
 	// stopped: Run has returned; no deadline applies anything after it.
 	stopped bool
 }
@@ -214,8 +219,8 @@ func (a *Actuator) bark() {
 	if !a.watchOn { // stopped as the timer fired
 		return
 	}
-	if quiet := time.Since(a.applied); quiet < a.opt.Watchdog { // an input came as the timer fired
-		a.watch.Reset(a.opt.Watchdog - quiet)
+	if quiet := time.Since(a.applied); quiet < a.quiet() { // an input came as the timer fired, or the period is longer than was known
+		a.watch.Reset(a.quiet() - quiet)
 		return
 	}
 	t := a.lastApp + 1
@@ -225,9 +230,25 @@ func (a *Actuator) bark() {
 	}
 	u := a.failSafeLocked()
 	a.opt.Metrics.Misses.WithLabelValues(a.opt.Loop).Inc()
-	a.opt.Log.Warn("watchdog: nothing applied for a while; fail-safe applied", "loop", a.opt.Loop, "quiet", a.opt.Watchdog, "tick", t, "failsafe", a.opt.FailSafe)
+	a.opt.Log.Warn("watchdog: nothing applied for a while; fail-safe applied", "loop", a.opt.Loop, "quiet", a.quiet(), "tick", t, "failsafe", a.opt.FailSafe)
 	a.applyLocked(t, p, u, 0, true)
 	a.watch.Stop() // once, until an input re-arms it
+}
+
+// maxPeriod bounds the period the notices give (the sensor's DUET_PERIOD is
+// at most a minute), so that stamps far apart cannot put the watchdog off
+// for longer.
+const maxPeriod = time.Minute
+
+// quiet is how long the watchdog waits after an input: Options.Watchdog,
+// and at least two of the sensor's periods and the deadline once its
+// notices have given the period. Before, a sensor period longer than the
+// watchdog (DUET_PERIOD=2s against the default 1s) made it fire between
+// every two ticks: the fail-safe took the next tick's number, whose input
+// was then refused as late, every other tick. (Until two notices have come
+// the period is not known: such a loop's first gap still costs a tick.)
+func (a *Actuator) quiet() time.Duration {
+	return max(a.opt.Watchdog, 2*a.period+a.opt.Deadline)
 }
 
 func (a *Actuator) applySetup(data []byte) error {
@@ -390,7 +411,10 @@ func (a *Actuator) onTick(t uint64, sent int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if t > a.noticed {
-		a.noticed, a.advanced = t, time.Now()
+		if a.noticed > 0 && sent > a.noticedSent {
+			a.period = min(time.Duration((sent-a.noticedSent)/int64(t-a.noticed)), maxPeriod)
+		}
+		a.noticed, a.noticedSent, a.advanced = t, sent, time.Now()
 	}
 	if p := a.entry(t); p != nil {
 		a.date(t, p, sent)
@@ -527,9 +551,9 @@ func (a *Actuator) applyLocked(t uint64, p *pending, u []float64, lat time.Durat
 	if a.watchOn {
 		a.applied = now
 		if a.watch == nil {
-			a.watch = time.AfterFunc(a.opt.Watchdog, a.bark)
+			a.watch = time.AfterFunc(a.quiet(), a.bark)
 		} else {
-			a.watch.Reset(a.opt.Watchdog)
+			a.watch.Reset(a.quiet())
 		}
 	}
 	body, err := codec.Marshal(codec.PlantUPayload{U: u, FailSafe: miss})

@@ -285,6 +285,50 @@ func TestWatchdogAppliesFailSafeOnce(t *testing.T) {
 	}
 }
 
+// A sensor whose period is longer than the watchdog (DUET_PERIOD=2s against
+// the default 1s, here 250 ms against 100 ms) does not lose every other tick
+// to it: once two notices have given the period, the watchdog waits two
+// periods and the deadline. Before, it fired between every two ticks, and
+// the fail-safe took the next tick, whose input was refused as late. (The
+// first gap, before the period is known, still costs one tick.) A sensor
+// that then stops still gets the fail-safe, after the longer wait.
+func TestWatchdogWaitsForASlowSensor(t *testing.T) {
+	const deadline, watchdog, period = 30 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond
+	r := newRig(t, deadline)
+	r.a.opt.Watchdog = watchdog
+	r.a.startWatchdog()
+	defer r.a.stop()
+	tick := func(n uint64) {
+		now := time.Now().UnixNano()
+		r.share(t, 0, n, now)
+		r.share(t, 1, n, now)
+		r.send(t, codec.RoleSensor, codec.KindTick, n, codec.TickPayload{SentUnixNano: now})
+	}
+	start := time.Now()
+	var failSafes []uint64
+	for n := uint64(1); n <= 8; n++ {
+		time.Sleep(time.Until(start.Add(time.Duration(n-1) * period)))
+		tick(n)
+		// Everything applied up to this tick: its own input, or the
+		// watchdog's fail-safe that took its number.
+		for done := false; !done; {
+			ap := r.wait(t, time.Second)
+			if ap.Miss {
+				failSafes = append(failSafes, ap.Tick)
+			}
+			done = ap.Tick >= n
+		}
+	}
+	if len(failSafes) > 1 || len(failSafes) == 1 && failSafes[0] != 2 {
+		t.Fatalf("the watchdog applied the fail-safe as ticks %v with a %v period; want at most tick 2's, before the period was known", failSafes, period)
+	}
+	at := time.Now()
+	ap := r.wait(t, 3*time.Second)
+	if quiet := time.Since(at); ap.Tick != 9 || !ap.Miss || quiet < 2*period {
+		t.Fatalf("the sensor stopped: %+v after %v; want the fail-safe as tick 9 after 2 periods and the deadline (%v)", ap, quiet, 2*period+deadline)
+	}
+}
+
 // A watchdog no longer than the deadline would fire between a tick and its
 // deadline: refused, by the options and by the service's configuration.
 func TestWatchdogLongerThanDeadline(t *testing.T) {

@@ -16,7 +16,7 @@ type Config struct {
 	Loop     string        `envconfig:"LOOP" default:"pendulum" desc:"loop id"`
 	Deadline time.Duration `envconfig:"DEADLINE" default:"30ms" desc:"time after the sensor's publish by which both output shares must arrive (more than 0, at most 1m)"`
 	FailSafe string        `envconfig:"FAILSAFE" default:"zero" desc:"input applied on a missed deadline: zero or hold (repeat the last input)"`
-	Watchdog time.Duration `envconfig:"WATCHDOG" default:"1s" desc:"with nothing applied for this long after an input (nothing reaches the actuator: the sensor, the broker or the network down), apply the fail-safe once, until the next input; 0 turns it off; longer than DUET_DEADLINE, at most 1h"`
+	Watchdog time.Duration `envconfig:"WATCHDOG" default:"1s" desc:"with nothing applied for this long after an input (nothing reaches the actuator: the sensor, the broker or the network down), apply the fail-safe once, until the next input; 0 turns it off; longer than DUET_DEADLINE, at most 1h; it waits at least two of the sensor's periods (from its notices) and DUET_DEADLINE"`
 }
 
 // Validate checks the values.
