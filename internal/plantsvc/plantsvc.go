@@ -10,6 +10,7 @@ package plantsvc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -54,6 +55,10 @@ type Service struct {
 	// that take over, so that a lost input holds the plant up once, for Wait.
 	waitUntil time.Time
 	closed    bool // Run has ended: waiting reads return
+	// diverged is closed when the plant's measurement is first found not
+	// finite (once): Run then ends with errDiverged.
+	diverged     chan struct{}
+	divergedOnce sync.Once
 
 	logs *bus.LogLimit // refused messages' warnings (reject)
 }
@@ -74,7 +79,7 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Service, error) {
 	}
 	metrics.Zero([]string{opt.Loop}, opt.Metrics.Misses) // from the start: metrics.Zero
 	s := &Service{nc: nc, sealer: sealer, opt: opt, guard: codec.NewReplayGuard(),
-		inputs: map[uint64][]float64{}, lastU: make([]float64, opt.Plant.Inputs()), logs: bus.NewLogLimit()}
+		inputs: map[uint64][]float64{}, lastU: make([]float64, opt.Plant.Inputs()), logs: bus.NewLogLimit(), diverged: make(chan struct{})}
 	s.cond = sync.NewCond(&s.mu)
 	return s, nil
 }
@@ -91,13 +96,24 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer subY.Unsubscribe()
-	<-ctx.Done()
+	err = nil
+	select {
+	case <-ctx.Done():
+	case <-s.diverged:
+		err = errDiverged
+	}
 	s.mu.Lock()
 	s.closed = true
 	s.cond.Broadcast()
 	s.mu.Unlock()
-	return nil
+	return err
 }
+
+// errDiverged ends Run when the simulated plant has diverged: it never
+// comes back (no fail-safe undoes a measurement past float64), and the
+// service's health and readiness said nothing of it while every tick was
+// lost; exiting, it is restarted from its initial state.
+var errDiverged = errors.New("plant: the simulated plant diverged (its measurement is not a finite number): exiting, so that it is restarted from its initial state; check its spec: a plant with no saturation and an unstable A diverges when the loop does not stabilize it")
 
 func (s *Service) onInput(m *nats.Msg) {
 	h, body, err := s.sealer.Open(m.Data)
@@ -289,8 +305,9 @@ func (s *Service) read(m *nats.Msg, t uint64) {
 		// malformed, naming neither the plant nor the cause.
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			if ok, notLogged := s.logs.Allow("diverged"); ok {
-				s.opt.Log.Error("plant: the simulated plant diverged, its measurement is not a finite number: reads are not answered; restart the plant (and check its spec: a plant with no saturation and an unstable A diverges when the loop does not stabilize it)", "loop", s.opt.Loop, "tick", t, "output", i, "y", v, "repeats_not_logged", notLogged)
+				s.opt.Log.Error("plant: the simulated plant diverged, its measurement is not a finite number: reads are not answered; the service ends (and check its spec: a plant with no saturation and an unstable A diverges when the loop does not stabilize it)", "loop", s.opt.Loop, "tick", t, "output", i, "y", v, "repeats_not_logged", notLogged)
 			}
+			s.divergedOnce.Do(func() { close(s.diverged) })
 			return
 		}
 	}

@@ -355,9 +355,11 @@ type divergedPlant struct{ countingPlant }
 func (p *divergedPlant) Measure() []float64 { return []float64{math.Inf(1)} }
 
 // TestDivergedPlantNotAnswered: a plant whose measurement is not finite is
-// not answered, and the plant says why, once a minute; before, it sent the
-// value, which the sensor refused as a malformed message, naming neither
-// the plant nor the cause.
+// not answered, says why, once, and its Run ends with errDiverged, so that
+// the service exits and is restarted from its initial state. Before the
+// first, it sent the value, which the sensor refused as a malformed
+// message, naming neither the plant nor the cause; before the last, it ran
+// on, healthy and ready, answering no read again.
 func TestDivergedPlantNotAnswered(t *testing.T) {
 	nc := natstest.Conn(t)
 	sealers := testkeys.Sealers(t)
@@ -368,14 +370,25 @@ func TestDivergedPlantNotAnswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	defer func() { cancel(); <-done }()
 	r := &rig{t: t, nc: nc, sensor: sealers[codec.RoleSensor]}
-	for tick := uint64(1); tick <= 3; tick++ {
-		if y, err := r.read(tick, 200*time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
-			t.Fatalf("tick %d's read: y = %v, %v; want no answer", tick, y, err)
+	for deadline := time.Now().Add(5 * time.Second); nc.NumSubscriptions() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the plant did not subscribe within 5 s")
 		}
+	}
+	if y, err := r.read(1, 200*time.Millisecond); err == nil {
+		t.Fatalf("tick 1's read: y = %v; want no answer", y)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, errDiverged) {
+			t.Fatalf("Run ended with %v, want errDiverged", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run still runs 5 s after the plant diverged")
 	}
 	if got := strings.Count(logged.String(), "the simulated plant diverged"); got != 1 {
 		t.Fatalf("logged %d times, want once:\n%s", got, logged.String())
