@@ -45,6 +45,14 @@ type Env struct {
 func Main(name string, role func() codec.Role, cfg any, common *config.Common, run func(ctx context.Context, env *Env) error) {
 	TuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal asks the service to stop (a party still flushes its
+	// state); once it has, the signals are let go, so that a second Ctrl-C
+	// or SIGTERM ends a shutdown that takes too long, as `duet` does. Before,
+	// they were held until Run returned, and a second one did nothing.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	err := Run(ctx, name, role, cfg, common, os.Args[1:], run)
 	stop()
 	if errors.Is(err, config.ErrHelp) {
