@@ -137,16 +137,22 @@ func ItemsPerMsg(want, itemBytes, limit int) int {
 // returns "" when it can. One stream message holds one item at the least; the
 // NATS server refuses a message over its max_payload (mp, 0 when unknown),
 // and every duet service refuses one over codec.MaxEnvelope (4 MiB), a bound
-// that raising max_payload does not lift. Only the material is checked: the
-// overhead is an upper bound, and an item just over a limit is left to the
-// dealers, which log it.
-func ItemTooLarge(material int, mp int64) string {
+// that raising max_payload does not lift. Against max_payload the material
+// alone is checked (the overhead is an upper bound, and an item just over
+// it is refused by the server, which the dealers log); against MaxEnvelope,
+// which nothing would report, the material with its overhead (overhead: an
+// upper bound of an item's bytes beyond its material).
+func ItemTooLarge(material, overhead int, mp int64) string {
 	const remedy = "use seed compression (DUET_COMPRESS) or a smaller controller"
-	if material > codec.MaxEnvelope && (mp <= 0 || mp > codec.MaxEnvelope) {
-		return fmt.Sprintf("an offline item holds %d bytes of material, over the %d bytes a duet service takes in one message (whatever the NATS server's max_payload): %s", material, codec.MaxEnvelope, remedy)
+	if material+overhead > codec.MaxEnvelope {
+		return fmt.Sprintf("an offline item holds %d bytes of material, over the %d bytes a duet service takes in one message with the item's own (up to %d), whatever the NATS server's max_payload: %s", material, codec.MaxEnvelope, overhead, remedy)
 	}
 	if mp > 0 && int64(material) > mp {
 		return fmt.Sprintf("an offline item holds %d bytes of material, over the NATS server's max_payload of %d: raise max_payload (duet takes up to %d bytes), %s", material, mp, codec.MaxEnvelope, remedy)
 	}
 	return ""
 }
+
+// ItemOverhead bounds an offline item's bytes beyond its material: two
+// sealed envelopes' headers and tags, the item's loop, epoch and nonce.
+const ItemOverhead = 512

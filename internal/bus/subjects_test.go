@@ -39,9 +39,10 @@ func TestItemsPerMsg(t *testing.T) {
 	}
 }
 
-// An item over codec.MaxEnvelope is refused whatever max_payload allows
-// (before, a max_payload raised to 8 MB let a 5-MB item through, and every
-// refill then failed); one over max_payload names it; one within both fits.
+// An item over codec.MaxEnvelope, its overhead counted, is refused whatever
+// max_payload allows (before, a max_payload raised to 8 MB let a 5-MB item
+// through, and every refill then failed), and not told to raise
+// max_payload; one over max_payload names it; one within both fits.
 func TestItemTooLarge(t *testing.T) {
 	const mib = 1 << 20
 	for _, c := range []struct {
@@ -54,13 +55,17 @@ func TestItemTooLarge(t *testing.T) {
 		{mib + 1, mib, "max_payload of 1048576"},
 		{5 * mib, 8 * mib, "whatever the NATS server's max_payload"},
 		{5 * mib, 0, "whatever the NATS server's max_payload"},
-		{5 * mib, mib, "max_payload of 1048576"},
-		{codec.MaxEnvelope, 8 * mib, ""},
+		{5 * mib, mib, "whatever the NATS server's max_payload"},
+		{codec.MaxEnvelope - ItemOverhead, 8 * mib, ""},
+		{codec.MaxEnvelope - ItemOverhead + 1, 8 * mib, "whatever the NATS server's max_payload"},
 		{2 * mib, 0, ""},
 	} {
-		got := ItemTooLarge(c.material, c.mp)
+		got := ItemTooLarge(c.material, ItemOverhead, c.mp)
 		if (got == "") != (c.want == "") || !strings.Contains(got, c.want) {
 			t.Errorf("ItemTooLarge(%d, %d) = %q, want %q", c.material, c.mp, got, c.want)
+		}
+		if c.material > codec.MaxEnvelope && strings.Contains(got, "raise max_payload") {
+			t.Errorf("ItemTooLarge(%d, %d) = %q: raising max_payload cannot help", c.material, c.mp, got)
 		}
 	}
 }

@@ -303,7 +303,7 @@ func (d *Dealer) register(ctx context.Context, wg *sync.WaitGroup, key string, d
 	// 1,000) every refill round only to fail to publish it. The sensor
 	// refuses such a set-up itself; this guards against one that did not.
 	var tooLarge error
-	if why := bus.ItemTooLarge(mpc.DealerBytesPerTick(prm, sp.Compress), d.nc.MaxPayload()); why != "" {
+	if why := bus.ItemTooLarge(mpc.DealerBytesPerTick(prm, sp.Compress), bus.ItemOverhead, d.nc.MaxPayload()); why != "" {
 		tooLarge = fmt.Errorf("%w: loop %s: %s", codec.ErrTooLarge, h.Loop, why)
 	}
 	var gen *mpc.Dealer

@@ -165,10 +165,10 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 	// services cannot carry would leave the dealers failing every refill and
 	// the loop with no item, so the set-up is refused here, naming the limit.
 	material := mpc.DealerBytesPerTick(rz.Params, opt.Compress)
-	if why := bus.ItemTooLarge(material, nc.MaxPayload()); why != "" {
+	if why := bus.ItemTooLarge(material, bus.ItemOverhead, nc.MaxPayload()); why != "" {
 		return nil, fmt.Errorf("sensor: loop %s: %s", opt.Loop, why)
 	}
-	itemBytes := material + itemOverhead
+	itemBytes := material + bus.ItemOverhead
 	// Large items go fewer to a stream message (the dealers do the same
 	// with the real size), and the queue's capacity is sized with that.
 	if k := bus.ItemsPerMsg(opt.ItemsPerMsg, itemBytes, bus.MaxOfflineMsg); k < opt.ItemsPerMsg {
@@ -193,10 +193,6 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 	return &Sensor{nc: nc, js: js, sealer: sealer, opt: opt, rz: rz, rng: mpc.NewPRG(key, [16]byte{}),
 		fc: opt.Controller.NewFloatController(), logs: bus.NewLogLimit()}, nil
 }
-
-// itemOverhead bounds an item's bytes beyond its material: two sealed
-// envelopes' headers and tags, the nonce and the msgpack framing.
-const itemOverhead = 512
 
 // DefaultItemsPerMsg is how many offline items a stream message holds by
 // default: each party then takes one JetStream delivery per 8 ticks.
