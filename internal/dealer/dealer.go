@@ -455,7 +455,7 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 		// pollTimeout, not the JetStream default of 5 s: meanwhile the
 		// parties drain the queue, and a short one may run dry.
 		pctx, cancel := context.WithTimeout(ctx, d.pollTimeout())
-		depth, taken, err := cons.pendingMsgs(pctx, stream)
+		depth, held, taken, err := cons.pendingMsgs(pctx, stream)
 		cancel()
 		next := d.opt.Poll
 		if err == nil {
@@ -471,11 +471,13 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 				// queue's size less the low-water mark) was refused in part
 				// every round, counted as a full queue, its items drawn and
 				// sealed for nothing.
-				// (At least one item: a queue that cannot reach the mark, full,
-				// is still found full and backed off from.)
+				// The room is what the stream holds for the party behind (held),
+				// not the depth (the party ahead's). At least one item: a queue
+				// that cannot reach the mark, full, is still found full and
+				// backed off from.
 				n := d.opt.Batch
 				if capMsgs > 0 {
-					n = max(1, min(n, int(capMsgs)*q.perMsg-depth))
+					n = max(1, min(n, (int(capMsgs)-held)*q.perMsg))
 				}
 				res := d.refill(ctx, q, n)
 				if res == refilled {
@@ -643,27 +645,29 @@ type consumers [2]jetstream.Consumer
 //
 // taken is the stream sequence of the last message delivered to the party
 // that is further ahead: how far the parties have taken the queue, to pace
-// the checks by.
-func (cs *consumers) pendingMsgs(ctx context.Context, stream jetstream.Stream) (depth, taken int, err error) {
+// the checks by. held is the more of the messages not yet delivered: what
+// the stream holds for the party behind, which its MaxMsgs bounds.
+func (cs *consumers) pendingMsgs(ctx context.Context, stream jetstream.Stream) (depth, held, taken int, err error) {
 	depth = -1
 	for i := range cs {
 		var info *jetstream.ConsumerInfo
 		if cs[i] == nil {
 			c, err := stream.Consumer(ctx, bus.ConsumerName(i))
 			if err != nil {
-				return 0, 0, err
+				return 0, 0, 0, err
 			}
 			cs[i], info = c, c.CachedInfo() // the lookup's own info
 		} else if info, err = cs[i].Info(ctx); err != nil {
 			cs[i] = nil
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		if n := int(info.NumPending); depth < 0 || n < depth {
 			depth = n
 		}
+		held = max(held, int(info.NumPending))
 		taken = max(taken, int(info.Delivered.Stream))
 	}
-	return depth, taken, nil
+	return depth, held, taken, nil
 }
 
 // refillResult is how a refill round ended.

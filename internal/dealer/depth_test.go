@@ -32,7 +32,8 @@ func TestPendingMsgsRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Party 0 takes two items, party 1 one: the depth is party 0's 3.
+	// Party 0 takes two items, party 1 one: the depth is party 0's 3, and
+	// the stream holds party 1's 4.
 	take := func(party, n int) {
 		t.Helper()
 		c, err := stream.Consumer(ctx, bus.ConsumerName(party))
@@ -60,12 +61,12 @@ func TestPendingMsgsRequests(t *testing.T) {
 	settle := time.Now().Add(5 * time.Second)
 	for {
 		var fresh consumers
-		depth, taken, err := fresh.pendingMsgs(ctx, stream)
-		if err == nil && depth == 3 && taken == 2 {
+		depth, held, taken, err := fresh.pendingMsgs(ctx, stream)
+		if err == nil && depth == 3 && held == 4 && taken == 2 {
 			break
 		}
 		if time.Now().After(settle) {
-			t.Fatalf("the counts did not settle: depth %d, taken to sequence %d, %v; want 3 and 2", depth, taken, err)
+			t.Fatalf("the counts did not settle: depth %d, held %d, taken to sequence %d, %v; want 3, 4 and 2", depth, held, taken, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -73,12 +74,12 @@ func TestPendingMsgsRequests(t *testing.T) {
 	const checks = 10
 	before := apiRequests(t, js)
 	for i := range checks {
-		depth, taken, err := cs.pendingMsgs(ctx, stream)
+		depth, held, taken, err := cs.pendingMsgs(ctx, stream)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if depth != 3 || taken != 2 {
-			t.Fatalf("check %d: depth %d, taken to sequence %d; want 3 and 2 (party 0's)", i, depth, taken)
+		if depth != 3 || held != 4 || taken != 2 {
+			t.Fatalf("check %d: depth %d, held %d, taken to sequence %d; want 3 and 2 (party 0's) and 4 (party 1's)", i, depth, held, taken)
 		}
 	}
 	// The account-info request that reads the total counts itself.
@@ -93,14 +94,14 @@ func TestPendingMsgsRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := cs.pendingMsgs(ctx, stream); err == nil {
+	if _, _, _, err := cs.pendingMsgs(ctx, stream); err == nil {
 		t.Fatal("a check of deleted consumers succeeded")
 	}
 	if stream, err = bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: "pendulum", MaxMsgs: 100}, 1, false); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
-		_, _, err = cs.pendingMsgs(ctx, stream)
+		_, _, _, err = cs.pendingMsgs(ctx, stream)
 		if err == nil {
 			break
 		}
