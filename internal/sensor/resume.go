@@ -176,30 +176,52 @@ func (s *Sensor) saveRecord(ctx context.Context, next uint64) error {
 	return nil
 }
 
-// errSetupGone: the set-up bucket is not on the server any more.
-var errSetupGone = errors.New("the set-up bucket is gone")
+// errSetupGone: the set-up bucket or the loop's queue is not the one the
+// set-up was made in.
+var errSetupGone = errors.New("the loop's set-up is gone from the server")
 
-// setupGone is called while the resume record's writes fail for the
-// resume margin (no measurement is sent meanwhile). It looks the set-up
-// bucket up, at most once a second, and returns an error, which ends Run,
-// if the server answers that it is gone: a NATS server restarted on memory
+// setupGone is called every tick. Once a resume record write has failed
+// (recordFailed), it looks the set-up bucket's stream and the loop's queue
+// up, at most once a second, until it finds both as Setup left them, and
+// returns an error, which ends Run, if the server answers that either is
+// gone or was created again since: a NATS server restarted on memory
 // storage (DUET_FILE_STORE=false) or the bucket deleted takes the loop's
-// set-up and queue with it, and the sensor sets a loop up only at start.
-// Before, it ran on sending nothing and stayed ready, and the parties,
-// which stop when their queue goes, could not start again: the loop stood
-// until someone restarted the sensor. A server that does not answer (still
-// restarting) is not taken for a gone bucket.
+// set-up records and queue with it (another loop's sensor, restarted first,
+// may have made the bucket again meanwhile), and the sensor sets a loop up
+// only at start. Before, it ran on, ready, sending nothing once its record
+// lagged, or sending measurements to parties that could not start without
+// their set-up: the loop stood until someone restarted the sensor. A server
+// that does not answer (still restarting) is looked at again later.
 func (s *Sensor) setupGone(ctx context.Context) error {
-	if s.js == nil || time.Since(s.setupLooked) < time.Second {
+	if s.js == nil || !s.recordFailed.Load() || time.Since(s.setupLooked) < time.Second {
 		return nil
 	}
 	s.setupLooked = time.Now()
 	lctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if _, err := s.js.KeyValue(lctx, bus.SetupBucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil
+	for _, c := range []struct {
+		stream, what string
+		created      time.Time
+	}{
+		{bus.SetupStream, "the set-up bucket " + bus.SetupBucket, s.bucketCreated},
+		{bus.OfflineStream(s.opt.Loop), "the loop's offline queue " + bus.OfflineStream(s.opt.Loop), s.queueCreated},
+	} {
+		why := ""
+		st, err := s.js.Stream(lctx, c.stream)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			why = "is gone"
+		case err != nil:
+			return nil // no answer: looked at again later
+		case !c.created.IsZero() && !st.CachedInfo().Created.Equal(c.created):
+			why = "was created again"
+		}
+		if why != "" {
+			return fmt.Errorf("sensor: loop %s: %w: %s %s since the set-up was made (a NATS server restarted on memory storage, DUET_FILE_STORE=false, or it was deleted): exiting, so that the sensor is restarted and sets the loop up again; restart the loop's actuator and plant too once it has", s.opt.Loop, errSetupGone, c.what, why)
+		}
 	}
-	return fmt.Errorf("sensor: loop %s: %w (a NATS server restarted on memory storage, DUET_FILE_STORE=false, or the bucket deleted): exiting, so that the sensor is restarted and sets the loop up again; restart the loop's actuator and plant too once it has", s.opt.Loop, errSetupGone)
+	s.recordFailed.Store(false)
+	return nil
 }
 
 // saveRecords writes the resume record for each next tick number it
@@ -217,6 +239,9 @@ func (s *Sensor) saveRecords(ctx context.Context, next <-chan uint64) {
 		wctx, cancel := context.WithTimeout(ctx, time.Second)
 		err := s.saveRecord(wctx, n)
 		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.recordFailed.Store(true) // setupGone looks
+		}
 		switch {
 		case err != nil && ctx.Err() == nil && !failed:
 			s.opt.Log.Warn("writing the resume record", "loop", s.opt.Loop, "next_tick", n, "err", err)

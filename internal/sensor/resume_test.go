@@ -294,3 +294,56 @@ func TestRunEndsWhenSetupBucketGone(t *testing.T) {
 		t.Fatalf("Run with the set-up bucket gone: %v (context %v), want errSetupGone naming DUET_FILE_STORE", err, ctx.Err())
 	}
 }
+
+// After a resume record write has failed, a set-up bucket or loop queue made
+// again since the set-up (another loop's sensor, restarted first, made the
+// bucket again; the record's writes then succeed) is found out too; both as
+// the set-up left them, nothing is, and the sensor stops looking.
+func TestSetupGoneFindsRecreatedStreams(t *testing.T) {
+	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Conn(t)
+	key := [32]byte{10}
+	s, err := New(nc, testkeys.Sealers(t)[codec.RoleSensor], Options{Loop: "again", Controller: cs, Variant: mpc.PerTick, Compress: true,
+		StateKey: &key, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := s.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	look := func() error {
+		s.recordFailed.Store(true)
+		s.setupLooked = time.Time{}
+		return s.setupGone(ctx)
+	}
+	if err := look(); err != nil || s.recordFailed.Load() {
+		t.Fatalf("the set-up intact: %v, still looking %v; want nothing, and no more looks", err, s.recordFailed.Load())
+	}
+	if err := js.DeleteStream(ctx, bus.OfflineStream("again")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: "again", MaxMsgs: 100}, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := look(); !errors.Is(err, errSetupGone) || !strings.Contains(err.Error(), "offline queue DUET_OFFLINE_again was created again") {
+		t.Fatalf("the queue made again: %v, want errSetupGone naming it", err)
+	}
+	s.queueCreated = time.Time{} // not compared: the bucket's turn
+	if err := js.DeleteKeyValue(ctx, bus.SetupBucket); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.EnsureSetupBucket(ctx, js, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := look(); !errors.Is(err, errSetupGone) || !strings.Contains(err.Error(), "set-up bucket duet-setup was created again") {
+		t.Fatalf("the bucket made again: %v, want errSetupGone naming it", err)
+	}
+}

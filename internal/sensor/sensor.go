@@ -118,8 +118,12 @@ type Sensor struct {
 	// the waits in a row that ended without them.
 	maskTimer       *time.Timer
 	maskWaitsFailed int
-	// setupLooked is when setupGone last looked the set-up bucket up.
-	setupLooked time.Time
+	// The set-up bucket's and the loop's queue's streams as Setup found or
+	// made them (their creation times), recordFailed set by a resume record
+	// write that failed, and when setupGone last looked them up.
+	bucketCreated, queueCreated time.Time
+	recordFailed                atomic.Bool
+	setupLooked                 time.Time
 }
 
 // New resolves the controller (sizing the modulus) and prepares the sensor.
@@ -211,7 +215,10 @@ func (s *Sensor) itemsPerMsg() int {
 // items in messages of ItemsPerMsg.
 func (s *Sensor) ensureQueue(ctx context.Context) error {
 	k := int64(s.opt.ItemsPerMsg)
-	_, err := bus.EnsureOfflineQueue(ctx, s.js, bus.OfflineQueue{Loop: s.opt.Loop, MaxMsgs: (s.opt.QueueMax + k - 1) / k}, s.opt.Replicas, s.opt.FileStore)
+	st, err := bus.EnsureOfflineQueue(ctx, s.js, bus.OfflineQueue{Loop: s.opt.Loop, MaxMsgs: (s.opt.QueueMax + k - 1) / k}, s.opt.Replicas, s.opt.FileStore)
+	if err == nil {
+		s.queueCreated = st.CachedInfo().Created
+	}
 	return s.storageErr(err)
 }
 
@@ -246,6 +253,9 @@ func (s *Sensor) Setup(ctx context.Context) error {
 		return s.storageErr(err)
 	}
 	s.kv = kv
+	if st, err := s.js.Stream(ctx, bus.SetupStream); err == nil {
+		s.bucketCreated = st.CachedInfo().Created
+	}
 	if ok, err := s.resume(ctx); err != nil {
 		return err
 	} else if ok {
@@ -358,10 +368,10 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 		} else if ctx.Err() != nil {
 			return nil
 		}
+		if err := s.setupGone(ctx); err != nil {
+			return err
+		}
 		if !s.resumeCovers(t) {
-			if err := s.setupGone(ctx); err != nil {
-				return err
-			}
 			if s.ticker == nil {
 				// Fast (simulated time): no time passes while the record
 				// lags, so the tick waits for it, asking for the write
