@@ -112,6 +112,8 @@ type Actuator struct {
 	// the watchdog waits at least two periods and the deadline (quiet).
 	period      time.Duration
 	noticedSent int64
+	// armed: the watchdog's timer runs (an input since it last fired).
+	armed bool
 	// stopped: Run has returned; no deadline applies anything after it.
 	stopped bool
 }
@@ -233,12 +235,26 @@ func (a *Actuator) bark() {
 	a.opt.Log.Warn("watchdog: nothing applied for a while; fail-safe applied", "loop", a.opt.Loop, "quiet", a.quiet(), "tick", t, "failsafe", a.opt.FailSafe)
 	a.applyLocked(t, p, u, 0, true)
 	a.watch.Stop() // once, until an input re-arms it
+	a.armed = false
 }
 
 // maxPeriod bounds the period the notices give (the sensor's DUET_PERIOD is
 // at most a minute), so that stamps far apart cannot put the watchdog off
 // for longer.
 const maxPeriod = time.Minute
+
+// notePeriod takes the time between two consecutive notices' stamps as the
+// sensor's period (only consecutive ones: a restarted sensor skips tick
+// numbers after a downtime). A watchdog armed for a longer period is
+// brought forward, so that one long gap (a stalled sensor, its clock
+// stepped) does not put it off past the next.
+func (a *Actuator) notePeriod(d time.Duration) {
+	before := a.quiet()
+	a.period = min(d, maxPeriod)
+	if q := a.quiet(); q < before && a.watchOn && a.armed {
+		a.watch.Reset(max(0, q-time.Since(a.applied)))
+	}
+}
 
 // quiet is how long the watchdog waits after an input: Options.Watchdog,
 // and at least two of the sensor's periods and the deadline once its
@@ -411,8 +427,8 @@ func (a *Actuator) onTick(t uint64, sent int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if t > a.noticed {
-		if a.noticed > 0 && sent > a.noticedSent {
-			a.period = min(time.Duration((sent-a.noticedSent)/int64(t-a.noticed)), maxPeriod)
+		if t == a.noticed+1 && a.noticedSent > 0 && sent > a.noticedSent {
+			a.notePeriod(time.Duration(sent - a.noticedSent))
 		}
 		a.noticed, a.noticedSent, a.advanced = t, sent, time.Now()
 	}
@@ -555,6 +571,7 @@ func (a *Actuator) applyLocked(t uint64, p *pending, u []float64, lat time.Durat
 		} else {
 			a.watch.Reset(a.quiet())
 		}
+		a.armed = true
 	}
 	body, err := codec.Marshal(codec.PlantUPayload{U: u, FailSafe: miss})
 	if err == nil {

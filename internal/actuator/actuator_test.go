@@ -329,6 +329,52 @@ func TestWatchdogWaitsForASlowSensor(t *testing.T) {
 	}
 }
 
+// One long gap between two notices (a stalled sensor, or its clock stepped)
+// gives a long period for one tick only: the next notice, at the usual
+// cadence, brings the watchdog forward again, also when its tick's input
+// was applied (and the watchdog armed) before the notice came, as the
+// shares usually come before it. The sensor then stopping gets the
+// fail-safe after two periods and the deadline, not after the long gap's.
+func TestWatchdogBroughtForward(t *testing.T) {
+	const deadline, watchdog, period, gap = 30 * time.Millisecond, 100 * time.Millisecond, 50 * time.Millisecond, 600 * time.Millisecond
+	r := newRig(t, deadline)
+	r.a.opt.Watchdog = watchdog
+	r.a.startWatchdog()
+	defer r.a.stop()
+	tick := func(n uint64, stamp time.Time) {
+		r.share(t, 0, n, stamp.UnixNano())
+		r.share(t, 1, n, stamp.UnixNano())
+		r.send(t, codec.RoleSensor, codec.KindTick, n, codec.TickPayload{SentUnixNano: stamp.UnixNano()})
+	}
+	drain := func() {
+		for {
+			select {
+			case <-r.got:
+			default:
+				return
+			}
+		}
+	}
+	start := time.Now()
+	tick(1, start)
+	time.Sleep(period)
+	tick(2, start.Add(period))
+	time.Sleep(gap) // the watchdog fires once meanwhile, as tick 3
+	tick(3, start.Add(period+gap))
+	time.Sleep(period)
+	drain()
+	tick(4, start.Add(2*period+gap))
+	if ap := r.wait(t, time.Second); ap.Tick != 4 || ap.Miss {
+		t.Fatalf("tick 4: %+v, want its input applied", ap)
+	}
+	at := time.Now()
+	ap := r.wait(t, 3*time.Second)
+	if quiet := time.Since(at); ap.Tick != 5 || !ap.Miss || quiet > gap {
+		t.Fatalf("the sensor stopped after tick 4: %+v after %v; want the fail-safe as tick 5 after about %v, well before the gap's %v",
+			ap, quiet, 2*period+deadline, 2*gap+deadline)
+	}
+}
+
 // A watchdog no longer than the deadline would fire between a tick and its
 // deadline: refused, by the options and by the service's configuration.
 func TestWatchdogLongerThanDeadline(t *testing.T) {
