@@ -118,6 +118,10 @@ type Cluster struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	conns  []*nats.Conn
+	// plantFailed is closed when the plant service stopped with an error
+	// (plantErr), under mu.
+	plantFailed chan struct{}
+	plantErr    error
 
 	Sensor   *sensor.Sensor
 	Actuator *actuator.Actuator
@@ -413,7 +417,23 @@ func (c *Cluster) StartPlant() error {
 	if err != nil {
 		return err
 	}
-	c.goRun("plant", ps.Run)
+	// A plant that stops (its simulation diverged) ends the ticks run
+	// (RunTicks) with its error: a Fast sensor asks a plant that does not
+	// answer for the same tick again, for ever.
+	failed := make(chan struct{})
+	c.mu.Lock()
+	c.plantFailed = failed
+	c.mu.Unlock()
+	c.goRun("plant", func(ctx context.Context) error {
+		err := ps.Run(ctx)
+		if err != nil && ctx.Err() == nil {
+			c.mu.Lock()
+			c.plantErr = err
+			c.mu.Unlock()
+			close(failed)
+		}
+		return err
+	})
 	return nil
 }
 
@@ -597,9 +617,34 @@ func (c *Cluster) QueueDepth() int {
 
 // RunTicks sends n ticks (blocking) through the sensor.
 func (c *Cluster) RunTicks(ctx context.Context, n uint64) error {
-	s := c.Sensor
-	return s.RunN(ctx, n)
+	c.mu.Lock()
+	failed := c.plantFailed
+	c.mu.Unlock()
+	if failed == nil {
+		return c.Sensor.RunN(ctx, n)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-failed:
+			c.mu.Lock()
+			err := c.plantErr
+			c.mu.Unlock()
+			cancel(fmt.Errorf("%w: %w", ErrPlantStopped, err))
+		case <-ctx.Done():
+		}
+	}()
+	err := c.Sensor.RunN(ctx, n)
+	if cause := context.Cause(ctx); err == nil && errors.Is(cause, ErrPlantStopped) {
+		return cause
+	}
+	return err
 }
+
+// ErrPlantStopped ends RunTicks when the plant service stopped with an
+// error (its simulation diverged).
+var ErrPlantStopped = errors.New("demo: the plant stopped")
 
 // URL is the embedded server's client URL.
 func (c *Cluster) URL() string { return c.url }

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -18,6 +19,7 @@ import (
 	"github.com/duet-mpc/duet/internal/testlog"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
+	"github.com/duet-mpc/duet/pkg/plant"
 )
 
 func realtimeCluster(t *testing.T, file bool) *Cluster {
@@ -564,4 +566,23 @@ func TestQueueRecreatedWhilePartiesDown(t *testing.T) {
 		}
 	}
 	checkAudit(t, c, before+after-10)
+}
+
+// A plant whose simulation diverges (an LTI plant the controller does not
+// stabilize: x grows 10^100-fold a tick, past float64 at the fourth) stops,
+// and the ticks run ends with its error. Before the plant stopped on it,
+// the run went on with every read unanswered; once it did, a Fast sensor
+// asked the gone plant for the same tick again, for ever.
+func TestDivergedPlantEndsTheRun(t *testing.T) {
+	cs, _ := pendulum(t)
+	ps := plant.Spec{Kind: plant.KindLTI, A: [][]float64{{1e100, 0}, {0, 1e100}}, B: [][]float64{{0}, {0}}, C: [][]float64{{1, 0}, {0, 1}}, X0: []float64{1, 1}}
+	c := startWith(t, Options{Controller: cs, Plant: ps, Variant: mpc.PerTick, Compress: true, Fast: true,
+		Period: 40 * time.Millisecond, Deadline: 30 * time.Millisecond, Dealers: 1, LowWater: 30,
+		Log: slog.New(slog.DiscardHandler)}, 30)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := c.RunTicks(ctx, 100000)
+	if !errors.Is(err, ErrPlantStopped) || !strings.Contains(err.Error(), "diverged") {
+		t.Fatalf("RunTicks: %v (context %v), want ErrPlantStopped with the plant's divergence", err, ctx.Err())
+	}
 }
