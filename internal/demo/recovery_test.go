@@ -431,14 +431,7 @@ func testSensorRestart(t *testing.T, before, configured, kept int) {
 		t.Fatalf("max |α| %.2f° after the sensor restart", m)
 	}
 	checkAudit(t, c, 190)
-	nc, _, _, err := c.connAs("probe", codec.RoleSensor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAs(t, c, "probe")
 	st, err := js.Stream(context.Background(), bus.OfflineStream("pendulum"))
 	if err != nil {
 		t.Fatal(err)
@@ -510,14 +503,7 @@ func TestQueueRecreatedWhilePartiesDown(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	c.KillParty(0)
 	c.KillParty(1)
-	nc, _, _, err := c.connAs("operator", codec.RoleSensor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAs(t, c, "operator")
 	ctx := context.Background()
 	if err := js.DeleteStream(ctx, bus.OfflineStream("pendulum")); err != nil {
 		t.Fatal(err)
@@ -585,4 +571,19 @@ func TestDivergedPlantEndsTheRun(t *testing.T) {
 	if !errors.Is(err, ErrPlantStopped) || !strings.Contains(err.Error(), "diverged") {
 		t.Fatalf("RunTicks: %v (context %v), want ErrPlantStopped with the plant's divergence", err, ctx.Err())
 	}
+}
+
+// jetStreamAs is a JetStream context on a connection of c's named name, with
+// the sensor's permissions.
+func jetStreamAs(t *testing.T, c *Cluster, name string) jetstream.JetStream {
+	t.Helper()
+	nc, _, _, err := c.connAs(name, codec.RoleSensor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }

@@ -149,22 +149,15 @@ func TestDeletedConsumerStopsTheLoop(t *testing.T) {
 // real server answers it) counts as the consumer gone, as a deleted
 // consumer does; a consumer that is there does not.
 func TestConsumerMissingAfterStreamDeleted(t *testing.T) {
-	js, err := jetstream.New(natstest.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, stream := testQueue(t, "consume-stream-rm")
 	ctx := t.Context()
-	stream, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: "consume-stream-rm", MaxMsgs: 100}, 1, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := stream.Consumer(ctx, bus.ConsumerName(0)); err != nil || consumerMissing(err) {
 		t.Fatalf("the consumer, present: %v, missing %v", err, consumerMissing(err))
 	}
 	if err := js.DeleteStream(ctx, stream.CachedInfo().Config.Name); err != nil {
 		t.Fatal(err)
 	}
-	_, err = stream.Consumer(ctx, bus.ConsumerName(0))
+	_, err := stream.Consumer(ctx, bus.ConsumerName(0))
 	if !consumerMissing(err) {
 		t.Fatalf("lookup after the stream's deletion: %v, want it taken as the consumer gone", err)
 	}
@@ -179,23 +172,14 @@ func TestConsumerMissingAfterStreamDeleted(t *testing.T) {
 func TestRecreatedConsumerStopsTheLoop(t *testing.T) {
 	defer func(d time.Duration) { consumerRecheck = d }(consumerRecheck)
 	consumerRecheck = 10 * time.Millisecond
-	js, err := jetstream.New(natstest.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	const loop = "consume-recreated"
+	js, stream := testQueue(t, loop)
 	ctx := t.Context()
-	q := bus.OfflineQueue{Loop: "consume-recreated", MaxMsgs: 100}
-	stream, err := bus.EnsureOfflineQueue(ctx, js, q, 1, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cons, err := stream.Consumer(ctx, bus.ConsumerName(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Service{js: js, opt: Options{ID: 0, Prefetch: 1,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party")}}
-	w := &worker{s: s, id: 0, loop: q.Loop, perMsg: 1, stop: make(chan struct{})}
+	w := consumeWorker(js, loop)
 	done := make(chan struct{})
 	defer close(done)
 	onErr := w.consumeErrs(ctx, stream, cons.CachedInfo().Created, done)
@@ -209,10 +193,10 @@ func TestRecreatedConsumerStopsTheLoop(t *testing.T) {
 	default:
 	}
 
-	if err := js.DeleteStream(ctx, bus.OfflineStream(q.Loop)); err != nil {
+	if err := js.DeleteStream(ctx, bus.OfflineStream(loop)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.EnsureOfflineQueue(ctx, js, q, 1, false); err != nil {
+	if _, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: loop, MaxMsgs: 100}, 1, false); err != nil {
 		t.Fatal(err)
 	}
 	onErr(nil, jetstream.ErrNoHeartbeat)
@@ -230,18 +214,12 @@ func TestRecreatedConsumerStopsTheLoop(t *testing.T) {
 // last sequence (a state record of a queue since deleted and set up again)
 // takes items from the new queue's start; one at or below it is kept.
 func TestHighWaterMarkOfAnOldQueue(t *testing.T) {
-	js, err := jetstream.New(natstest.Conn(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	const loop = "consume-old-hwm"
+	js, _ := testQueue(t, loop)
 	ctx := t.Context()
-	q := bus.OfflineQueue{Loop: "consume-old-hwm", MaxMsgs: 100}
-	if _, err := bus.EnsureOfflineQueue(ctx, js, q, 1, false); err != nil {
-		t.Fatal(err)
-	}
 	const last = 3
 	for range last {
-		if _, err := js.Publish(ctx, bus.OfflineSubject(q.Loop), []byte("not an item")); err != nil {
+		if _, err := js.Publish(ctx, bus.OfflineSubject(loop), []byte("not an item")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -250,9 +228,8 @@ func TestHighWaterMarkOfAnOldQueue(t *testing.T) {
 		{itemID(last+1, 0), 0},                   // beyond the queue: an old queue's
 		{itemID(1<<40, 7), 0},
 	} {
-		s := &Service{js: js, opt: Options{ID: 0, Prefetch: 1,
-			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party")}}
-		w := &worker{s: s, id: 0, loop: q.Loop, perMsg: 1, stop: make(chan struct{}), hwm: c.hwm, minSeq: c.hwm + 1, burn: 2}
+		w := consumeWorker(js, loop)
+		w.hwm, w.minSeq, w.burn = c.hwm, c.hwm+1, 2
 		stop, err := w.consume(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -263,4 +240,27 @@ func TestHighWaterMarkOfAnOldQueue(t *testing.T) {
 				c.hwm, last, w.hwm, w.minSeq, w.burn, c.want)
 		}
 	}
+}
+
+// testQueue sets loop's offline queue (100 messages) up on an embedded
+// server.
+func testQueue(t *testing.T, loop string) (jetstream.JetStream, jetstream.Stream) {
+	t.Helper()
+	js, err := jetstream.New(natstest.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := bus.EnsureOfflineQueue(t.Context(), js, bus.OfflineQueue{Loop: loop, MaxMsgs: 100}, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, stream
+}
+
+// consumeWorker is P0's worker for loop's offline queue on js: one item a
+// message, a prefetch of one, logging nowhere.
+func consumeWorker(js jetstream.JetStream, loop string) *worker {
+	s := &Service{js: js, opt: Options{ID: 0, Prefetch: 1,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party")}}
+	return &worker{s: s, id: 0, loop: loop, perMsg: 1, stop: make(chan struct{})}
 }

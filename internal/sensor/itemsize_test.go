@@ -18,10 +18,7 @@ import (
 // naming the limit: the dealers would otherwise fail every refill and the
 // parties never get an item. The same loop with seed compression fits.
 func TestItemOverMaxPayloadRefused(t *testing.T) {
-	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := pendulumController(t)
 	ns := natstest.Server(t, &server.Options{MaxPayload: 1024})
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
@@ -44,10 +41,7 @@ func TestItemOverMaxPayloadRefused(t *testing.T) {
 // single server; a storage type that cannot change in place is another
 // case) names the variables it was made with and what they must satisfy.
 func TestRefusedStorageNamesTheVariables(t *testing.T) {
-	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := pendulumController(t)
 	nc := natstest.Conn(t)
 	s, err := New(nc, testkeys.Sealers(t)[codec.RoleSensor], Options{Loop: "pendulum", Controller: cs, Variant: mpc.PerTick, Compress: true, Replicas: 3})
 	if err != nil {
@@ -67,12 +61,9 @@ func TestRefusedStorageNamesTheVariables(t *testing.T) {
 // A controller the sensor cannot size or encode names where it came from
 // (DUET_CONTROLLER and its path, set by Config.Options).
 func TestControllerErrorNamesItsSource(t *testing.T) {
-	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := pendulumController(t)
 	cs.B[0][0] = 1e6 // outside Q<18,9>
-	_, err = New(natstest.Conn(t), testkeys.Sealers(t)[codec.RoleSensor], Options{Loop: "pendulum", Controller: cs, ControllerFrom: "DUET_CONTROLLER big.json", Variant: mpc.PerTick})
+	_, err := New(natstest.Conn(t), testkeys.Sealers(t)[codec.RoleSensor], Options{Loop: "pendulum", Controller: cs, ControllerFrom: "DUET_CONTROLLER big.json", Variant: mpc.PerTick})
 	if err == nil || !strings.Contains(err.Error(), "DUET_CONTROLLER big.json: ") || !strings.Contains(err.Error(), `field "B"`) {
 		t.Fatalf("a value outside Q<18,9>: %v, want an error naming DUET_CONTROLLER big.json and the field", err)
 	}

@@ -21,10 +21,7 @@ import (
 // every refused message was a warning of its own, 25 a second at 40 ms. The
 // ticks count as misses, none as sent.
 func TestUnpublishedNoticesLoggedOnce(t *testing.T) {
-	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := pendulumController(t)
 	nc := natstest.Conn(t)
 	var logs testlog.Buffer
 	m := metrics.New("sensor")

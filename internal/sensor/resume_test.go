@@ -218,10 +218,7 @@ func setupBucket(t *testing.T) jetstream.KeyValue {
 // measurements in a field the parties did not compute in. The same
 // parameters resume.
 func TestResumeChecksResolvedParams(t *testing.T) {
-	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := pendulumController(t)
 	nc := natstest.Conn(t)
 	sealer := testkeys.Sealers(t)[codec.RoleSensor]
 	key := [32]byte{8}
@@ -265,31 +262,15 @@ func TestResumeChecksResolvedParams(t *testing.T) {
 // ran on sending nothing, ready, and the loop stood until someone restarted
 // it.
 func TestRunEndsWhenSetupBucketGone(t *testing.T) {
-	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc := natstest.Conn(t)
 	key := [32]byte{9}
-	s, err := New(nc, testkeys.Sealers(t)[codec.RoleSensor], Options{Loop: "gone", Controller: cs, Variant: mpc.PerTick, Compress: true,
-		StateKey: &key, Period: time.Millisecond, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Setup(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, js := setUpPendulum(t, Options{Loop: "gone", StateKey: &key, Period: time.Millisecond})
 	if err := js.DeleteKeyValue(t.Context(), bus.SetupBucket); err != nil {
 		t.Fatal(err)
 	}
 	s.plantUp = true // no plant: each tick is lost, its number spent
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	err = s.Run(ctx)
+	err := s.Run(ctx)
 	if !errors.Is(err, errSetupGone) || !strings.Contains(err.Error(), "DUET_FILE_STORE") {
 		t.Fatalf("Run with the set-up bucket gone: %v (context %v), want errSetupGone naming DUET_FILE_STORE", err, ctx.Err())
 	}
@@ -300,25 +281,9 @@ func TestRunEndsWhenSetupBucketGone(t *testing.T) {
 // bucket again; the record's writes then succeed) is found out too; both as
 // the set-up left them, nothing is, and the sensor stops looking.
 func TestSetupGoneFindsRecreatedStreams(t *testing.T) {
-	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc := natstest.Conn(t)
 	key := [32]byte{10}
-	s, err := New(nc, testkeys.Sealers(t)[codec.RoleSensor], Options{Loop: "again", Controller: cs, Variant: mpc.PerTick, Compress: true,
-		StateKey: &key, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, js := setUpPendulum(t, Options{Loop: "again", StateKey: &key})
 	ctx := t.Context()
-	if err := s.Setup(ctx); err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	look := func() error {
 		s.recordFailed.Store(true)
 		s.setupLooked = time.Time{}
@@ -346,4 +311,25 @@ func TestSetupGoneFindsRecreatedStreams(t *testing.T) {
 	if err := look(); !errors.Is(err, errSetupGone) || !strings.Contains(err.Error(), "set-up bucket duet-setup was created again") {
 		t.Fatalf("the bucket made again: %v, want errSetupGone naming it", err)
 	}
+}
+
+// setUpPendulum is a sensor of the pendulum's controller (per-tick,
+// compressed, logging nowhere; opt gives the rest) on an embedded server,
+// set up, and a JetStream context on its connection.
+func setUpPendulum(t *testing.T, opt Options) (*Sensor, jetstream.JetStream) {
+	t.Helper()
+	nc := natstest.Conn(t)
+	opt.Controller, opt.Variant, opt.Compress, opt.Log = pendulumController(t), mpc.PerTick, true, slog.New(slog.DiscardHandler)
+	s, err := New(nc, testkeys.Sealers(t)[codec.RoleSensor], opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Setup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, js
 }

@@ -22,10 +22,7 @@ import (
 // Φ and x0 are shares, not the values, that add up to them. Such a leak
 // keeps u right, so no other test would see it.
 func TestSetupRecordsHoldOnlyTheirRolesShare(t *testing.T) {
-	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := pendulumController(t)
 	for _, v := range []mpc.Variant{mpc.PerTick, mpc.FixedMask} {
 		t.Run(v.String(), func(t *testing.T) {
 			nc := natstest.Conn(t)
@@ -111,10 +108,7 @@ func readSetup(t *testing.T, nc *nats.Conn, sealers map[codec.Role]*codec.Sealer
 // the same mask tell a party the difference of the values; u would stay
 // right, so no other test would see it.
 func TestSensorsShareAfresh(t *testing.T) {
-	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := pendulumController(t)
 	sealers := testkeys.Sealers(t)
 	var p0 [2]codec.SetupPayload
 	var stream [2][64]byte
@@ -141,4 +135,14 @@ func TestSensorsShareAfresh(t *testing.T) {
 	if stream[0] == stream[1] {
 		t.Error("two sensors share measurements from the same stream")
 	}
+}
+
+// pendulumController is the pendulum's controller spec (examples/qube-servo2).
+func pendulumController(t *testing.T) mpc.ControllerSpec {
+	t.Helper()
+	cs, err := mpc.LoadControllerSpec("../../examples/qube-servo2/controller.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
