@@ -22,7 +22,7 @@ func main() {
 		if err != nil {
 			return err
 		}
-		ready := func() bool { return true }
+		ready := d.Ready
 		env.Ready.Store(&ready)
 		return d.Run(ctx)
 	})

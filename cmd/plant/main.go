@@ -21,7 +21,7 @@ func main() {
 		if err != nil {
 			return err
 		}
-		ready := func() bool { return true }
+		ready := s.Ready
 		env.Ready.Store(&ready)
 		return s.Run(ctx)
 	})

@@ -14,6 +14,7 @@ import (
 	mrand "math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -42,6 +43,8 @@ type Dealer struct {
 	js     jetstream.JetStream
 	sealer *codec.Sealer
 	opt    Options
+	// watching: Run has found the set-up bucket and watches it (Ready).
+	watching atomic.Bool
 
 	mu    sync.Mutex
 	loops map[string]context.CancelFunc
@@ -114,6 +117,7 @@ func (d *Dealer) noteAsyncError(err error) {
 func (d *Dealer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer d.watching.Store(false)
 	// The loops' generators run under ctx: Run returning for another
 	// reason (the watch failed) stops them before waiting for them.
 	ctx, cancel := context.WithCancel(ctx)
@@ -122,9 +126,11 @@ func (d *Dealer) Run(ctx context.Context) error {
 		// At the start, and after a recreated bucket: a bucket not there
 		// (yet, or deleted again), or JetStream not yet back, is waited for
 		// rather than taken as the watch failing.
+		d.watching.Store(false)
 		if _, err := bus.WaitSetupBucket(ctx, d.js, d.opt.Log); err != nil {
 			return nil
 		}
+		d.watching.Store(true)
 		if first {
 			select { // a refusal of an earlier Run's watch, which came after it ended
 			case <-d.denied:
@@ -138,6 +144,10 @@ func (d *Dealer) Run(ctx context.Context) error {
 		d.opt.Log.Warn("dealer: the set-up bucket was recreated (a NATS server restarted on memory storage, or the bucket deleted): watching its records afresh", "dealer", d.opt.Name)
 	}
 }
+
+// Ready reports whether the dealer watches the set-up bucket (/readyz): not
+// while it waits for the bucket (not made yet, or JetStream not back).
+func (d *Dealer) Ready() bool { return d.watching.Load() }
 
 // recreateCheck is how often the watch looks up the set-up stream's
 // creation time (a variable for the tests).

@@ -474,3 +474,32 @@ func TestRegisterRefusesItemsOverMaxPayload(t *testing.T) {
 		t.Errorf("the refused record again: %v", err)
 	}
 }
+
+// A dealer is ready (/readyz) only while it watches the set-up bucket: not
+// while it waits for the bucket to be made, and not after Run has ended.
+// Before, the command reported it ready from the start.
+func TestReadyOnceTheBucketIsWatched(t *testing.T) {
+	nc := natstest.Conn(t)
+	d := testDealer(t, nc, testkeys.Sealers(t)[codec.RoleDealer], "d")
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		d.Run(ctx)
+	}()
+	time.Sleep(300 * time.Millisecond) // three looks for the bucket
+	if d.Ready() {
+		t.Fatal("ready with no set-up bucket to watch")
+	}
+	setupBucket(t, nc)
+	for deadline := time.Now().Add(5 * time.Second); !d.Ready(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("not ready 5 s after the set-up bucket was made")
+		}
+	}
+	cancel()
+	<-ran
+	if d.Ready() {
+		t.Error("ready after Run ended")
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -59,6 +60,8 @@ type Service struct {
 	// finite (once): Run then ends with errDiverged.
 	diverged     chan struct{}
 	divergedOnce sync.Once
+	// ready: Run has subscribed to the plant's subjects and not ended.
+	ready atomic.Bool
 
 	logs *bus.LogLimit // refused messages' warnings (reject)
 }
@@ -96,6 +99,8 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer subY.Unsubscribe()
+	s.ready.Store(true)
+	defer s.ready.Store(false)
 	err = nil
 	select {
 	case <-ctx.Done():
@@ -108,6 +113,10 @@ func (s *Service) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	return err
 }
+
+// Ready reports whether the plant serves its reads and inputs: Run has
+// subscribed to them (/readyz).
+func (s *Service) Ready() bool { return s.ready.Load() }
 
 // errDiverged ends Run when the simulated plant has diverged: it never
 // comes back (no fail-safe undoes a measurement past float64), and the

@@ -371,12 +371,17 @@ func TestDivergedPlantNotAnswered(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	if svc.Ready() {
+		t.Fatal("ready before Run subscribed")
+	}
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
 	r := &rig{t: t, nc: nc, sensor: sealers[codec.RoleSensor]}
-	for deadline := time.Now().Add(5 * time.Second); nc.NumSubscriptions() == 0; time.Sleep(time.Millisecond) {
+	// Ready (/readyz) once subscribed; before, the command reported it
+	// ready from the start.
+	for deadline := time.Now().Add(5 * time.Second); !svc.Ready() || nc.NumSubscriptions() < 2; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("the plant did not subscribe within 5 s")
+			t.Fatal("the plant not ready and subscribed within 5 s")
 		}
 	}
 	if y, err := r.read(1, 200*time.Millisecond); err == nil {
@@ -389,6 +394,9 @@ func TestDivergedPlantNotAnswered(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run still runs 5 s after the plant diverged")
+	}
+	if svc.Ready() {
+		t.Error("ready after Run ended")
 	}
 	if got := strings.Count(logged.String(), "the simulated plant diverged"); got != 1 {
 		t.Fatalf("logged %d times, want once:\n%s", got, logged.String())
