@@ -221,8 +221,8 @@ func (a *Actuator) bark() {
 	if !a.watchOn { // stopped as the timer fired
 		return
 	}
-	if quiet := time.Since(a.applied); quiet < a.quiet() { // an input came as the timer fired, or the period is longer than was known
-		a.watch.Reset(a.quiet() - quiet)
+	if since, quiet := time.Since(a.applied), a.quiet(); since < quiet { // an input came as the timer fired, or the period is longer than was known
+		a.watch.Reset(quiet - since)
 		return
 	}
 	t := a.lastApp + 1

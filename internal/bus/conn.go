@@ -252,6 +252,17 @@ func EnsureOfflineQueue(ctx context.Context, js jetstream.JetStream, q OfflineQu
 	return st, nil
 }
 
+// StreamCreated is when the stream name was created, which tells a stream
+// deleted and created again under the same name from the one seen before
+// (jetstream.ErrStreamNotFound: none now).
+func StreamCreated(ctx context.Context, js jetstream.JetStream, name string) (time.Time, error) {
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return st.CachedInfo().Created, nil
+}
+
 // EnsureSetupBucket creates the set-up KV bucket if needed.
 func EnsureSetupBucket(ctx context.Context, js jetstream.JetStream, replicas int, file bool) (jetstream.KeyValue, error) {
 	storage := jetstream.MemoryStorage

@@ -247,11 +247,7 @@ func (d *Dealer) watch(ctx context.Context, wg *sync.WaitGroup) (again bool, err
 // setupCreated is when the set-up bucket's stream was created, which tells
 // a stream deleted and created again from the one the watch began on.
 func (d *Dealer) setupCreated(ctx context.Context) (time.Time, error) {
-	st, err := d.js.Stream(ctx, bus.SetupStream)
-	if err != nil {
-		return time.Time{}, err
-	}
-	return st.CachedInfo().Created, nil
+	return bus.StreamCreated(ctx, d.js, bus.SetupStream)
 }
 
 // watchRecords delivers the dealer records of the set-up bucket, the latest
@@ -477,14 +473,13 @@ func (d *Dealer) serve(ctx context.Context, loop string, epoch uint64, prm mpc.P
 				d.opt.Metrics.LowWater.WithLabelValues(loop).Inc()
 				// One batch per round, then look again: with several replicas
 				// each would otherwise refill the whole deficit. No more than
-				// the queue has room for: a larger batch (DUET_BATCH above the
-				// queue's size less the low-water mark) was refused in part
-				// every round, counted as a full queue, its items drawn and
-				// sealed for nothing.
-				// The room is what the stream holds for the party behind (held),
-				// not the depth (the party ahead's). At least one item: a queue
-				// that cannot reach the mark, full, is still found full and
-				// backed off from.
+				// the stream has room for beside what it holds for the party
+				// behind (held, not the depth, the party ahead's): a larger
+				// batch (DUET_BATCH above the queue's size less the low-water
+				// mark) was refused in part every round, counted as a full
+				// queue, its items drawn and sealed for nothing. At least one
+				// item: a queue that cannot reach the mark, full, is still
+				// found full and backed off from.
 				n := d.opt.Batch
 				if capMsgs > 0 {
 					n = max(1, min(n, (int(capMsgs)-held)*q.perMsg))

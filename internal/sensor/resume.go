@@ -207,13 +207,13 @@ func (s *Sensor) setupGone(ctx context.Context) error {
 		{bus.OfflineStream(s.opt.Loop), "the loop's offline queue " + bus.OfflineStream(s.opt.Loop), s.queueCreated},
 	} {
 		why := ""
-		st, err := s.js.Stream(lctx, c.stream)
+		created, err := bus.StreamCreated(lctx, s.js, c.stream)
 		switch {
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			why = "is gone"
 		case err != nil:
 			return nil // no answer: looked at again later
-		case !c.created.IsZero() && !st.CachedInfo().Created.Equal(c.created):
+		case !c.created.IsZero() && !created.Equal(c.created):
 			why = "was created again"
 		}
 		if why != "" {

@@ -253,8 +253,8 @@ func (s *Sensor) Setup(ctx context.Context) error {
 		return s.storageErr(err)
 	}
 	s.kv = kv
-	if st, err := s.js.Stream(ctx, bus.SetupStream); err == nil {
-		s.bucketCreated = st.CachedInfo().Created
+	if created, err := bus.StreamCreated(ctx, s.js, bus.SetupStream); err == nil {
+		s.bucketCreated = created
 	}
 	if ok, err := s.resume(ctx); err != nil {
 		return err
