@@ -460,6 +460,17 @@ func (w *worker) takeItem(ctx context.Context, wait bool) (uint64, codec.Serial,
 			continue
 		}
 		w.count(&w.ctrConsumed, w.s.opt.Metrics.ItemsConsumed)
+		if w.persist != nil {
+			// Its mark (hwm, serials) is stored before another item is
+			// taken, whether or not its tick completes: a tick given up
+			// writes no state of its own, and a party restarted from a
+			// record without the marks of such ticks' items would take
+			// copies of them (the broker may store a message again),
+			// sending a second T = ξ - V under one V. The next tick's
+			// start writes it (flushState); after a completed tick the
+			// deferred write does.
+			w.persist.dirty = true
+		}
 		return it.seq, codec.Serial(it.nonce), it.mat, nil
 	}
 }

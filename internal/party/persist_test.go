@@ -334,3 +334,41 @@ func TestRestoreRefusesTickAboveMaxTick(t *testing.T) {
 		t.Fatalf("restore of a record at tick 2^62+1: %v, restored %v; want refused, naming the tick", err, w.restored)
 	}
 }
+
+// TestGivenUpTickItemPersisted: an item taken by a tick that is then given
+// up (no state update, so no write of its own) is in the record written
+// before the next item is taken, with its serial, so a party restored from
+// it refuses a copy of the item. Before, the record kept the marks of the
+// last completed tick, and a restored party took such copies again, sending
+// a second opening under their masks.
+func TestGivenUpTickItemPersisted(t *testing.T) {
+	w := persistingWorker(t, "given-up")
+	ctx := context.Background()
+	saveState(t, w, 1)
+	if !w.flushState(ctx) {
+		t.Fatal("version 1 not persisted")
+	}
+	w.expander = mpc.NewExpander(w.prm, [32]byte{1})
+	w.items = make(chan []rawItem, 1)
+	nonce := mpc.ItemSerial{Instance: 5, Counter: 1}.Nonce()
+	w.items <- []rawItem{{seq: itemID(3, 1), nonce: nonce}}
+	seq, _, _, err := w.takeItem(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tick is given up (its state not updated); the next tick starts.
+	if !w.flushState(ctx) {
+		t.Fatal("state not persisted at the next tick's start")
+	}
+	_, rec := storedRecord(t, w)
+	if got := restoredHWM(rec); got != seq || rec.Version != 1 {
+		t.Fatalf("stored record: item mark %d, version %d; want the taken item %d at version 1", got, rec.Version, seq)
+	}
+	var restored itemSerials
+	if err := restored.unmarshal(rec.Serials); err != nil {
+		t.Fatal(err)
+	}
+	if err := restored.take(nonce); !errors.Is(err, codec.ErrReplay) {
+		t.Fatalf("a copy of the taken item after a restore: %v, want it refused as a replay", err)
+	}
+}
