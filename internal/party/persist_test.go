@@ -372,3 +372,49 @@ func TestGivenUpTickItemPersisted(t *testing.T) {
 		t.Fatalf("a copy of the taken item after a restore: %v, want it refused as a replay", err)
 	}
 }
+
+// TestLastWriteAtShutdown: a tick's update left for its deferred write
+// (PersistDelay) when the service stops is stored by the worker's last
+// write; before, the after queue stopped with the service and the restarted
+// party was an update behind the other.
+func TestLastWriteAtShutdown(t *testing.T) {
+	w := persistingWorker(t, "last-write")
+	saveState(t, w, 1)
+	if !w.flushState(context.Background()) {
+		t.Fatal("version 1 not persisted")
+	}
+	// A tick completes (finish): the state updated, its write deferred.
+	x := mpc.NewMatrix(w.prm.N, 1)
+	x.Data[0] = w.prm.Field.FromInt64(2)
+	if err := w.p.SetState(x); err != nil {
+		t.Fatal(err)
+	}
+	w.version = 2
+	w.persist.dirty = true
+	w.lastWrite()
+	if _, rec := storedRecord(t, w); rec.Version != 2 {
+		t.Fatalf("stored version %d after the last write, want 2", rec.Version)
+	}
+}
+
+// TestFailedStartMarksExited: a loop whose start fails is marked exited, so
+// that the dispatcher drops its messages; before, they were queued for a
+// worker that never read them, and counted as overload once its queue was
+// full.
+func TestFailedStartMarksExited(t *testing.T) {
+	nc := natstest.Conn(t)
+	s, err := New(nc, testSealer(t, codec.RoleParty0), Options{ID: 0, Loops: []string{"failed"}, Metrics: metrics.New("party"),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorker(s, "failed")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := w.run(ctx); err == nil {
+		t.Fatal("run without a set-up and a cancelled context: no error")
+	}
+	if !w.exited.Load() {
+		t.Fatal("a loop whose start failed is not marked exited")
+	}
+}

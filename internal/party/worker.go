@@ -266,6 +266,10 @@ func newWorker(s *Service, loop string) *worker {
 }
 
 func (w *worker) run(ctx context.Context) error {
+	// Marked exited however run ends, a failed start included: the
+	// dispatcher then drops the loop's messages instead of queueing them
+	// (and counting overload) for a worker that never reads them.
+	defer w.exit()
 	w.zeroMetrics()
 	if err := w.setup(ctx); err != nil {
 		return err
@@ -294,7 +298,6 @@ func (w *worker) run(ctx context.Context) error {
 	// message straight to it, and while it is busy no further goroutine is
 	// woken per message. A full channel drops the message (nats.go's slow
 	// consumer rule); the drops are counted as "overload" rejects.
-	defer w.exit()
 	sub, err := w.s.nc.ChanSubscribe(bus.PartyInbox(w.loop, w.id), w.s.inbox)
 	if err != nil {
 		return err
@@ -336,6 +339,7 @@ func (w *worker) run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			w.lastWrite()
 			return nil
 		case <-w.stop:
 			return *w.stopErr.Load() // stored before stop closed (stopWith)
@@ -373,6 +377,24 @@ func (w *worker) stopWith(err error) {
 
 // exit marks the worker stopped: the dispatcher drops its messages, and
 // the service is no longer ready (a fenced loop is not served).
+// lastWrite stores, at a shutdown, the state a tick left for its deferred
+// write (Options.PersistDelay), which the after queue, stopped with the
+// service, no longer starts, and waits for a write in flight: restarted,
+// the party is then not an update behind the other (which would roll back,
+// a miss and the update lost).
+func (w *worker) lastWrite() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.persist == nil || w.fenced {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), saveTimeout)
+	defer cancel()
+	if !w.flushState(ctx) {
+		w.s.opt.Log.Warn("stopping: the latest state was not persisted", "party", w.id, "loop", w.loop, "version", w.version)
+	}
+}
+
 func (w *worker) exit() {
 	w.live.Store(false)
 	w.ready.Store(false)
