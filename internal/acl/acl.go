@@ -23,6 +23,8 @@ func Inbox(r codec.Role) string { return "_INBOX_" + r.String() }
 // Perms is one role's permissions.
 type Perms struct {
 	Pub, Sub []string
+	// PubDeny and SubDeny take precedence over Pub and Sub.
+	PubDeny, SubDeny []string
 	// Responses lets the role answer requests sent to it (the plant).
 	Responses bool
 }
@@ -96,6 +98,15 @@ func Permissions(r codec.Role) Perms {
 		p.Responses = true
 	}
 	p.Sub = append(p.Sub, Inbox(r)+".>")
+	if r != codec.RoleDealer {
+		// The offline queues' subjects, duet.offline.<loop>, match the
+		// three-token loop subjects above (duet.*.out, duet.*.masky,
+		// duet.*.tick) for the loops named out, masky and tick: without
+		// this, a party could publish into loop out's queue and the
+		// sensor or the actuator read loop tick's.
+		p.PubDeny = []string{bus.Prefix + ".offline.>"}
+		p.SubDeny = []string{bus.Prefix + ".offline.>"}
+	}
 	return p
 }
 
@@ -113,8 +124,8 @@ func NkeyUsers(users map[codec.Role]string) []*server.NkeyUser {
 		}
 		p := Permissions(r)
 		perm := &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: p.Pub},
-			Subscribe: &server.SubjectPermission{Allow: p.Sub},
+			Publish:   &server.SubjectPermission{Allow: p.Pub, Deny: p.PubDeny},
+			Subscribe: &server.SubjectPermission{Allow: p.Sub, Deny: p.SubDeny},
 		}
 		if len(p.Pub) == 0 {
 			perm.Publish = &server.SubjectPermission{Deny: []string{">"}}
@@ -147,12 +158,18 @@ func Config(users map[codec.Role]string) string {
 	for _, r := range roles {
 		p := Permissions(r)
 		fmt.Fprintf(&b, "    # %s\n    { nkey: %s\n      permissions: {\n", r, users[r])
+		deny := func(xs []string) string {
+			if len(xs) == 0 {
+				return ""
+			}
+			return ", deny: " + list(xs)
+		}
 		if len(p.Pub) > 0 {
-			fmt.Fprintf(&b, "        publish: { allow: %s }\n", list(p.Pub))
+			fmt.Fprintf(&b, "        publish: { allow: %s%s }\n", list(p.Pub), deny(p.PubDeny))
 		} else {
 			b.WriteString("        publish: { deny: [\">\"] }\n")
 		}
-		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", list(p.Sub))
+		fmt.Fprintf(&b, "        subscribe: { allow: %s%s }\n", list(p.Sub), deny(p.SubDeny))
 		if p.Responses {
 			b.WriteString("        allow_responses: { max: 1 }\n")
 		}

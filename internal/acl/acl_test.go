@@ -129,6 +129,12 @@ func TestPermissionsDenyCrossRoleAccess(t *testing.T) {
 	deniedSub(t, c, codec.RoleParty0, bus.MaskYSubject(loop))
 	deniedSub(t, c, codec.RoleParty1, bus.MaskYSubject(loop))
 	deniedSub(t, c, codec.RoleActuator, bus.MaskYSubject(loop))
+	// Nor the offline items of the loops named masky, tick and out, whose
+	// queue subjects (duet.offline.<loop>) the loop subjects' wildcards
+	// (duet.*.masky, ...) match.
+	deniedSub(t, c, codec.RoleSensor, bus.OfflineSubject("masky"))
+	deniedSub(t, c, codec.RoleActuator, bus.OfflineSubject("tick"))
+	deniedSub(t, c, codec.RoleActuator, bus.OfflineSubject("out"))
 	// A dealer cannot read party traffic.
 	deniedSub(t, c, codec.RoleDealer, bus.PartyInbox(loop, 0))
 	deniedSub(t, c, codec.RoleDealer, bus.BatchSubject(1))
@@ -209,7 +215,10 @@ func TestPermissionsDenyForeignPublishes(t *testing.T) {
 		codec.RoleParty0: {bus.MeasureSubject(loop, 1), bus.OfflineSubject(loop), bus.ExchangeSubject(loop, 0),
 			setupKV(codec.RoleParty0), getSetup(codec.RoleParty1), getSetup(codec.RoleDealer),
 			stateKV(1), getState(1), "$JS.API.STREAM.UPDATE.KV_duet-state-party1"},
-		codec.RoleParty1: {bus.MeasureSubject(loop, 0), bus.ExchangeSubject(loop, 1), stateKV(0), getState(0), getSetup(codec.RoleParty0)},
+		codec.RoleParty1: {bus.MeasureSubject(loop, 0), bus.ExchangeSubject(loop, 1), stateKV(0), getState(0), getSetup(codec.RoleParty0),
+			// The queues of the loops named out and masky, whose subjects
+			// (duet.offline.out, ...) the loop subjects' wildcards match.
+			bus.OfflineSubject("out"), bus.OfflineSubject("masky")},
 		codec.RoleActuator: {bus.MeasureSubject(loop, 0), bus.OutputSubject(loop), bus.ExchangeSubject(loop, 1),
 			getSetup(codec.RoleParty0), stateKV(0)},
 		codec.RoleDealer: {bus.MeasureSubject(loop, 0), bus.OutputSubject(loop), setupKV(codec.RoleParty0), getSetup(codec.RoleParty0), stateKV(1),
@@ -218,7 +227,7 @@ func TestPermissionsDenyForeignPublishes(t *testing.T) {
 			"$JS.API.CONSUMER.CREATE.KV_" + bus.SetupBucket + ".c." + setupKV(codec.RoleParty0),
 			"$JS.API.CONSUMER.CREATE.KV_" + bus.SetupBucket + ".c", "$JS.API.CONSUMER.CREATE.KV_" + bus.SetupBucket},
 		codec.RoleSensor: {bus.ExchangeSubject(loop, 0), bus.OutputSubject(loop), bus.MaskYSubject(loop), stateKV(0), getState(1),
-			getSetup(codec.RoleParty0), bus.OfflineSubject(loop)},
+			getSetup(codec.RoleParty0), bus.OfflineSubject(loop), bus.OfflineSubject("tick")},
 		codec.RolePlant: {bus.MeasureSubject(loop, 0), bus.OutputSubject(loop), bus.PlantUSubject(loop)},
 	} {
 		nc, errs := connectAs(t, c, role)

@@ -39,6 +39,12 @@ func TestGeneratedConfigParses(t *testing.T) {
 		if len(found.Permissions.Subscribe.Allow) != len(want.Sub) {
 			t.Errorf("%s: %d subscribe permissions parsed, want %d", r, len(found.Permissions.Subscribe.Allow), len(want.Sub))
 		}
+		if len(found.Permissions.Subscribe.Deny) != len(want.SubDeny) {
+			t.Errorf("%s: %d subscribe denials parsed, want %d", r, len(found.Permissions.Subscribe.Deny), len(want.SubDeny))
+		}
+		if len(want.Pub) > 0 && (found.Permissions.Publish == nil || len(found.Permissions.Publish.Deny) != len(want.PubDeny)) {
+			t.Errorf("%s: publish denials parsed: %+v, want %d", r, found.Permissions.Publish, len(want.PubDeny))
+		}
 	}
 }
 
