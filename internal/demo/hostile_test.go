@@ -80,7 +80,7 @@ func TestHostileClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, _ := mpc.ParseModulus(mpc.PresetM127)
-	badDims, _ := codec.Marshal(codec.MeasurePayload{Y: codec.PutMatrix(f, mpc.NewMatrix(5, 1))})
+	badDims, _ := codec.Marshal(codec.MeasurePayload{Y: codec.PutMatrix(f, mpc.NewMatrix(5, 1)), SentUnixNano: time.Now().UnixNano()})
 	wrongDim, err := sensorSealer.Seal(codec.Header{Kind: codec.KindMeasure, Loop: loop, Tick: 1 << 50, From: codec.RoleSensor, To: codec.RoleParty0}, badDims)
 	if err != nil {
 		t.Fatal(err)

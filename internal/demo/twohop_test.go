@@ -182,7 +182,7 @@ func TestTwoHopPartiesRejectMalformed(t *testing.T) {
 		env     []byte
 	}{
 		// T_y with a row too many.
-		{bus.MeasureSubject(c.opt.Loop, 0), seal(codec.RoleSensor, codec.KindMeasureMasked, codec.MeasureMaskedPayload{Item: 1, T: col(prm.P + 1)})},
+		{bus.MeasureSubject(c.opt.Loop, 0), seal(codec.RoleSensor, codec.KindMeasureMasked, codec.MeasureMaskedPayload{Item: 1, T: col(prm.P + 1), SentUnixNano: time.Now().UnixNano()})},
 		// T_x with a row too many.
 		{bus.ExchangeSubject(c.opt.Loop, 0), seal(codec.RoleParty1, codec.KindPreT, codec.MulPayload{Item: 1, T: col(prm.N + 1), Inc: inc, Peer: peer})},
 		// An S in the fixed-mask variant (opened once, at set-up).

@@ -102,6 +102,9 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 			if err := w.notStale(h.Tick); err != nil {
 				return err
 			}
+			if err := w.ofThisSetup(mp.SentUnixNano); err != nil {
+				return err
+			}
 			return mp.Y.DecodeInto(w.prm.Field, w.yBuf)
 		}); err != nil {
 			return
@@ -115,6 +118,9 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 		var item uint64
 		if err := w.accept(h, body, mp, func() error {
 			if err := w.notStale(h.Tick); err != nil {
+				return err
+			}
+			if err := w.ofThisSetup(mp.SentUnixNano); err != nil {
 				return err
 			}
 			item = fromWire(mp.Item)
@@ -181,6 +187,20 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 func (w *worker) notStale(t uint64) error {
 	if w.cur != 0 && t <= w.cur {
 		return fmt.Errorf("%w: a measurement of tick %d, this loop is at tick %d", codec.ErrReplay, t, w.cur)
+	}
+	return nil
+}
+
+// ofThisSetup refuses a measurement stamped before the set-up's epoch (its
+// creation, Unix ns on the sensor's clock, which stamps no measurement of
+// the set-up earlier: Sensor.Run): one of an earlier set-up of the loop,
+// which a broker that kept it can replay, since a new set-up numbers its
+// ticks from 1 again and this party's replay guard starts empty. Admitted,
+// its share (of another sharing than the other party's) would corrupt the
+// controller state for good.
+func (w *worker) ofThisSetup(sent int64) error {
+	if sent < int64(w.epoch) {
+		return fmt.Errorf("%w: a measurement sent at %d, before this set-up (epoch %d): an earlier set-up's", codec.ErrReplay, sent, w.epoch)
 	}
 	return nil
 }

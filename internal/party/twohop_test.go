@@ -53,6 +53,9 @@ type twoHopRig struct {
 	// measure subject).
 	measureTo      func(i int) bool
 	measureSubject string
+	// early, if set, stamps measure's measurements before the set-up's
+	// epoch, as an earlier set-up's are.
+	early bool
 	// mulItems are the items of the Protocol 1 messages each party sent,
 	// by tick.
 	mulItems [2]map[uint64]uint64
@@ -113,9 +116,8 @@ func newTwoHopRig(t *testing.T, items int) *twoHopRig {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The tick of a material envelope is the set-up epoch (the
-			// rig's workers are at epoch 0).
-			env, err := dealer.Seal(codec.Header{Kind: codec.KindMaterial, Loop: rigLoop, Tick: 0, From: codec.RoleDealer, To: codec.PartyRole(i)}, body)
+			// The tick of a material envelope is the set-up epoch.
+			env, err := dealer.Seal(codec.Header{Kind: codec.KindMaterial, Loop: rigLoop, Tick: rigEpoch, From: codec.RoleDealer, To: codec.PartyRole(i)}, body)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -143,6 +145,7 @@ func newTwoHopRig(t *testing.T, items int) *twoHopRig {
 		for _, raw := range raws[i] {
 			w.items <- []rawItem{raw}
 		}
+		w.epoch = rigEpoch
 		w.ready.Store(true)
 		r.w[i] = w
 		r.peek[i] = testSealer(t, codec.PartyRole(i))
@@ -260,6 +263,10 @@ func (r *twoHopRig) measure(tick uint64, y mpc.Matrix, masked bool, item uint64)
 	t := r.t
 	t.Helper()
 	f := r.prm.Field
+	sent := int64(rigEpoch + tick) // as the sensor stamps: after the epoch
+	if r.early {
+		sent = rigEpoch - 1
+	}
 	for i, w := range r.w {
 		var kind codec.Kind
 		var payload any
@@ -274,13 +281,13 @@ func (r *twoHopRig) measure(tick uint64, y mpc.Matrix, masked bool, item uint64)
 			}
 			ty := mpc.NewMatrix(r.prm.P, 1)
 			f.MatSub(ty, y, vy)
-			kind, payload = codec.KindMeasureMasked, codec.MeasureMaskedPayload{Item: item, T: codec.PutMatrix(f, ty)}
+			kind, payload = codec.KindMeasureMasked, codec.MeasureMaskedPayload{Item: item, T: codec.PutMatrix(f, ty), SentUnixNano: sent}
 		} else {
 			share := y.Clone()
 			if i == 1 {
 				share = mpc.NewMatrix(r.prm.P, 1) // y = y + 0
 			}
-			kind, payload = codec.KindMeasure, codec.MeasurePayload{Y: codec.PutMatrix(f, share)}
+			kind, payload = codec.KindMeasure, codec.MeasurePayload{Y: codec.PutMatrix(f, share), SentUnixNano: sent}
 		}
 		body, err := codec.Marshal(payload)
 		if err != nil {
@@ -675,6 +682,48 @@ func TestMaskNeverPadsTwoMeasurements(t *testing.T) {
 	}
 	if _, ran := r.mulItems[1][1]; ran || r.w[1].cur != 2 {
 		t.Errorf("party1 ran tick 1 again (a Protocol 1 message: %v; at tick %d)", ran, r.w[1].cur)
+	}
+}
+
+// rigEpoch is the rig's set-up epoch (Unix ns, as the sensor's).
+const rigEpoch = 1_700_000_000_000_000_000
+
+// TestEarlierSetupMeasurementRefused: a measurement stamped before the
+// set-up's epoch, as every measurement of an earlier set-up of the loop is,
+// is refused as a replay, as shares and masked, starting no tick, and the
+// genuine measurement of the same tick is then taken. A new set-up numbers
+// its ticks from 1 again and a party's replay guard starts empty, so before,
+// a broker that kept an earlier set-up's measurements could replay one
+// ahead of the genuine one, and its share, of another sharing than the other
+// party's, corrupted the controller state for good.
+func TestEarlierSetupMeasurementRefused(t *testing.T) {
+	r := newTwoHopRig(t, 16)
+	y := r.y()
+	refused := func(tick uint64, masked bool, item uint64) {
+		t.Helper()
+		before := [2]float64{testutil.ToFloat64(r.m[0].Rejects.WithLabelValues("replay")), testutil.ToFloat64(r.m[1].Rejects.WithLabelValues("replay"))}
+		r.early = true
+		r.measure(tick, y, masked, item)
+		r.early = false
+		r.check(tick, y, 0) // no output
+		for i := range r.w {
+			if n := testutil.ToFloat64(r.m[i].Rejects.WithLabelValues("replay")) - before[i]; n != 1 {
+				t.Fatalf("tick %d (masked %v): party%d counted %v replays of an earlier set-up's measurement, want 1", tick, masked, i, n)
+			}
+		}
+	}
+	refused(1, false, 0)
+	r.measure(1, y, false, 0)
+	r.check(1, y, itemID(1, 0))
+	r.between()
+	item := r.masks[0].Item
+	refused(2, true, item)
+	r.measure(2, y, true, item)
+	r.check(2, y, fromWire(item))
+	for i := range r.w {
+		if n := metrics.Sum(r.m[i].Misses); n != 0 {
+			t.Errorf("party%d: %v misses", i, n)
+		}
 	}
 }
 

@@ -445,7 +445,10 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 		if s.opt.OnTick != nil {
 			s.opt.OnTick(t, y, up)
 		}
-		now := time.Now().UnixNano()
+		// Never before the epoch (a clock stepped back, or a resumed
+		// sensor's clock behind the one that set the loop up): the parties
+		// refuse a measurement stamped earlier as an earlier set-up's.
+		now := max(time.Now().UnixNano(), int64(s.epoch))
 		var err0, err1 error
 		if masked {
 			mp := codec.MeasureMaskedPayload{Item: item, T: codec.PutMatrix(f, ty), SentUnixNano: now}
