@@ -266,6 +266,11 @@ func (w *worker) decodeMul(mp codec.MulPayload) (peerMul, error) {
 			return in, err
 		}
 		in.msg.S = w.mulS
+	} else if mp.S.Rows != 0 || mp.S.Cols != 0 || len(mp.S.Data) != 0 {
+		// As codec's MulPayload.Msg and the pre-opening refuse it: a tick's
+		// message carries no S in the fixed-mask variant (the set-up's
+		// comes at tick 0).
+		return in, fmt.Errorf("%w: S is %dx%d, want 0x0 in the fixed-mask variant", codec.ErrDimension, mp.S.Rows, mp.S.Cols)
 	}
 	return in, nil
 }
