@@ -258,6 +258,42 @@ func TestTakeRawBatches(t *testing.T) {
 	}
 }
 
+// TestNoInlineWithoutAUsableItem: a measurement is not handled on the
+// shared dispatcher when the items at hand cannot be used: all below
+// minSeq (a resynchronization skipped them) or at the high-water mark, a
+// pre-opened item ruled out, or one to burn first. Its tick would wait for
+// the next pull (ItemWait), every loop's messages with it; before, any item
+// in the batch counted.
+func TestNoInlineWithoutAUsableItem(t *testing.T) {
+	w := &worker{items: make(chan []rawItem, 1), subjMeasure: "m"}
+	w.batch = []rawItem{{seq: 10}, {seq: 11}, {seq: 12}}
+	if !w.canInline("m") {
+		t.Fatal("usable items in the batch: a measurement must be handled inline")
+	}
+	w.minSeq = 13
+	if w.canInline("m") {
+		t.Error("every item in the batch below minSeq: handled inline")
+	}
+	w.minSeq, w.hwm = 0, 12
+	if w.canInline("m") {
+		t.Error("every item in the batch at or below the high-water mark: handled inline")
+	}
+	w.hwm, w.burn = 0, 1
+	if w.canInline("m") {
+		t.Error("an item to burn first: handled inline")
+	}
+	w.burn, w.batch = 0, nil
+	w.pre = preOpen{ok: true, seq: 5}
+	w.minSeq = 6
+	if w.canInline("m") {
+		t.Error("the pre-opened item below minSeq, nothing else at hand: handled inline")
+	}
+	w.minSeq = 5
+	if !w.canInline("m") {
+		t.Error("the pre-opened item usable: a measurement must be handled inline")
+	}
+}
+
 // A Protocol 1 message decoded ahead of its tick is kept as a copy: the
 // next message, decoded into the same matrices, does not change it.
 func TestEarlyMulKeepsItsOwnCopy(t *testing.T) {

@@ -474,8 +474,24 @@ func (w *worker) canInline(subject string) bool {
 			return false
 		}
 	}
-	if w.pre.ok || w.hasStaged && w.staged.seq > w.hwm && w.staged.seq >= w.minSeq {
+	if w.burn > 0 {
+		return false // the next usable item is discarded first
+	}
+	if w.pre.ok && w.pre.seq >= w.minSeq || w.hasStaged && w.usable(w.staged.rawItem) {
 		return true
 	}
-	return len(w.batch) > 0 || len(w.items) > 0
+	// The batch's items are in order: its last tells whether any is usable.
+	// One that holds none (a resynchronization has moved minSeq past them)
+	// would have the tick wait for the next pull (ItemWait) on the shared
+	// dispatcher, every loop with it.
+	if n := len(w.batch); n > 0 {
+		return w.usable(w.batch[n-1])
+	}
+	return len(w.items) > 0
+}
+
+// usable reports whether r can be taken: not at or below the high-water
+// mark, not below minSeq, not refused on arrival.
+func (w *worker) usable(r rawItem) bool {
+	return r.err == nil && r.seq > w.hwm && r.seq >= w.minSeq
 }
