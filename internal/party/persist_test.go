@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -370,6 +371,28 @@ func TestGivenUpTickItemPersisted(t *testing.T) {
 	}
 	if err := restored.take(nonce); !errors.Is(err, codec.ErrReplay) {
 		t.Fatalf("a copy of the taken item after a restore: %v, want it refused as a replay", err)
+	}
+
+	// With the after queue (PersistDelay), the given-up tick's write goes
+	// with the other loops' writes, not synchronously at the next start.
+	w.s.after = newAfterQueue(time.Millisecond)
+	w.items <- []rawItem{{seq: itemID(4, 1), nonce: mpc.ItemSerial{Instance: 5, Counter: 2}.Nonce()}}
+	if seq, _, _, err = w.takeItem(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	w.miss(missLate, "given up")
+	if !w.s.after.pending() {
+		t.Fatal("a tick given up with its item unwritten queued no write")
+	}
+	if !w.deferred(ctx) || !w.persist.inflight {
+		t.Fatal("the after queue's run started no write")
+	}
+	waitUntil(t, "the write answered", w.persist.poll)
+	if !w.flushState(ctx) {
+		t.Fatal("state not persisted")
+	}
+	if _, rec := storedRecord(t, w); restoredHWM(rec) != seq {
+		t.Fatalf("stored item mark %d, want %d", restoredHWM(rec), seq)
 	}
 }
 

@@ -70,6 +70,12 @@ func (w *worker) miss(reason, why string) {
 	w.s.opt.Metrics.Abandoned.WithLabelValues(w.loop, reason).Inc()
 	w.s.opt.Log.Debug("tick abandoned", "party", w.id, "loop", w.loop, "tick", w.cur, "reason", reason, "why", why)
 	w.st = idle
+	if p := w.persist; p != nil && p.dirty && !p.inflight && !w.fenced && w.s.after != nil {
+		// The item the tick took is written with the other loops' writes
+		// (afterTick), not at the next tick's start, synchronously.
+		w.missWrite = true
+		w.s.after.add(w)
+	}
 }
 
 // onMeasure starts tick t; w.yBuf holds the validated measurement share.
@@ -342,6 +348,7 @@ func (w *worker) finish(tr *mpc.TruncMsg, prev mpc.Matrix) {
 	if w.persist != nil {
 		w.persist.dirty = true
 	}
+	w.missWrite = false
 	if w.s.after != nil { // Options.PersistDelay later, with other loops' (after.go)
 		w.s.after.add(w)
 		return
@@ -359,8 +366,11 @@ func (w *worker) afterTick(ctx context.Context) {
 	if w.st != idle {
 		return
 	}
-	w.stageItem()
-	w.preOpenNext(ctx) // before the write: its mask share waits for it
+	if !w.missWrite { // a tick given up: its item's write alone (miss)
+		w.stageItem()
+		w.preOpenNext(ctx) // before the write: its mask share waits for it
+	}
+	w.missWrite = false
 	if p := w.persist; p != nil && p.dirty && !p.inflight {
 		if err := w.save(ctx); err != nil {
 			w.fenced = true

@@ -152,8 +152,11 @@ type worker struct {
 	// burn: items to discard before the next one used, one per held
 	// measurement given up (dropHeld), whose tick took none: the peer
 	// took one for that tick, and the parties' items stay paired.
-	burn  int
-	heldY mpc.Matrix
+	burn int
+	// missWrite: the after queue's run for this worker is a given-up
+	// tick's, to write the item it took (miss), not a completed tick's.
+	missWrite bool
+	heldY     mpc.Matrix
 
 	prevPending mpc.Matrix
 	// prevSpare is a state buffer free for the next tick's prev.
@@ -375,8 +378,6 @@ func (w *worker) stopWith(err error) {
 	})
 }
 
-// exit marks the worker stopped: the dispatcher drops its messages, and
-// the service is no longer ready (a fenced loop is not served).
 // lastWrite stores, at a shutdown, the state a tick left for its deferred
 // write (Options.PersistDelay), which the after queue, stopped with the
 // service, no longer starts, and waits for a write in flight: restarted,
@@ -388,13 +389,15 @@ func (w *worker) lastWrite() {
 	if w.persist == nil || w.fenced {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), saveTimeout)
-	defer cancel()
-	if !w.flushState(ctx) {
+	// Not one deadline for both: the wait for a write in flight and the
+	// write after it are each bounded (saveTimeout).
+	if !w.flushState(context.Background()) {
 		w.s.opt.Log.Warn("stopping: the latest state was not persisted", "party", w.id, "loop", w.loop, "version", w.version)
 	}
 }
 
+// exit marks the worker stopped: the dispatcher drops its messages, and
+// the service is no longer ready (a fenced loop is not served).
 func (w *worker) exit() {
 	w.live.Store(false)
 	w.ready.Store(false)
