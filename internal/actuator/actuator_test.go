@@ -682,3 +682,32 @@ func TestUnannouncedTickRefused(t *testing.T) {
 		t.Fatalf("tick 2^40 after the silence: %v malformed rejects in all, want 2", got)
 	}
 }
+
+// TestEarlierSetupRefused: a notice or an output share stamped before the
+// set-up's epoch, as every one of an earlier set-up of the loop is, is
+// refused as a replay and applies nothing; the genuine shares of the same
+// tick are then applied. A new set-up numbers its ticks from 1 again and the
+// actuator's replay guard starts empty: before, an earlier set-up's notice
+// replayed by the broker applied the fail-safe at once (its stamp long
+// past), and the genuine tick's shares came too late.
+func TestEarlierSetupRefused(t *testing.T) {
+	r := newRig(t, 30*time.Millisecond)
+	m := metrics.New("actuator")
+	r.a.opt.Metrics = m
+	epoch := time.Now().Add(-time.Second).UnixNano()
+	r.a.epoch = epoch
+	old := epoch - int64(time.Minute)
+	r.send(t, codec.RoleSensor, codec.KindTick, 1, codec.TickPayload{SentUnixNano: old})
+	r.share(t, 0, 1, old)
+	r.share(t, 1, 1, old)
+	r.nothingApplied(t, 100*time.Millisecond, "applied on an earlier set-up's notice and shares")
+	if got := testutil.ToFloat64(m.Rejects.WithLabelValues("replay")); got != 3 {
+		t.Errorf("%v replay rejects for an earlier set-up's notice and two shares, want 3", got)
+	}
+	sent := time.Now().UnixNano()
+	r.share(t, 0, 1, sent)
+	r.share(t, 1, 1, sent)
+	if ap := r.wait(t, time.Second); ap.Tick != 1 || ap.Miss || len(ap.U) != 1 || ap.U[0] != 1.5 {
+		t.Fatalf("applied %+v, want tick 1, u = 1.5, no miss", ap)
+	}
+}

@@ -525,7 +525,7 @@ func (s *Sensor) missed(resume chan uint64, why string, t uint64, err error) {
 // plant keeping the last input; the notice is all the tick sends.
 func (s *Sensor) lost(resume chan uint64, t uint64) {
 	s.used(resume, t)
-	s.notify(t, time.Now().UnixNano())
+	s.notify(t, max(time.Now().UnixNano(), int64(s.epoch))) // as a measurement's stamp
 }
 
 // notify sends the actuator tick t's notice, stamped sent (Unix ns).
