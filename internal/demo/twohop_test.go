@@ -110,7 +110,7 @@ func TestLoopTwoHop(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			body, err := codec.Marshal(codec.MaskYPayload{Item: 1, V: codec.PutMatrix(prm.Field, mpc.NewMatrix(prm.N+prm.P, 1))})
+			body, err := codec.Marshal(codec.MaskYPayload{Item: 1, V: codec.PutMatrix(prm.Field, mpc.NewMatrix(prm.N+prm.P, 1)), Epoch: c.Sensor.Epoch()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -126,7 +126,7 @@ func (w *worker) preOpenNext(ctx context.Context) {
 	w.send(codec.KindPreT, w.cur, out)
 	var v codec.MatrixWire
 	v, buf = codec.AppendMatrix(f, buf[:0], vy)
-	w.out.maskY = codec.MaskYPayload{Item: wireItem(seq), V: v}
+	w.out.maskY = codec.MaskYPayload{Item: wireItem(seq), V: v, Epoch: w.epoch}
 	w.sendMask()
 	w.wireBuf = buf
 }

@@ -113,7 +113,17 @@ func (s *Sensor) onMaskY(m *nats.Msg) {
 	v := mpc.NewMatrix(prm.P, 1)
 	s.masks.mu.Lock()
 	defer s.masks.mu.Unlock()
-	if err := s.masks.guard.Admit(h, body, &mp, func() error { return mp.V.DecodeInto(prm.Field, v) }); err != nil {
+	if err := s.masks.guard.Admit(h, body, &mp, func() error {
+		switch {
+		case mp.Epoch == 0 && s.epoch != 0:
+			return fmt.Errorf("%w: a mask share without its set-up epoch (a party of an earlier release: the ticks run in three hops until it is upgraded)", codec.ErrVersion)
+		case mp.Epoch != s.epoch:
+			// An earlier set-up's (ticks start from 1 again in a new one),
+			// replayed: its mask has padded a measurement already.
+			return fmt.Errorf("%w: a mask share of set-up epoch %d, this set-up's is %d", codec.ErrReplay, mp.Epoch, s.epoch)
+		}
+		return mp.V.DecodeInto(prm.Field, v)
+	}); err != nil {
 		s.opt.Metrics.Reject(err)
 		s.opt.Log.Debug("mask rejected", "loop", s.opt.Loop, "party", id, "err", err)
 		return

@@ -123,7 +123,8 @@ func TestAwaitMask(t *testing.T) {
 
 // A party's mask share delivered again (a broker replaying it) is refused
 // as a replay and counted, and replaces nothing: only a share made after a
-// later tick is taken.
+// later tick is taken. So is one of an earlier set-up (another epoch), whose
+// ticks a new set-up numbers again from 1.
 func TestMaskShareReplayRefused(t *testing.T) {
 	s := fastSensor(t, false)
 	sealers := testkeys.Sealers(t)
@@ -131,9 +132,11 @@ func TestMaskShareReplayRefused(t *testing.T) {
 	s.opt.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	s.rz.Params.P = 1
 	s.masks.guard = codec.NewReplayGuard()
+	s.epoch = 1_700_000_000_000_000_000
 	f := s.rz.Params.Field
+	epoch := s.epoch
 	share := func(tick, item uint64) *nats.Msg {
-		body, err := codec.Marshal(codec.MaskYPayload{Item: item, V: codec.PutMatrix(f, mpc.NewMatrix(1, 1))})
+		body, err := codec.Marshal(codec.MaskYPayload{Item: item, V: codec.PutMatrix(f, mpc.NewMatrix(1, 1)), Epoch: epoch})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,8 +150,10 @@ func TestMaskShareReplayRefused(t *testing.T) {
 	s.onMaskY(first)
 	s.onMaskY(share(6, 41))
 	s.onMaskY(first) // replayed
-	if n := testutil.ToFloat64(s.opt.Metrics.Rejects.WithLabelValues("replay")); n != 1 {
-		t.Errorf("%v replay rejects, want 1", n)
+	epoch = s.epoch - 1
+	s.onMaskY(share(7, 42)) // an earlier set-up's, at a later tick
+	if n := testutil.ToFloat64(s.opt.Metrics.Rejects.WithLabelValues("replay")); n != 2 {
+		t.Errorf("%v replay rejects, want 2", n)
 	}
 	if got := s.masks.share[0]; got.after != 6 || got.item != 41 {
 		t.Errorf("party0's share: after tick %d, item %d; want the later one (6, 41)", got.after, got.item)

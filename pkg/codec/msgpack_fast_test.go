@@ -198,7 +198,7 @@ func (g gen) value(i int) any {
 		inc, peer := g.instance()
 		return &TruncPayload{Item: g.uint64(), Y: g.matrix(), Inc: inc, Peer: peer}
 	case reflect.TypeFor[MaskYPayload]():
-		return &MaskYPayload{Item: g.uint64(), V: g.matrix()}
+		return &MaskYPayload{Item: g.uint64(), V: g.matrix(), Epoch: g.uint64()}
 	case reflect.TypeFor[MeasureMaskedPayload]():
 		return &MeasureMaskedPayload{Item: g.uint64(), T: g.matrix(), SentUnixNano: g.int64()}
 	case reflect.TypeFor[OutputPayload]():

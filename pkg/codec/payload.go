@@ -110,6 +110,11 @@ type OutputPayload struct {
 type MaskYPayload struct {
 	Item uint64     `msgpack:"item"`
 	V    MatrixWire `msgpack:"v"`
+	// Epoch is the sender's set-up epoch, which the sensor checks: a new
+	// set-up numbers its ticks from 1 again, and a mask share of an earlier
+	// set-up, replayed, would pad a measurement with a mask already used.
+	// Omitted when zero (a party of an earlier release sends none).
+	Epoch uint64 `msgpack:"epoch,omitempty"`
 }
 
 // MeasureMaskedPayload (KindMeasureMasked, sensor -> party i) is T_y = ȳ_t -

@@ -213,13 +213,25 @@ func (p *MulPayload) unmarshalView(data []byte) error {
 }
 
 func (p MaskYPayload) encodedLen() int {
-	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("v") + p.V.encodedLen()
+	n := 1 + keyLen("item") + uintLen(p.Item) + keyLen("v") + p.V.encodedLen()
+	if p.Epoch != 0 {
+		n += keyLen("epoch") + uintLen(p.Epoch)
+	}
+	return n
 }
 
 func (p MaskYPayload) appendMsgpack(b []byte) []byte {
-	b = append(b, mpFixMap|2)
+	if p.Epoch == 0 {
+		b = append(b, mpFixMap|2)
+	} else {
+		b = append(b, mpFixMap|3)
+	}
 	b = appendUint(appendKey(b, "item"), p.Item)
-	return p.V.appendMsgpack(appendKey(b, "v"))
+	b = p.V.appendMsgpack(appendKey(b, "v"))
+	if p.Epoch != 0 {
+		b = appendUint(appendKey(b, "epoch"), p.Epoch)
+	}
+	return b
 }
 
 func (p *MaskYPayload) unmarshalMsgpack(data []byte) error {
@@ -234,9 +246,15 @@ func (p *MaskYPayload) unmarshalMsgpack(data []byte) error {
 func (p *MaskYPayload) unmarshalView(data []byte) error {
 	d := newDecoder(data)
 	var v MaskYPayload
-	d.mapHeader("MaskYPayload", 2)
+	n := optionalFields(data, 2, 1)
+	d.mapHeader("MaskYPayload", n)
 	v.Item = d.uint("item")
 	v.V = d.matrix("v")
+	if n > 2 {
+		if v.Epoch = d.uint("epoch"); v.Epoch == 0 && d.err == nil {
+			d.fail(d.r.errf("epoch", "zero written out: not in canonical form"))
+		}
+	}
 	if err := d.end(); err != nil {
 		return err
 	}

@@ -27,6 +27,7 @@ func samplePayloads(t testing.TB) []any {
 		&TruncPayload{Item: 9, Y: mw(3, 1)},
 		&OutputPayload{Item: 1<<64 - 1, U: mw(1, 1)},
 		&MaskYPayload{Item: 1<<63 | 1<<8 | 3, V: mw(2, 1)},
+		&MaskYPayload{Item: 5, V: mw(2, 1), Epoch: 1700000000123456789},
 		&MeasureMaskedPayload{Item: 12, T: mw(2, 1), SentUnixNano: 1700000000987654321},
 		&TickPayload{SentUnixNano: -1},
 		&SetupPayload{Epoch: 2, Params: PutParams(p), Phi: mw(4, 5), X0: mw(3, 1), P0Seed: seed, Stream: "DUET_ITEMS"},

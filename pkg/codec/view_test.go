@@ -34,7 +34,7 @@ func TestUnmarshalView(t *testing.T) {
 		{"MaterialPayload", mat, func() any { return new(MaterialPayload) }},
 		{"MeasurePayload", MeasurePayload{Y: vec(), SentUnixNano: -3}, func() any { return new(MeasurePayload) }},
 		{"MeasureMaskedPayload", MeasureMaskedPayload{Item: 9, T: vec(), SentUnixNano: 11}, func() any { return new(MeasureMaskedPayload) }},
-		{"MaskYPayload", MaskYPayload{Item: 1 << 63, V: vec()}, func() any { return new(MaskYPayload) }},
+		{"MaskYPayload", MaskYPayload{Item: 1 << 63, V: vec(), Epoch: 7}, func() any { return new(MaskYPayload) }},
 		{"TruncPayload", TruncPayload{Item: 4, Y: vec()}, func() any { return new(TruncPayload) }},
 		{"OutputPayload", OutputPayload{Item: 5, U: vec()}, func() any { return new(OutputPayload) }},
 	} {
