@@ -394,6 +394,13 @@ func TestGivenUpTickItemPersisted(t *testing.T) {
 	if _, rec := storedRecord(t, w); restoredHWM(rec) != seq {
 		t.Fatalf("stored item mark %d, want %d", restoredHWM(rec), seq)
 	}
+	// A tick given up because its write failed queues none: the next tick
+	// tries again (a queued write would have it wait for two).
+	w.persist.dirty = true
+	w.miss(missPersist, "state not persisted")
+	if w.s.after.pending() {
+		t.Fatal("a tick given up on a failed write queued another")
+	}
 }
 
 // TestLastWriteAtShutdown: a tick's update left for its deferred write

@@ -70,9 +70,13 @@ func (w *worker) miss(reason, why string) {
 	w.s.opt.Metrics.Abandoned.WithLabelValues(w.loop, reason).Inc()
 	w.s.opt.Log.Debug("tick abandoned", "party", w.id, "loop", w.loop, "tick", w.cur, "reason", reason, "why", why)
 	w.st = idle
-	if p := w.persist; p != nil && p.dirty && !p.inflight && !w.fenced && w.s.after != nil {
+	if p := w.persist; p != nil && p.dirty && !p.inflight && !w.fenced && w.s.after != nil && reason != missPersist {
 		// The item the tick took is written with the other loops' writes
-		// (afterTick), not at the next tick's start, synchronously.
+		// (afterTick), not at the next tick's start, synchronously: for a
+		// tick given up between measurements (an item or version
+		// mismatch). One given up as late is ended by the next
+		// measurement, whose tick writes first (flushState), and after a
+		// write that failed (missPersist) the next tick tries again.
 		w.missWrite = true
 		w.s.after.add(w)
 	}

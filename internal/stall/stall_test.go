@@ -19,8 +19,8 @@ func TestMonitorCountsLateWakeups(t *testing.T) {
 	for calls.Load() < 10 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	before := time.Now()
 	r := m.End()
+	ended := time.Now()
 	if r.Wakeups < 10 {
 		t.Fatalf("%d wake-ups, want at least 10", r.Wakeups)
 	}
@@ -29,8 +29,11 @@ func TestMonitorCountsLateWakeups(t *testing.T) {
 	if r.Count < 2 || r.Count > 4 {
 		t.Errorf("%d stalls counted, want the 2 injected", r.Count)
 	}
-	if r.Worst < 29*time.Millisecond || r.WorstAt.IsZero() || r.WorstAt.After(before) {
-		t.Errorf("worst %v at %v, want at least 29 ms before %v", r.Worst, r.WorstAt, before)
+	// The worst is an injected one, or a stall of this machine's own that
+	// was longer (one hit the sleep End waited for, 31 ms, once in the
+	// sixty-seventh session): either way within the run.
+	if r.Worst < 29*time.Millisecond || r.WorstAt.IsZero() || r.WorstAt.After(ended) {
+		t.Errorf("worst %v at %v, want at least 29 ms before %v", r.Worst, r.WorstAt, ended)
 	}
 }
 
