@@ -384,6 +384,9 @@ func TestGivenUpTickItemPersisted(t *testing.T) {
 	if !w.s.after.pending() {
 		t.Fatal("a tick given up with its item unwritten queued no write")
 	}
+	if got := w.s.after.take(); len(got) != 1 || got[0] != w {
+		t.Fatalf("the after queue holds %d workers, want this one", len(got))
+	}
 	if !w.deferred(ctx) || !w.persist.inflight {
 		t.Fatal("the after queue's run started no write")
 	}
