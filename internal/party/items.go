@@ -466,9 +466,10 @@ func (w *worker) takeItem(ctx context.Context, wait bool) (uint64, codec.Serial,
 			// writes no state of its own, and a party restarted from a
 			// record without the marks of such ticks' items would take
 			// copies of them (the broker may store a message again),
-			// sending a second T = ξ - V under one V. The next tick's
-			// start writes it (flushState); after a completed tick the
-			// deferred write does.
+			// sending a second T = ξ - V under one V. After a completed
+			// tick, or one given up between measurements, the deferred
+			// write stores it (afterTick; miss); else the next tick's
+			// start (flushState).
 			w.persist.dirty = true
 		}
 		return it.seq, codec.Serial(it.nonce), it.mat, nil
