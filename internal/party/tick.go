@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
@@ -229,7 +230,18 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 				}
 			}
 		}
-		w.s.opt.Log.Warn("state version mismatch", "party", w.id, "loop", w.loop, "tick", t, "own", w.version, "peer", mp.version)
+		if gap := max(w.version, mp.version) - min(w.version, mp.version); gap > 1 {
+			// No rollback mends it (one party lost its state record, or
+			// restored one far behind): every tick would miss, warned at
+			// each. Said once a minute, with the remedy.
+			if time.Since(w.gapLogged) >= time.Minute {
+				w.gapLogged = time.Now()
+				w.s.opt.Log.Error("the parties' states are more than one update apart: no tick can complete; one party lost its state record (deleted, purged or not opened) or restored an old one. Set the loop up again: delete the sensor's resume record (nats kv del "+bus.SetupBucket+" "+bus.SetupKey(w.loop, codec.RoleSensor)+"), restart the sensor, then the parties, the actuator and the plant",
+					"party", w.id, "loop", w.loop, "tick", t, "own", w.version, "peer", mp.version)
+			}
+		} else {
+			w.s.opt.Log.Warn("state version mismatch", "party", w.id, "loop", w.loop, "tick", t, "own", w.version, "peer", mp.version)
+		}
 		w.miss(missVersion, "state version mismatch")
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/natstest"
+	"github.com/duet-mpc/duet/internal/testlog"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -834,5 +835,36 @@ func TestPeerTickFarAheadRefused(t *testing.T) {
 	}
 	if err := w.peerTickInRange(codec.Header{Kind: codec.KindMul, From: codec.RoleParty0, Tick: 1 << 40}); !errors.Is(err, codec.ErrMalformed) {
 		t.Errorf("tick 2^40 after 2 s: %v, want refused as malformed", err)
+	}
+}
+
+// TestStateGapLoggedWithRemedy: parties more than one state update apart
+// (one lost its record, or restored an old one), which no rollback mends,
+// log it at error level once a minute with the remedy, a new set-up,
+// instead of a warning at every tick, and no tick completes.
+func TestStateGapLoggedWithRemedy(t *testing.T) {
+	r := newTwoHopRig(t, 16)
+	var logs testlog.Buffer
+	for _, w := range r.w {
+		w.s.opt.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	}
+	r.w[1].version = 10
+	y := r.y()
+	for tick := uint64(1); tick <= 3; tick++ {
+		r.measure(tick, y, false, 0)
+		r.check(tick, y, 0)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "more than one update apart"); n != 2 {
+		t.Errorf("the gap logged %d times over 3 ticks, want once at each party:\n%s", n, out)
+	}
+	if !strings.Contains(out, "nats kv del "+bus.SetupBucket+" "+rigLoop+".sensor") || !strings.Contains(out, "level=ERROR") {
+		t.Errorf("the gap's log names no remedy or is not an error:\n%s", out)
+	}
+	if strings.Contains(out, "state version mismatch") {
+		t.Errorf("a gap no rollback mends warned as a mismatch:\n%s", out)
+	}
+	if n := metrics.Sum(r.m[0].Misses); n != 3 {
+		t.Errorf("party0: %v misses, want 3", n)
 	}
 }

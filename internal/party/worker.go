@@ -103,6 +103,7 @@ type worker struct {
 	serials      itemSerials
 	serialBuf    []byte    // serials' encoding for the state record
 	serialLogged time.Time // when a refused item was last logged
+	gapLogged    time.Time // when a state gap no rollback mends was last logged
 	perMsg       int       // most items in one stream message (set-up)
 
 	persist *persister
