@@ -85,8 +85,11 @@ type Actuator struct {
 	opt    Options
 	prm    mpc.Params
 	// epoch: the set-up's (Unix ns, the sensor's clock); a notice or
-	// output share stamped earlier is an earlier set-up's (ofThisSetup).
-	epoch int64
+	// output share stamped earlier is an earlier set-up's (codec.NotBefore),
+	// refused: admitted, an earlier notice would take the tick for a
+	// fail-safe at once (its stamp long past) and the genuine tick's input
+	// be refused as late; an earlier share, the same, or a stale input.
+	epoch uint64
 	guard *codec.ReplayGuard
 	ready atomic.Bool
 
@@ -276,7 +279,7 @@ func (a *Actuator) applySetup(data []byte) error {
 		return err
 	}
 	a.mu.Lock()
-	a.prm, a.epoch = prm, int64(sp.Epoch)
+	a.prm, a.epoch = prm, sp.Epoch
 	a.last = make([]float64, prm.M)
 	a.uBuf = mpc.NewMatrix(prm.M, 1)
 	a.mu.Unlock()
@@ -301,7 +304,7 @@ func (a *Actuator) onMsg(m *nats.Msg) {
 	switch {
 	case h.Kind == codec.KindTick && h.From == codec.RoleSensor:
 		var tp codec.TickPayload
-		if err := a.accept(h, body, &tp, func() error { return a.ofThisSetup("notice", tp.SentUnixNano) }); err != nil {
+		if err := a.accept(h, body, &tp, func() error { return codec.NotBefore("notice", tp.SentUnixNano, a.epoch) }); err != nil {
 			return
 		}
 		a.onTick(h.Tick, tp.SentUnixNano)
@@ -309,7 +312,7 @@ func (a *Actuator) onMsg(m *nats.Msg) {
 		var op codec.OutputPayload
 		var u mpc.Matrix
 		if err := a.accept(h, body, &op, func() (err error) {
-			if err := a.ofThisSetup("output share", op.SentUnixNano); err != nil {
+			if err := codec.NotBefore("output share", op.SentUnixNano, a.epoch); err != nil {
 				return err
 			}
 			if err := a.announced(h.Tick); err != nil {
@@ -328,20 +331,6 @@ func (a *Actuator) onMsg(m *nats.Msg) {
 	default:
 		a.reject(fmt.Errorf("%w: %s from %s is not accepted by the actuator", codec.ErrKind, h.Kind, h.From))
 	}
-}
-
-// ofThisSetup refuses a notice or an output share stamped (by the sensor,
-// whose stamp the parties relay) before the set-up's epoch: an earlier
-// set-up's, which a broker that kept it can replay, since a new set-up
-// numbers its ticks from 1 again and this actuator's replay guard starts
-// empty. Admitted, an earlier notice would take the tick for a fail-safe
-// at once (its stamp long past) and the genuine tick's input be refused as
-// late; an earlier share, the same, or a stale input.
-func (a *Actuator) ofThisSetup(what string, sent int64) error {
-	if sent < a.epoch {
-		return fmt.Errorf("%w: %s sent at %d, before this set-up (epoch %d): an earlier set-up's", codec.ErrReplay, what, sent, a.epoch)
-	}
-	return nil
 }
 
 // announced refuses an output share of tick t beyond the reach

@@ -695,7 +695,7 @@ func TestEarlierSetupRefused(t *testing.T) {
 	m := metrics.New("actuator")
 	r.a.opt.Metrics = m
 	epoch := time.Now().Add(-time.Second).UnixNano()
-	r.a.epoch = epoch
+	r.a.epoch = uint64(epoch)
 	old := epoch - int64(time.Minute)
 	r.send(t, codec.RoleSensor, codec.KindTick, 1, codec.TickPayload{SentUnixNano: old})
 	r.share(t, 0, 1, old)

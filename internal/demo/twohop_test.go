@@ -188,8 +188,7 @@ func TestTwoHopPartiesRejectMalformed(t *testing.T) {
 		{bus.ExchangeSubject(c.opt.Loop, 0), seal(codec.RoleParty1, codec.KindPreT, codec.MulPayload{Item: 1, T: col(prm.N + 1), Inc: inc, Peer: peer})},
 		// An S in the fixed-mask variant (opened once, at set-up).
 		{bus.ExchangeSubject(c.opt.Loop, 0), seal(codec.RoleParty1, codec.KindPreT, codec.MulPayload{Item: 1, T: col(prm.N), S: col(prm.N), Inc: inc, Peer: peer})},
-		// The same in a tick's Protocol 1 message (accepted until the
-		// sixty-seventh session's review found it).
+		// The same in a tick's Protocol 1 message.
 		{bus.ExchangeSubject(c.opt.Loop, 0), seal(codec.RoleParty1, codec.KindMul, codec.MulPayload{Item: 1, T: col(phiCols), S: col(prm.N), Inc: inc, Peer: peer})},
 	}
 	before := counter(c, "party0", "dimension")

@@ -99,10 +99,7 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 	case h.Kind == codec.KindMeasure && h.From == codec.RoleSensor:
 		mp := &w.in.measure
 		if err := w.accept(h, body, mp, func() error {
-			if err := w.notStale(h.Tick); err != nil {
-				return err
-			}
-			if err := w.ofThisSetup(mp.SentUnixNano); err != nil {
+			if err := w.fresh(h.Tick, mp.SentUnixNano); err != nil {
 				return err
 			}
 			return mp.Y.DecodeInto(w.prm.Field, w.yBuf)
@@ -117,10 +114,7 @@ func (w *worker) handleMsg(ctx context.Context, m *nats.Msg) {
 		mp := &w.in.masked
 		var item uint64
 		if err := w.accept(h, body, mp, func() error {
-			if err := w.notStale(h.Tick); err != nil {
-				return err
-			}
-			if err := w.ofThisSetup(mp.SentUnixNano); err != nil {
+			if err := w.fresh(h.Tick, mp.SentUnixNano); err != nil {
 				return err
 			}
 			item = fromWire(mp.Item)
@@ -191,18 +185,15 @@ func (w *worker) notStale(t uint64) error {
 	return nil
 }
 
-// ofThisSetup refuses a measurement stamped before the set-up's epoch (its
-// creation, Unix ns on the sensor's clock, which stamps no measurement of
-// the set-up earlier: Sensor.Run): one of an earlier set-up of the loop,
-// which a broker that kept it can replay, since a new set-up numbers its
-// ticks from 1 again and this party's replay guard starts empty. Admitted,
-// its share (of another sharing than the other party's) would corrupt the
-// controller state for good.
-func (w *worker) ofThisSetup(sent int64) error {
-	if sent < int64(w.epoch) {
-		return fmt.Errorf("%w: a measurement sent at %d, before this set-up (epoch %d): an earlier set-up's", codec.ErrReplay, sent, w.epoch)
+// fresh refuses a measurement of tick t, stamped sent, that is stale
+// (notStale) or of an earlier set-up of the loop (codec.NotBefore): admitted,
+// the latter's share, of another sharing than the other party's, would
+// corrupt the controller state for good.
+func (w *worker) fresh(t uint64, sent int64) error {
+	if err := w.notStale(t); err != nil {
+		return err
 	}
-	return nil
+	return codec.NotBefore("a measurement", sent, w.epoch)
 }
 
 // accept applies replay protection, decodes the payload and validates it;
@@ -266,7 +257,7 @@ func (w *worker) decodeMul(mp codec.MulPayload) (peerMul, error) {
 			return in, err
 		}
 		in.msg.S = w.mulS
-	} else if mp.S.Rows != 0 || mp.S.Cols != 0 || len(mp.S.Data) != 0 {
+	} else if !mp.S.Empty() {
 		// As codec's MulPayload.Msg and the pre-opening refuse it: a tick's
 		// message carries no S in the fixed-mask variant (the set-up's
 		// comes at tick 0).

@@ -72,12 +72,15 @@ func (w *worker) miss(reason, why string) {
 	w.s.opt.Log.Debug("tick abandoned", "party", w.id, "loop", w.loop, "tick", w.cur, "reason", reason, "why", why)
 	w.st = idle
 	if p := w.persist; p != nil && p.dirty && !p.inflight && !w.fenced && w.s.after != nil && reason != missPersist {
-		// The item the tick took is written with the other loops' writes
-		// (afterTick), not at the next tick's start, synchronously: for a
-		// tick given up between measurements (an item or version
-		// mismatch). One given up as late is ended by the next
-		// measurement, whose tick writes first (flushState), and after a
-		// write that failed (missPersist) the next tick tries again.
+		// What the tick left unwritten (its item's mark, a rollback) is
+		// written with the other loops' writes (afterTick), not at the
+		// next tick's start, synchronously. That spares the next tick
+		// the write when the tick is given up between measurements (an
+		// item or version mismatch, an error); one given up as late is
+		// ended by the next measurement, whose tick writes first
+		// (flushState), and the queued run then finds it open and does
+		// nothing. After a write that failed (missPersist) the next tick
+		// tries again.
 		w.missWrite = true
 		w.s.after.add(w)
 	}
@@ -223,9 +226,10 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 				w.hasPrev = false
 				w.onVersion(false)
 				if w.persist != nil {
-					// The record holds the update given up: the next
-					// tick's start writes the rolled-back state first
-					// (flushState), or a crash would restore the update.
+					// The record holds the update given up: the
+					// rolled-back state is written (the after queue's
+					// write, miss, or the next tick's start if that comes
+					// first: flushState), or a crash would restore it.
 					w.persist.dirty = true
 				}
 			}
@@ -374,7 +378,8 @@ func (w *worker) finish(tr *mpc.TruncMsg, prev mpc.Matrix) {
 
 // afterTick is the work a tick leaves for after its outputs have gone
 // (Options.PersistDelay later): take the next offline item and prepare it,
-// pre-open it with the two-hop tick, and start the state write. The
+// pre-open it with the two-hop tick, and start the state write; after a
+// tick given up (missWrite), the write alone. The
 // pre-opening's mask share waits for the write (parkMask). It does nothing
 // once a new tick has begun (the state is mid-update; the tick's start
 // flushed the write synchronously and took its item itself).

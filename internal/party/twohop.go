@@ -268,7 +268,7 @@ func (w *worker) decodePreT(mp codec.MulPayload) error {
 		if err := mp.S.DecodeInto(w.prm.Field, w.peerPre.s); err != nil {
 			return err
 		}
-	} else if mp.S.Rows != 0 || mp.S.Cols != 0 || len(mp.S.Data) != 0 {
+	} else if !mp.S.Empty() {
 		return fmt.Errorf("%w: pre-opening carries S in the fixed-mask variant", codec.ErrDimension)
 	}
 	w.peerPre.ok, w.peerPre.item, w.peerPre.version, w.peerPre.serial = true, fromWire(mp.Item), mp.Version, mp.Serial

@@ -445,10 +445,7 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 		if s.opt.OnTick != nil {
 			s.opt.OnTick(t, y, up)
 		}
-		// Never before the epoch (a clock stepped back, or a resumed
-		// sensor's clock behind the one that set the loop up): the parties
-		// refuse a measurement stamped earlier as an earlier set-up's.
-		now := max(time.Now().UnixNano(), int64(s.epoch))
+		now := s.stamp()
 		var err0, err1 error
 		if masked {
 			mp := codec.MeasureMaskedPayload{Item: item, T: codec.PutMatrix(f, ty), SentUnixNano: now}
@@ -525,8 +522,14 @@ func (s *Sensor) missed(resume chan uint64, why string, t uint64, err error) {
 // plant keeping the last input; the notice is all the tick sends.
 func (s *Sensor) lost(resume chan uint64, t uint64) {
 	s.used(resume, t)
-	s.notify(t, max(time.Now().UnixNano(), int64(s.epoch))) // as a measurement's stamp
+	s.notify(t, s.stamp())
 }
+
+// stamp is a measurement's or a notice's send time (Unix ns), never before
+// the epoch (a clock stepped back, or a resumed sensor's clock behind the
+// one that set the loop up): the parties and the actuator refuse one
+// stamped earlier as an earlier set-up's (codec.NotBefore).
+func (s *Sensor) stamp() int64 { return max(time.Now().UnixNano(), int64(s.epoch)) }
 
 // notify sends the actuator tick t's notice, stamped sent (Unix ns).
 func (s *Sensor) notify(t uint64, sent int64) {

@@ -30,8 +30,8 @@ func TestMonitorCountsLateWakeups(t *testing.T) {
 		t.Errorf("%d stalls counted, want the 2 injected", r.Count)
 	}
 	// The worst is an injected one, or a stall of this machine's own that
-	// was longer (one hit the sleep End waited for, 31 ms, once in the
-	// sixty-seventh session): either way within the run.
+	// was longer (one can hit the sleep End waits for): either way within
+	// the run.
 	if r.Worst < 29*time.Millisecond || r.WorstAt.IsZero() || r.WorstAt.After(ended) {
 		t.Errorf("worst %v at %v, want at least 29 ms before %v", r.Worst, r.WorstAt, ended)
 	}

@@ -46,6 +46,10 @@ func AppendMatrix(f *mpc.Field, buf []byte, m mpc.Matrix) (MatrixWire, []byte) {
 	return MatrixWire{Rows: uint32(m.Rows), Cols: uint32(m.Cols), Data: data}, buf
 }
 
+// Empty reports whether w is the 0x0 matrix, with no entries (the S a
+// fixed-mask Protocol 1 message carries).
+func (w MatrixWire) Empty() bool { return w.Rows == 0 && w.Cols == 0 && len(w.Data) == 0 }
+
 // Decode returns the rows x cols matrix w carries. It fails with ErrDimension
 // if w has another shape, ErrMalformed if Data is not rows*cols*f.ByteLen()
 // bytes long, and ErrRange if an entry is not below q.

@@ -73,7 +73,7 @@ func (w MulPayload) Msg(p mpc.Params) (mpc.MulMsg, error) {
 		if m.S, err = w.S.decode(p.Field, r, c, "S"); err != nil {
 			return mpc.MulMsg{}, err
 		}
-	} else if w.S.Rows != 0 || w.S.Cols != 0 || len(w.S.Data) != 0 {
+	} else if !w.S.Empty() {
 		return mpc.MulMsg{}, fmt.Errorf("%w: S is %dx%d, want 0x0 in the fixed-mask variant", ErrDimension, w.S.Rows, w.S.Cols)
 	}
 	if m.T, err = w.T.decode(p.Field, c, 1, "T"); err != nil {

@@ -43,6 +43,19 @@ func NewReplayGuard() *ReplayGuard {
 // resumes.
 const ReachAhead = 1 << 10
 
+// NotBefore refuses, as ErrReplay, a message stamped (sent: Unix ns on the
+// sensor's clock) before epoch, its set-up's creation on that clock: the
+// sensor stamps none of a set-up earlier, so it is an earlier set-up's,
+// which a broker that kept it can replay, since a new set-up numbers its
+// ticks from 1 again and its receivers' guards start empty. what names the
+// message in the error.
+func NotBefore(what string, sent int64, epoch uint64) error {
+	if sent < int64(epoch) {
+		return fmt.Errorf("%w: %s sent at %d, before this set-up (epoch %d): an earlier set-up's", ErrReplay, what, sent, epoch)
+	}
+	return nil
+}
+
 // Reach is the furthest tick such a receiver takes: ReachAhead beyond
 // latest, the newest tick it knows the sensor sent (which it learnt at at),
 // plus one tick a millisecond, the sensor's shortest period, since then, for
