@@ -155,15 +155,16 @@ func Config(users map[codec.Role]string) string {
 		}
 		return "[" + strings.Join(q, ", ") + "]"
 	}
+	// deny is the denials after an allow list, if any.
+	deny := func(xs []string) string {
+		if len(xs) == 0 {
+			return ""
+		}
+		return ", deny: " + list(xs)
+	}
 	for _, r := range roles {
 		p := Permissions(r)
 		fmt.Fprintf(&b, "    # %s\n    { nkey: %s\n      permissions: {\n", r, users[r])
-		deny := func(xs []string) string {
-			if len(xs) == 0 {
-				return ""
-			}
-			return ", deny: " + list(xs)
-		}
 		if len(p.Pub) > 0 {
 			fmt.Fprintf(&b, "        publish: { allow: %s%s }\n", list(p.Pub), deny(p.PubDeny))
 		} else {
