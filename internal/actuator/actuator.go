@@ -181,8 +181,8 @@ func (a *Actuator) Run(ctx context.Context) error {
 	defer subO.Unsubscribe()
 	a.ready.Store(true)
 	a.startWatchdog()
-	defer a.stop()
 	<-ctx.Done()
+	a.shutdown()
 	return nil
 }
 
@@ -196,14 +196,41 @@ func (a *Actuator) startWatchdog() {
 	a.mu.Unlock()
 }
 
-// stop ends the actuator's timers as Run returns: the watchdog and every
-// pending tick's deadline. A deadline that fires anyway (its timer already
-// running) and any share still being delivered find the actuator stopped
-// and apply nothing: before, a deadline could publish a fail-safe on the
-// closing connection, and report it, after Run had returned.
+// stop ends the actuator's timers (stopLocked) without the fail-safe that
+// shutdown applies as Run returns.
 func (a *Actuator) stop() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.stopLocked()
+}
+
+// shutdown stops the actuator as Run returns (stop), and first applies the
+// fail-safe once, as the next tick, if it has driven the plant: the plant
+// holds the last input it was sent, and an actuator stopped on purpose (a
+// restart, an upgrade: k8s/ replaces it, Recreate, before the new one runs)
+// would otherwise leave it driven by that input, with no watchdog left to
+// take it off, until a new actuator applies one. Not counted as a miss nor
+// reported to Options.OnApply: no tick missed. With the hold fail-safe it
+// sends the last input again, which changes nothing. The service's
+// connection drains, and so delivers it, after Run returns.
+func (a *Actuator) shutdown() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lastApp > 0 && !a.stopped {
+		t, u := a.lastApp+1, a.failSafeLocked()
+		a.lastApp = t
+		a.publishLocked(t, u, true)
+		a.opt.Log.Info("stopping: fail-safe applied", "loop", a.opt.Loop, "tick", t, "failsafe", a.opt.FailSafe)
+	}
+	a.stopLocked()
+}
+
+// stopLocked ends the actuator's timers: the watchdog and every pending
+// tick's deadline. A deadline that fires anyway (its timer already running)
+// and any share still being delivered find the actuator stopped and apply
+// nothing: before, a deadline could publish a fail-safe on the closing
+// connection, and report it, after Run had returned.
+func (a *Actuator) stopLocked() {
 	a.stopped = true
 	a.watchOn = false
 	if a.watch != nil {
@@ -582,7 +609,19 @@ func (a *Actuator) applyLocked(t uint64, p *pending, u []float64, lat time.Durat
 		}
 		a.armed = true
 	}
-	body, err := codec.Marshal(codec.PlantUPayload{U: u, FailSafe: miss})
+	a.publishLocked(t, u, miss)
+	if !miss {
+		a.opt.Metrics.Ticks.WithLabelValues(a.opt.Loop).Inc()
+	}
+	if a.opt.OnApply != nil {
+		a.opt.OnApply(Applied{Loop: a.opt.Loop, Tick: t, U: u, Latency: lat, Miss: miss, Item0: p.item[0], Item1: p.item[1]})
+	}
+}
+
+// publishLocked sends the plant input u as tick t's (failSafe: the
+// fail-safe, not a reconstructed input).
+func (a *Actuator) publishLocked(t uint64, u []float64, failSafe bool) {
+	body, err := codec.Marshal(codec.PlantUPayload{U: u, FailSafe: failSafe})
 	if err == nil {
 		env, err := a.sealer.Seal(codec.Header{Kind: codec.KindPlantU, Loop: a.opt.Loop, Tick: t, From: codec.RoleActuator, To: codec.RolePlant}, body)
 		if err == nil {
@@ -591,11 +630,5 @@ func (a *Actuator) applyLocked(t uint64, p *pending, u []float64, lat time.Durat
 		if err != nil {
 			a.opt.Log.Warn("apply", "err", err)
 		}
-	}
-	if !miss {
-		a.opt.Metrics.Ticks.WithLabelValues(a.opt.Loop).Inc()
-	}
-	if a.opt.OnApply != nil {
-		a.opt.OnApply(Applied{Loop: a.opt.Loop, Tick: t, U: u, Latency: lat, Miss: miss, Item0: p.item[0], Item1: p.item[1]})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/natstest"
 	"github.com/duet-mpc/duet/internal/testkeys"
@@ -24,6 +25,7 @@ import (
 type rig struct {
 	a       *Actuator
 	from    map[codec.Role]*codec.Sealer
+	plant   *codec.Sealer // opens what the actuator sends the plant
 	prm     mpc.Params
 	mu      sync.Mutex
 	applied map[uint64]Applied
@@ -34,7 +36,7 @@ func newRig(t *testing.T, deadline time.Duration) *rig {
 	t.Helper()
 	nc := natstest.Conn(t)
 	sealers := testkeys.Sealers(t)
-	r := &rig{from: map[codec.Role]*codec.Sealer{}, applied: map[uint64]Applied{}, got: make(chan uint64, 16)}
+	r := &rig{from: map[codec.Role]*codec.Sealer{}, plant: sealers[codec.RolePlant], applied: map[uint64]Applied{}, got: make(chan uint64, 16)}
 	for _, role := range []codec.Role{codec.RoleSensor, codec.RoleParty0, codec.RoleParty1} {
 		r.from[role] = sealers[role]
 	}
@@ -209,6 +211,100 @@ func TestNothingAppliedAfterStop(t *testing.T) {
 	r.nothingApplied(t, 200*time.Millisecond, "applied after the actuator stopped") // past tick 1's deadline
 	if got := metrics.Sum(m.Misses) + metrics.Sum(m.Rejects) + metrics.Sum(m.Ticks); got != 0 {
 		t.Errorf("%v misses, rejects and ticks counted after the actuator stopped, want 0", got)
+	}
+}
+
+// An actuator stopped on purpose (Run returning: a restart, an upgrade)
+// applies the fail-safe once, as the next tick, so that the plant is not
+// left driven by the last input with no watchdog left; not counted as a
+// miss, nor reported as an applied tick. One that never drove the plant
+// sends nothing, and with the hold fail-safe it sends the last input.
+func TestShutdownAppliesFailSafe(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fs       FailSafe
+		drive    bool
+		want     float64
+		wantSent bool
+	}{
+		{"zero", FailSafeZero, true, 0, true},
+		{"hold", FailSafeHold, true, 1.5, true},
+		{"never drove the plant", FailSafeZero, false, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, 30*time.Millisecond)
+			r.a.opt.FailSafe = tc.fs
+			inputs := make(chan *nats.Msg, 8)
+			sub, err := r.a.nc.ChanSubscribe(bus.PlantUSubject("loop1"), inputs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			if err := r.a.nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.drive {
+				now := time.Now().UnixNano()
+				r.share(t, 0, 1, now)
+				r.share(t, 1, 1, now)
+				if ap := r.wait(t, time.Second); ap.Tick != 1 || ap.U[0] != 1.5 {
+					t.Fatalf("tick 1: %+v, want u = 1.5 applied", ap)
+				}
+				if h, u := r.plantInput(t, inputs); h.Tick != 1 || u.FailSafe || u.U[0] != 1.5 {
+					t.Fatalf("plant got tick %d %+v, want tick 1's u = 1.5", h.Tick, u)
+				}
+			}
+			r.a.shutdown()
+			if !tc.wantSent {
+				select {
+				case m := <-inputs:
+					t.Fatalf("an actuator that never drove the plant sent it %d bytes at stop", len(m.Data))
+				case <-time.After(200 * time.Millisecond):
+				}
+				return
+			}
+			h, u := r.plantInput(t, inputs)
+			if h.Tick != 2 || !u.FailSafe || len(u.U) != 1 || u.U[0] != tc.want {
+				t.Fatalf("at stop the plant got tick %d %+v, want tick 2's fail-safe u = %v", h.Tick, u, tc.want)
+			}
+			// Nothing more: a share of the tick it took, or of a later
+			// one, applies nothing after the stop.
+			now := time.Now().UnixNano()
+			for _, tick := range []uint64{2, 3} {
+				r.share(t, 0, tick, now)
+				r.share(t, 1, tick, now)
+			}
+			r.nothingApplied(t, 100*time.Millisecond, "applied after the actuator stopped")
+			select {
+			case m := <-inputs:
+				t.Fatalf("the plant got %d more bytes after the stop", len(m.Data))
+			case <-time.After(100 * time.Millisecond):
+			}
+			m := r.a.opt.Metrics
+			if got := metrics.Sum(m.Misses); got != 0 {
+				t.Errorf("the stop counted %v misses, want 0", got)
+			}
+		})
+	}
+}
+
+// plantInput waits for the next input sent to the plant and opens it.
+func (r *rig) plantInput(t *testing.T, inputs chan *nats.Msg) (codec.Header, codec.PlantUPayload) {
+	t.Helper()
+	select {
+	case m := <-inputs:
+		h, body, err := r.plant.Open(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var u codec.PlantUPayload
+		if err := codec.Unmarshal(body, &u); err != nil {
+			t.Fatal(err)
+		}
+		return h, u
+	case <-time.After(time.Second):
+		t.Fatal("nothing sent to the plant")
+		return codec.Header{}, codec.PlantUPayload{}
 	}
 }
 
