@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -949,11 +950,16 @@ func TestComposeEnv(t *testing.T) {
 
 // composeEnv reads a compose environment: a map or a list of KEY=VALUE.
 // Only DUET_ variables are returned.
+// composeDefault matches compose's "${NAME:-default}" interpolation.
+var composeDefault = regexp.MustCompile(`\$\{[A-Za-z_][A-Za-z0-9_]*:-([^}]*)\}`)
+
 func composeEnv(v any) (map[string]string, error) {
 	env := map[string]string{}
 	add := func(k, val string) {
 		if strings.HasPrefix(k, config.Prefix+"_") {
-			env[k] = val
+			// A value "${NAME:-default}" is compose's interpolation: with
+			// NAME unset, as here, it is the default.
+			env[k] = composeDefault.ReplaceAllString(val, "$1")
 		}
 	}
 	switch e := v.(type) {

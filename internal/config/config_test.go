@@ -389,6 +389,8 @@ func everyField(t *testing.T, cfg any, alt map[string]string, build func() (any,
 			f.SetBool(!f.Bool())
 		case reflect.Int, reflect.Int64:
 			f.SetInt(f.Int() + 1)
+		case reflect.Uint64:
+			f.SetUint(f.Uint() + 1)
 		case reflect.Slice:
 			f.Set(reflect.Append(f, reflect.ValueOf("other")))
 		default:

@@ -25,6 +25,7 @@ type Config struct {
 	TwoHop      bool          `envconfig:"TWO_HOP" default:"false" desc:"the two-hop tick: when both parties have sent their shares of the next item's measurement mask, send them ȳ minus the mask instead of shares of ȳ, so the tick needs no exchange after the measurement (docs/two-hop-design.md); set on the sensor and both parties"`
 	Replicas    int           `envconfig:"REPLICAS" default:"1" desc:"JetStream replicas for the queue and set-up records, 1..5 and at most the NATS servers in the cluster (the set-up records' bucket is shared by the sensors of every loop: set it alike on all)"`
 	NoticeDelay string        `envconfig:"NOTICE_DELAY" default:"auto" desc:"how long after a tick's measurements the actuator is sent its notice of the tick, which dates a tick whose output shares never come (auto: 5ms, or a quarter of DUET_PERIOD if shorter; 0: with the measurements, inside the tick's latency); at most half of DUET_PERIOD (the sensor waits it before its next tick's plant read), and keep it under the actuator's DUET_DEADLINE"`
+	Generation  uint64        `envconfig:"SETUP_GENERATION" default:"0" desc:"the set-up generation: the sensor resumes the loop's stored set-up only if it was made with the same value, so changing it (adding 1, say) makes the sensor start a new set-up at its next start, the controller from its initial state; then restart the loop's parties, actuator and plant. The remedy when the parties' states are more than one update apart"`
 	PlantWait   time.Duration `envconfig:"PLANT_WAIT" default:"1s" desc:"how long a read of the plant (the plant service's reply to the sensor's request) may take before its tick is counted a miss; no tick is sent while a read waits, so above DUET_PERIOD a plant that hangs costs every period the wait spans, one of them counted; keep it above the plant service's DUET_WAIT (60ms), which a read may wait for the last input; 1ms..1m"`
 }
 
@@ -106,6 +107,6 @@ func (c *Config) Options(id *codec.Identity, log *slog.Logger, m *metrics.Set) (
 	// modulus, an unstable A) come from New, naming the file too.
 	return Options{Loop: c.Loop, Controller: cs, ControllerFrom: "DUET_CONTROLLER " + c.Controller, Variant: v, Compress: c.Compress, Period: c.Period,
 		QueueMax: c.QueueMax, ItemsPerMsg: c.ItemsPerMsg, FileStore: c.FileStore, Replicas: c.Replicas,
-		TwoHop: c.TwoHop, NoticeDelay: notice, PlantWait: c.PlantWait, StateKey: &key,
+		TwoHop: c.TwoHop, NoticeDelay: notice, PlantWait: c.PlantWait, StateKey: &key, Generation: c.Generation,
 		Log: log, Metrics: m}, nil
 }

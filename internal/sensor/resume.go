@@ -69,7 +69,7 @@ func resumable(rec record, digest, keys [32]byte, params *codec.ParamsWire) (boo
 	case rec.Wire != codec.Version:
 		return false, fmt.Sprintf("the stored set-up was sealed with wire version %d (0: version 1), this build speaks %d", rec.Wire, codec.Version)
 	case rec.Digest != digest:
-		return false, "controller or options changed"
+		return false, "the controller, DUET_MASK, DUET_COMPRESS or DUET_SETUP_GENERATION changed"
 	case rec.Params != nil && params != nil && *rec.Params != *params:
 		return false, fmt.Sprintf("the parameters resolved from the controller, %+v, differ from the stored set-up's, %+v (another build's modulus sizing)", *params, *rec.Params)
 	case len(rec.Keys) > 0 && !bytes.Equal(rec.Keys, keys[:]):
@@ -85,12 +85,17 @@ func resumable(rec record, digest, keys [32]byte, params *codec.ParamsWire) (boo
 // StateKey derives the sensor's record key from its identity.
 func StateKey(id *codec.Identity) ([32]byte, error) { return id.RecordKey("duet/v1/sensor-state") }
 
+// digest covers what a resumed set-up must have been made with: the
+// controller, the variant, compression and the set-up generation
+// (Options.Generation). Generation 0 is left out, so that the digest of a
+// set-up made before the generation existed is unchanged and it resumes.
 func (s *Sensor) digest() [32]byte {
 	b, _ := json.Marshal(struct {
 		C any
 		V string
 		Z bool
-	}{s.opt.Controller, s.opt.Variant.String(), s.opt.Compress})
+		G uint64 `json:",omitempty"`
+	}{s.opt.Controller, s.opt.Variant.String(), s.opt.Compress, s.opt.Generation})
 	return sha256.Sum256(b)
 }
 

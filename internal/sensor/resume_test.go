@@ -3,6 +3,8 @@ package sensor
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -37,7 +39,7 @@ func TestResumable(t *testing.T) {
 		{"same", record{Digest: d, Wire: codec.Version}, true, ""},
 		{"wire version 1 (not recorded)", record{Digest: d}, false, "wire version 0 (0: version 1), this build speaks"},
 		{"another wire version", record{Digest: d, Wire: codec.Version + 1}, false, "wire version"},
-		{"other controller", record{Digest: [32]byte{2}, Wire: codec.Version}, false, "controller or options changed"},
+		{"other controller", record{Digest: [32]byte{2}, Wire: codec.Version}, false, "DUET_SETUP_GENERATION changed"},
 		{"same keys", record{Digest: d, Wire: codec.Version, Keys: k[:]}, true, ""},
 		{"no keys recorded (an earlier release)", record{Digest: d, Wire: codec.Version}, true, ""},
 		{"a recipient's key changed", record{Digest: d, Wire: codec.Version, Keys: []byte{9}}, false, "public key of a role the set-up is sealed to"},
@@ -252,6 +254,54 @@ func TestResumeChecksResolvedParams(t *testing.T) {
 	if s := setUp(other); s.epoch == first.epoch || !strings.Contains(logs.String(), "parameters resolved from the controller") {
 		t.Fatalf("modulus %s against the stored %s: epoch %d (stored %d), want a new set-up, saying why\n%s",
 			other, first.rz.Params.Field.Name(), s.epoch, first.epoch, logs.String())
+	}
+}
+
+// DUET_SETUP_GENERATION forces a new set-up: a sensor of another
+// generation than the stored set-up's starts a new one (a new epoch),
+// saying why, and one of the same generation resumes it. Generation 0
+// digests as before the generation existed, so that upgrading a sensor
+// resumes its stored set-up.
+func TestSetupGenerationStartsANewSetup(t *testing.T) {
+	cs := pendulumController(t)
+	nc := natstest.Conn(t)
+	sealer := testkeys.Sealers(t)[codec.RoleSensor]
+	key := [32]byte{9}
+	var logs bytes.Buffer
+	setUp := func(gen uint64) *Sensor {
+		t.Helper()
+		s, err := New(nc, sealer, Options{Loop: "g", Controller: cs, Variant: mpc.PerTick, Compress: true, StateKey: &key, Generation: gen,
+			Log: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Setup(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := setUp(0)
+	old, _ := json.Marshal(struct {
+		C any
+		V string
+		Z bool
+	}{cs, mpc.PerTick.String(), true})
+	if first.digest() != sha256.Sum256(old) {
+		t.Error("generation 0 changes the digest: an upgraded sensor would not resume its stored set-up")
+	}
+	if s := setUp(0); s.epoch != first.epoch {
+		t.Fatalf("the same generation: epoch %d, want the stored set-up's %d resumed\n%s", s.epoch, first.epoch, logs.String())
+	}
+	logs.Reset()
+	second := setUp(1)
+	if second.epoch == first.epoch || !strings.Contains(logs.String(), "DUET_SETUP_GENERATION changed") {
+		t.Fatalf("generation 1 against the stored 0: epoch %d (stored %d), want a new set-up, saying why\n%s", second.epoch, first.epoch, logs.String())
+	}
+	if s := setUp(1); s.epoch != second.epoch {
+		t.Fatalf("generation 1 again: epoch %d, want generation 1's set-up %d resumed\n%s", s.epoch, second.epoch, logs.String())
+	}
+	if s := setUp(0); s.epoch == second.epoch {
+		t.Fatalf("generation 0 against the stored 1: epoch %d, the stored one resumed; want a new set-up", s.epoch)
 	}
 }
 

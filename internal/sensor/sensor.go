@@ -46,8 +46,12 @@ type Options struct {
 	// set-up (same epoch, parties keep their state) instead of starting a new
 	// one; see resume.go.
 	StateKey *[32]byte
-	Log      *slog.Logger
-	Metrics  *metrics.Set
+	// Generation is the set-up generation (DUET_SETUP_GENERATION): a
+	// stored set-up made with another is not resumed, so changing it
+	// makes the sensor start a new set-up (resume.go).
+	Generation uint64
+	Log        *slog.Logger
+	Metrics    *metrics.Set
 	// TwoHop: send a masked measurement when both parties have sent their
 	// mask shares for the tick (twohop.go).
 	TwoHop bool
