@@ -948,11 +948,11 @@ func TestComposeEnv(t *testing.T) {
 	}
 }
 
-// composeEnv reads a compose environment: a map or a list of KEY=VALUE.
-// Only DUET_ variables are returned.
 // composeDefault matches compose's "${NAME:-default}" interpolation.
 var composeDefault = regexp.MustCompile(`\$\{[A-Za-z_][A-Za-z0-9_]*:-([^}]*)\}`)
 
+// composeEnv reads a compose environment: a map or a list of KEY=VALUE.
+// Only DUET_ variables are returned.
 func composeEnv(v any) (map[string]string, error) {
 	env := map[string]string{}
 	add := func(k, val string) {

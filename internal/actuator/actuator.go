@@ -102,6 +102,8 @@ type Actuator struct {
 	forgotten uint64
 	last      []float64
 	lastApp   uint64
+	// lastFailSafe: the last input applied was a fail-safe (shutdown).
+	lastFailSafe bool
 	// noticed: the highest tick the sensor's notices announced (0: none
 	// yet); announced bounds the output shares' ticks by it and lastApp,
 	// allowing for the time since either last rose (advanced).
@@ -197,30 +199,36 @@ func (a *Actuator) startWatchdog() {
 }
 
 // stop ends the actuator's timers (stopLocked) without the fail-safe that
-// shutdown applies as Run returns.
+// shutdown applies as Run returns (for tests).
 func (a *Actuator) stop() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.stopLocked()
 }
 
-// shutdown stops the actuator as Run returns (stop), and first applies the
-// fail-safe once, as the next tick, if it has driven the plant: the plant
-// holds the last input it was sent, and an actuator stopped on purpose (a
-// restart, an upgrade: k8s/ replaces it, Recreate, before the new one runs)
-// would otherwise leave it driven by that input, with no watchdog left to
-// take it off, until a new actuator applies one. Not counted as a miss nor
-// reported to Options.OnApply: no tick missed. With the hold fail-safe it
-// sends the last input again, which changes nothing. The service's
-// connection drains, and so delivers it, after Run returns.
+// shutdown stops the actuator as Run returns (stopLocked), and first
+// applies the fail-safe once if the plant is driven by an input it sent:
+// the plant holds the last input it was sent, and an actuator stopped on
+// purpose (a restart, an upgrade: k8s/ replaces it, Recreate, before the
+// new one runs) would otherwise leave it driven by that input, with no
+// watchdog left to take it off, until a new actuator applies one. Nothing
+// is sent when the last input applied was already a fail-safe (a miss, the
+// watchdog's), or none was. The tick it takes is the next after the last
+// applied, or the latest the sensor announced if later (ticks still
+// pending: the plant has read that one, and takes an input of a tick it
+// has passed for none). Not counted as a miss nor reported to
+// Options.OnApply: no tick missed. With the hold fail-safe it sends the
+// last input again, which changes nothing. The service's connection
+// drains, and so delivers it, after Run returns.
 func (a *Actuator) shutdown() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.lastApp > 0 && !a.stopped {
-		t, u := a.lastApp+1, a.failSafeLocked()
+	if a.lastApp > 0 && !a.lastFailSafe && !a.stopped {
+		t, u := max(a.lastApp+1, a.noticed), a.failSafeLocked()
 		a.lastApp = t
-		a.publishLocked(t, u, true)
-		a.opt.Log.Info("stopping: fail-safe applied", "loop", a.opt.Loop, "tick", t, "failsafe", a.opt.FailSafe)
+		if err := a.publishLocked(t, u, true); err == nil {
+			a.opt.Log.Info("stopping: fail-safe applied", "loop", a.opt.Loop, "tick", t, "failsafe", a.opt.FailSafe)
+		}
 	}
 	a.stopLocked()
 }
@@ -600,6 +608,7 @@ func (a *Actuator) applyLocked(t uint64, p *pending, u []float64, lat time.Durat
 		a.lastApp, a.advanced = t, now
 	}
 	copy(a.last, u)
+	a.lastFailSafe = miss
 	if a.watchOn {
 		a.applied = now
 		if a.watch == nil {
@@ -609,7 +618,7 @@ func (a *Actuator) applyLocked(t uint64, p *pending, u []float64, lat time.Durat
 		}
 		a.armed = true
 	}
-	a.publishLocked(t, u, miss)
+	_ = a.publishLocked(t, u, miss) // logged
 	if !miss {
 		a.opt.Metrics.Ticks.WithLabelValues(a.opt.Loop).Inc()
 	}
@@ -619,16 +628,18 @@ func (a *Actuator) applyLocked(t uint64, p *pending, u []float64, lat time.Durat
 }
 
 // publishLocked sends the plant input u as tick t's (failSafe: the
-// fail-safe, not a reconstructed input).
-func (a *Actuator) publishLocked(t uint64, u []float64, failSafe bool) {
-	body, err := codec.Marshal(codec.PlantUPayload{U: u, FailSafe: failSafe})
+// fail-safe, not a reconstructed input), and logs a failure.
+func (a *Actuator) publishLocked(t uint64, u []float64, failSafe bool) error {
+	body, err := codec.Marshal(codec.PlantUPayload{U: u, FailSafe: failSafe, Epoch: a.epoch})
 	if err == nil {
-		env, err := a.sealer.Seal(codec.Header{Kind: codec.KindPlantU, Loop: a.opt.Loop, Tick: t, From: codec.RoleActuator, To: codec.RolePlant}, body)
+		var env []byte
+		env, err = a.sealer.Seal(codec.Header{Kind: codec.KindPlantU, Loop: a.opt.Loop, Tick: t, From: codec.RoleActuator, To: codec.RolePlant}, body)
 		if err == nil {
 			err = a.nc.Publish(bus.PlantUSubject(a.opt.Loop), env)
 		}
-		if err != nil {
-			a.opt.Log.Warn("apply", "err", err)
-		}
 	}
+	if err != nil {
+		a.opt.Log.Warn("apply", "loop", a.opt.Loop, "tick", t, "err", err)
+	}
+	return err
 }

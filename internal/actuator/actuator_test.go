@@ -215,25 +215,42 @@ func TestNothingAppliedAfterStop(t *testing.T) {
 }
 
 // An actuator stopped on purpose (Run returning: a restart, an upgrade)
-// applies the fail-safe once, as the next tick, so that the plant is not
-// left driven by the last input with no watchdog left; not counted as a
-// miss, nor reported as an applied tick. One that never drove the plant
-// sends nothing, and with the hold fail-safe it sends the last input.
+// applies the fail-safe once, so that the plant is not left driven by the
+// last input with no watchdog left; not counted as a miss, nor reported as
+// an applied tick. It takes the next tick, or the latest the sensor
+// announced if later (the plant has read that one). One that never drove
+// the plant, or whose last input was already a fail-safe, sends nothing;
+// with the hold fail-safe it sends the last input again.
 func TestShutdownAppliesFailSafe(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		fs       FailSafe
+		name string
+		fs   FailSafe
+		// then runs after tick 1's u = 1.5 is applied (drive).
 		drive    bool
+		then     func(t *testing.T, r *rig)
+		wantTick uint64 // 0: nothing sent at the stop
 		want     float64
-		wantSent bool
 	}{
-		{"zero", FailSafeZero, true, 0, true},
-		{"hold", FailSafeHold, true, 1.5, true},
-		{"never drove the plant", FailSafeZero, false, 0, false},
+		{name: "zero", fs: FailSafeZero, drive: true, wantTick: 2, want: 0},
+		{name: "hold", fs: FailSafeHold, drive: true, wantTick: 2, want: 1.5},
+		{name: "never drove the plant", fs: FailSafeZero},
+		{name: "ticks pending", fs: FailSafeZero, drive: true, wantTick: 4, then: func(t *testing.T, r *rig) {
+			now := time.Now().UnixNano()
+			r.send(t, codec.RoleSensor, codec.KindTick, 3, codec.TickPayload{SentUnixNano: now})
+			r.send(t, codec.RoleSensor, codec.KindTick, 4, codec.TickPayload{SentUnixNano: now})
+		}},
+		{name: "last input a fail-safe", fs: FailSafeZero, drive: true, then: func(t *testing.T, r *rig) {
+			// Tick 2's notice stamped past its deadline: the fail-safe at once.
+			r.send(t, codec.RoleSensor, codec.KindTick, 2, codec.TickPayload{SentUnixNano: time.Now().Add(-2 * time.Second).UnixNano()})
+			if ap := r.wait(t, time.Second); ap.Tick != 2 || !ap.Miss {
+				t.Fatalf("tick 2: %+v, want its fail-safe", ap)
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, 30*time.Millisecond)
+			r := newRig(t, time.Second) // no tick's deadline passes unless stamped so
 			r.a.opt.FailSafe = tc.fs
+			r.a.epoch = 7 // the set-up's, which every plant input carries
 			inputs := make(chan *nats.Msg, 8)
 			sub, err := r.a.nc.ChanSubscribe(bus.PlantUSubject("loop1"), inputs)
 			if err != nil {
@@ -250,27 +267,37 @@ func TestShutdownAppliesFailSafe(t *testing.T) {
 				if ap := r.wait(t, time.Second); ap.Tick != 1 || ap.U[0] != 1.5 {
 					t.Fatalf("tick 1: %+v, want u = 1.5 applied", ap)
 				}
-				if h, u := r.plantInput(t, inputs); h.Tick != 1 || u.FailSafe || u.U[0] != 1.5 {
-					t.Fatalf("plant got tick %d %+v, want tick 1's u = 1.5", h.Tick, u)
+				if h, u := r.plantInput(t, inputs); h.Tick != 1 || u.FailSafe || u.U[0] != 1.5 || u.Epoch != 7 {
+					t.Fatalf("plant got tick %d %+v, want tick 1's u = 1.5 of epoch 7", h.Tick, u)
 				}
 			}
+			if tc.then != nil {
+				tc.then(t, r)
+			}
+			if err := r.a.nc.Flush(); err != nil { // what was sent is in inputs
+				t.Fatal(err)
+			}
+			for len(inputs) > 0 { // tick 2's fail-safe, in the case that applies one
+				<-inputs
+			}
+			misses := metrics.Sum(r.a.opt.Metrics.Misses)
 			r.a.shutdown()
-			if !tc.wantSent {
+			if tc.wantTick == 0 {
 				select {
 				case m := <-inputs:
-					t.Fatalf("an actuator that never drove the plant sent it %d bytes at stop", len(m.Data))
+					t.Fatalf("sent the plant %d bytes at the stop, want nothing", len(m.Data))
 				case <-time.After(200 * time.Millisecond):
 				}
 				return
 			}
 			h, u := r.plantInput(t, inputs)
-			if h.Tick != 2 || !u.FailSafe || len(u.U) != 1 || u.U[0] != tc.want {
-				t.Fatalf("at stop the plant got tick %d %+v, want tick 2's fail-safe u = %v", h.Tick, u, tc.want)
+			if h.Tick != tc.wantTick || !u.FailSafe || len(u.U) != 1 || u.U[0] != tc.want || u.Epoch != 7 {
+				t.Fatalf("at the stop the plant got tick %d %+v, want tick %d's fail-safe u = %v of epoch 7", h.Tick, u, tc.wantTick, tc.want)
 			}
 			// Nothing more: a share of the tick it took, or of a later
 			// one, applies nothing after the stop.
 			now := time.Now().UnixNano()
-			for _, tick := range []uint64{2, 3} {
+			for _, tick := range []uint64{tc.wantTick, tc.wantTick + 1} {
 				r.share(t, 0, tick, now)
 				r.share(t, 1, tick, now)
 			}
@@ -280,8 +307,7 @@ func TestShutdownAppliesFailSafe(t *testing.T) {
 				t.Fatalf("the plant got %d more bytes after the stop", len(m.Data))
 			case <-time.After(100 * time.Millisecond):
 			}
-			m := r.a.opt.Metrics
-			if got := metrics.Sum(m.Misses); got != 0 {
+			if got := metrics.Sum(r.a.opt.Metrics.Misses) - misses; got != 0 {
 				t.Errorf("the stop counted %v misses, want 0", got)
 			}
 		})

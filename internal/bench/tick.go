@@ -198,13 +198,18 @@ func RunTick(ctx context.Context, opt TickOptions, c TickCase) (TickRow, error) 
 		return row, err
 	}
 	sizes.TwoHop = c.TwoHop
-	// The plant's reply: the request's envelope (sealed with no body) plus
-	// the encoded p outputs.
-	body, err := codec.Marshal(codec.PlantYPayload{Y: make([]float64, prm.P)})
+	// The plant's reply: the request's envelope less its body (the read's
+	// set-up epoch) plus the encoded p outputs and the epoch echoed.
+	epoch := sn.Epoch()
+	read, err := codec.Marshal(codec.PlantReadPayload{Epoch: epoch})
 	if err != nil {
 		return row, err
 	}
-	sizes.PlantReply = sizes.PlantRequest + len(body)
+	body, err := codec.Marshal(codec.PlantYPayload{Y: make([]float64, prm.P), Epoch: epoch})
+	if err != nil {
+		return row, err
+	}
+	sizes.PlantReply = sizes.PlantRequest - len(read) + len(body)
 	row.Sizes = sizes
 	// Beside parties in processes of their own, the floor's relays run in
 	// processes of their own too: the floor of the same shape.

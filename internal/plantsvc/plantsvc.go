@@ -55,7 +55,14 @@ type Service struct {
 	// held: set by the first read that waits for it and kept by the reads
 	// that take over, so that a lost input holds the plant up once, for Wait.
 	waitUntil time.Time
-	closed    bool // Run has ended: waiting reads return
+	// epoch is the set-up epoch of the reads (codec.PlantReadPayload):
+	// a read of a later one starts the tick numbers afresh (newSetup), one
+	// of an earlier one is refused, and inputs are taken of this epoch
+	// only. read1: a read has been admitted (before it, no epoch is known
+	// and inputs are dropped).
+	epoch  uint64
+	read1  bool
+	closed bool // Run has ended: waiting reads return
 	// diverged is closed when the plant's measurement is first found not
 	// finite (once): Run then ends with errDiverged.
 	diverged     chan struct{}
@@ -131,28 +138,52 @@ func (s *Service) onInput(m *nats.Msg) {
 	}
 	var up codec.PlantUPayload
 	if err == nil {
-		err = s.guard.Check(h)
-	}
-	if err == nil {
 		err = codec.Unmarshal(body, &up)
 	}
 	if err == nil && len(up.U) != s.opt.Plant.Inputs() {
 		err = fmt.Errorf("%w: %d inputs, want %d", codec.ErrDimension, len(up.U), s.opt.Plant.Inputs())
-	}
-	if err == nil {
-		err = s.guard.Accept(h) // only a valid input advances the guard
 	}
 	if err != nil {
 		s.reject("input", err)
 		return
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case !s.read1:
+		// No read has told the plant the set-up yet (restarted): an input
+		// before its tick's read, a fail-safe, which no read would use.
+		s.opt.Log.Debug("plant: input before the first read: dropped", "loop", s.opt.Loop, "tick", h.Tick, "epoch", up.Epoch)
+		return
+	case up.Epoch > s.epoch && s.epoch != 0:
+		// The actuator's set-up is newer than the reads' (authentic: its
+		// epoch came from its set-up record): the sensor's next read
+		// brings it. Dropped, counted nowhere; said if it lasts.
+		if ok, notLogged := s.logs.Allow("later epoch"); ok {
+			s.opt.Log.Warn("plant: input of a later set-up than the sensor's reads: dropped until a read of that set-up comes (is the sensor running the new set-up?)", "loop", s.opt.Loop, "tick", h.Tick, "epoch", up.Epoch, "read_epoch", s.epoch, "repeats_not_logged", notLogged)
+		}
+		return
+	case up.Epoch == s.epoch:
+		err = s.guard.Check(h)
+		if err == nil {
+			err = s.guard.Accept(h) // only a valid input advances the guard
+		}
+	case up.Epoch == 0:
+		err = fmt.Errorf("%w: an input without the set-up epoch: an actuator of an earlier release; upgrade it with the plant and the sensor", codec.ErrVersion)
+	case s.epoch == 0:
+		err = fmt.Errorf("%w: the reads carry no set-up epoch: a sensor of an earlier release; upgrade it with the plant and the actuator", codec.ErrVersion)
+	default:
+		err = fmt.Errorf("%w: an input of set-up epoch %d, the plant is read for epoch %d (an earlier set-up's input replayed)", codec.ErrReplay, up.Epoch, s.epoch)
+	}
+	if err != nil {
+		s.reject("input", err)
+		return
+	}
 	s.inputs[h.Tick] = up.U
 	if len(s.inputs) > maxInputs {
 		s.pruneInputs(h.Tick)
 	}
 	s.cond.Broadcast()
-	s.mu.Unlock()
 }
 
 // maxInputs bounds the inputs held (40 s of the pendulum's ticks). A read
@@ -179,9 +210,13 @@ func (s *Service) pruneInputs(tick uint64) {
 }
 
 func (s *Service) onRead(m *nats.Msg) {
-	h, _, err := s.sealer.Open(m.Data)
+	h, body, err := s.sealer.Open(m.Data)
 	if err == nil {
 		err = s.admitHeader(h, codec.KindPlantY, codec.RoleSensor)
+	}
+	var rp codec.PlantReadPayload
+	if err == nil && len(body) > 0 { // empty: a sensor of an earlier release, epoch 0
+		err = codec.Unmarshal(body, &rp)
 	}
 	if err != nil {
 		s.reject("read", err)
@@ -192,10 +227,23 @@ func (s *Service) onRead(m *nats.Msg) {
 	// Claimed on that goroutine, two reads queued together could take the
 	// lock in either order, and the earlier would be refused as a replay.
 	s.mu.Lock()
+	if s.read1 && rp.Epoch < s.epoch {
+		at := s.epoch
+		s.mu.Unlock()
+		err := fmt.Errorf("%w: a read of set-up epoch %d, the plant is read for epoch %d (an earlier set-up's read replayed; or a new set-up made on a clock behind the earlier one's: restart the plant)", codec.ErrReplay, rp.Epoch, at)
+		if rp.Epoch == 0 {
+			err = fmt.Errorf("%w: a read without the set-up epoch, the plant is read for epoch %d: a sensor of an earlier release (rolled back: restart the plant too)", codec.ErrVersion, at)
+		}
+		s.reject("read", err)
+		return
+	}
+	if !s.read1 || rp.Epoch > s.epoch {
+		s.newSetup(rp.Epoch)
+	}
 	if at := s.reading; h.Tick <= at { // reading >= lastT: a tick read or being read
 		s.mu.Unlock()
 		// Not answered: the sensor's read times out (DUET_PLANT_WAIT).
-		s.reject("read", fmt.Errorf("%w: a read of tick %d, the plant has read tick %d or is reading it (a sensor that reuses tick numbers: restart the plant with a new set-up)", codec.ErrReplay, h.Tick, at))
+		s.reject("read", fmt.Errorf("%w: a read of tick %d, the plant has read tick %d or is reading it (a sensor of an earlier release that made a new set-up: restart the plant)", codec.ErrReplay, h.Tick, at))
 		return
 	}
 	// One read at a time advances the plant: a read that comes while an
@@ -208,7 +256,25 @@ func (s *Service) onRead(m *nats.Msg) {
 	s.reading = h.Tick
 	s.cond.Broadcast()
 	s.mu.Unlock()
-	go s.read(m, h.Tick)
+	go s.read(m, h.Tick, rp.Epoch)
+}
+
+// newSetup (under mu) takes epoch as the set-up the plant is read for: the
+// first read since the plant started, or one of a later set-up, whose tick
+// numbers start from 1 again. The tick bookkeeping starts afresh, as at a
+// restart (the plant itself goes on from where it is): the replay guard,
+// the reads' ticks (a read still waiting gives way) and the inputs held,
+// which are the earlier set-up's. Before, a new set-up's reads were refused
+// as replays until the plant was restarted.
+func (s *Service) newSetup(epoch uint64) {
+	if s.read1 {
+		s.opt.Log.Info("plant: read for a new set-up: tick numbers start afresh", "loop", s.opt.Loop, "epoch", epoch, "earlier_epoch", s.epoch)
+	}
+	s.epoch, s.read1 = epoch, true
+	s.guard = codec.NewReplayGuard()
+	s.reading, s.lastT, s.waitUntil = 0, 0, time.Time{}
+	clear(s.inputs)
+	s.cond.Broadcast()
 }
 
 // admitHeader checks an opened message's kind, sender and loop.
@@ -253,11 +319,12 @@ func (s *Service) inputFor(t uint64) (u []float64, ok bool) {
 	return u, ok
 }
 
-// givenUp unlocks mu and reports true if read t is not to be answered: a
-// later read took over, or the service stopped.
-func (s *Service) givenUp(t uint64) bool {
+// givenUp unlocks mu and reports true if read t of epoch is not to be
+// answered: a later read took over (of a later set-up too), or the service
+// stopped.
+func (s *Service) givenUp(t, epoch uint64) bool {
 	later := s.reading
-	if later == t && !s.closed {
+	if s.current(t, epoch) {
 		return false
 	}
 	s.mu.Unlock()
@@ -265,10 +332,16 @@ func (s *Service) givenUp(t uint64) bool {
 	return true
 }
 
-// read answers read t, which onRead claimed.
-func (s *Service) read(m *nats.Msg, t uint64) {
+// current reports (under mu) whether read t of epoch is still the one to
+// answer: no later read took over, and the service runs.
+func (s *Service) current(t, epoch uint64) bool {
+	return s.reading == t && s.epoch == epoch && !s.closed
+}
+
+// read answers read t of set-up epoch, which onRead claimed.
+func (s *Service) read(m *nats.Msg, t, epoch uint64) {
 	s.mu.Lock()
-	if s.givenUp(t) {
+	if s.givenUp(t, epoch) {
 		return
 	}
 	var applied []float64
@@ -282,11 +355,11 @@ func (s *Service) read(m *nats.Msg, t uint64) {
 		}
 		deadline := s.waitUntil
 		u, ok := s.inputFor(t)
-		for !ok && s.reading == t && !s.closed && time.Now().Before(deadline) {
+		for !ok && s.current(t, epoch) && time.Now().Before(deadline) {
 			waitCond(s.cond, time.Until(deadline))
 			u, ok = s.inputFor(t)
 		}
-		if s.givenUp(t) {
+		if s.givenUp(t, epoch) {
 			return
 		}
 		if !ok {
@@ -320,7 +393,7 @@ func (s *Service) read(m *nats.Msg, t uint64) {
 			return
 		}
 	}
-	body, err := codec.Marshal(codec.PlantYPayload{Y: y})
+	body, err := codec.Marshal(codec.PlantYPayload{Y: y, Epoch: epoch})
 	if err == nil {
 		var env []byte
 		env, err = s.sealer.Seal(codec.Header{Kind: codec.KindPlantY, Loop: s.opt.Loop, Tick: t, From: codec.RolePlant, To: codec.RoleSensor}, body)

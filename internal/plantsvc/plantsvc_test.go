@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
@@ -78,11 +79,26 @@ func newRig(t *testing.T, wait time.Duration) *rig {
 	return r
 }
 
-// read asks for tick's measurement as the sensor does, waiting up to
-// timeout; while the service has not yet subscribed (no responders), it
-// asks again.
+// read asks for tick's measurement as a sensor of an earlier release does
+// (no set-up epoch: readAt's epoch 0).
 func (r *rig) read(tick uint64, timeout time.Duration) (float64, error) {
-	env, err := r.sensor.Seal(codec.Header{Kind: codec.KindPlantY, Loop: "loop1", Tick: tick, From: codec.RoleSensor, To: codec.RolePlant}, nil)
+	y, _, err := r.readAt(tick, 0, timeout)
+	return y, err
+}
+
+// readAt asks for tick's measurement as the sensor does, its read carrying
+// the set-up epoch (none for 0), waiting up to timeout, and returns y and
+// the epoch the answer echoed; while the service has not yet subscribed (no
+// responders), it asks again.
+func (r *rig) readAt(tick, epoch uint64, timeout time.Duration) (float64, uint64, error) {
+	var body []byte
+	if epoch != 0 {
+		var err error
+		if body, err = codec.Marshal(codec.PlantReadPayload{Epoch: epoch}); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	env, err := r.sensor.Seal(codec.Header{Kind: codec.KindPlantY, Loop: "loop1", Tick: tick, From: codec.RoleSensor, To: codec.RolePlant}, body)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -92,17 +108,17 @@ func (r *rig) read(tick uint64, timeout time.Duration) (float64, error) {
 		msg, err = r.nc.Request(bus.PlantYSubject("loop1"), env, timeout)
 	}
 	if err != nil {
-		return math.NaN(), err
+		return math.NaN(), 0, err
 	}
-	_, body, err := r.sensor.Open(msg.Data)
+	_, reply, err := r.sensor.Open(msg.Data)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	var yp codec.PlantYPayload
-	if err := codec.Unmarshal(body, &yp); err != nil {
+	if err := codec.Unmarshal(reply, &yp); err != nil {
 		r.t.Fatal(err)
 	}
-	return yp.Y[0], nil
+	return yp.Y[0], yp.Epoch, nil
 }
 
 // reading waits until the service has started reading tick.
@@ -121,9 +137,21 @@ func (r *rig) reading(tick uint64) {
 	}
 }
 
-// input sends the actuator's input for tick.
-func (r *rig) input(tick uint64, u float64) {
-	body, err := codec.Marshal(codec.PlantUPayload{U: []float64{u}})
+// input sends the actuator's input for tick, as an actuator of an earlier
+// release does (no set-up epoch: inputAt's epoch 0).
+func (r *rig) input(tick uint64, u float64) { r.inputAt(tick, u, 0) }
+
+// inputAt sends the actuator's input for tick of set-up epoch.
+func (r *rig) inputAt(tick uint64, u float64, epoch uint64) {
+	if err := r.nc.Publish(bus.PlantUSubject("loop1"), r.sealedInput(tick, u, epoch).Data); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// sealedInput is the actuator's input for tick of set-up epoch as the
+// plant's subscription delivers it.
+func (r *rig) sealedInput(tick uint64, u float64, epoch uint64) *nats.Msg {
+	body, err := codec.Marshal(codec.PlantUPayload{U: []float64{u}, Epoch: epoch})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -131,9 +159,7 @@ func (r *rig) input(tick uint64, u float64) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if err := r.nc.Publish(bus.PlantUSubject("loop1"), env); err != nil {
-		r.t.Fatal(err)
-	}
+	return &nats.Msg{Subject: bus.PlantUSubject("loop1"), Data: env}
 }
 
 // check fails unless the plant advanced once, answering tick, with misses
@@ -261,6 +287,108 @@ func TestWatchdogFailSafeHeld(t *testing.T) {
 	}
 	if n := metrics.Sum(r.m.Misses); n != 0 {
 		t.Errorf("%v inputs held, want 0", n)
+	}
+}
+
+// TestSetupEpochs: the reads carry the set-up epoch and the answers echo
+// it; the plant takes inputs of the epoch it is read for only, so that a
+// broker that kept an earlier set-up's inputs or reads cannot replay them
+// (tick numbers start from 1 again in a new set-up). A read of a later
+// epoch starts the ticks afresh, without a restart: before, the plant
+// refused a new set-up's reads as replays until it was restarted. Inputs
+// before the plant's first read are dropped: a restarted plant knows no
+// set-up yet.
+func TestSetupEpochs(t *testing.T) {
+	const e1, e2 = 1_800_000_000_000_000_000, 1_800_000_100_000_000_000
+	r := newRig(t, time.Second)
+	rejects := func(reason string) float64 { return testutil.ToFloat64(r.m.Rejects.WithLabelValues(reason)) }
+	inputs := func() int {
+		r.svc.mu.Lock()
+		defer r.svc.mu.Unlock()
+		return len(r.svc.inputs)
+	}
+	// Before any read: dropped, counted nowhere.
+	r.svc.onInput(r.sealedInput(1, 0.9, e1))
+	if n := inputs(); n != 0 || rejects("replay") != 0 {
+		t.Fatalf("an input before the first read: %d held, %v refused; want dropped", n, rejects("replay"))
+	}
+	if y, echo, err := r.readAt(1, e1, time.Second); err != nil || y != 0 || echo != e1 {
+		t.Fatalf("tick 1's read: y = %v, epoch %d, %v; want 0, %d", y, echo, err, uint64(e1))
+	}
+	// Refused, before the genuine input, which the read waits for.
+	r.inputAt(1, 0.6, e1-1) // an earlier set-up's, replayed
+	r.inputAt(1, 0.7, 0)    // an actuator of an earlier release
+	r.inputAt(1, 0.5, e1)
+	if y, echo, err := r.readAt(2, e1, time.Second); err != nil || y != 1 || echo != e1 {
+		t.Fatalf("tick 2's read: y = %v, epoch %d, %v; want 1, %d", y, echo, err, uint64(e1))
+	}
+	r.mu.Lock()
+	with := append([]float64(nil), r.with...)
+	r.mu.Unlock()
+	if len(with) != 1 || with[0] != 0.5 {
+		t.Fatalf("the plant advanced with %v, want [0.5]: the set-up's input only", with)
+	}
+	if rejects("replay") != 1 || rejects("version") != 1 {
+		t.Errorf("refused: %v replay, %v version; want 1 and 1", rejects("replay"), rejects("version"))
+	}
+	// An earlier set-up's read, replayed: not answered.
+	if _, _, err := r.readAt(3, e1-1, 200*time.Millisecond); err != nats.ErrTimeout {
+		t.Fatalf("a read of an earlier set-up: %v, want no answer", err)
+	}
+	if rejects("replay") != 2 {
+		t.Errorf("%v replays refused, want 2", rejects("replay"))
+	}
+	// A later set-up's input before its first read: dropped, not refused.
+	r.svc.onInput(r.sealedInput(5, 0.8, e2))
+	if n := inputs(); n != 0 || rejects("replay") != 2 {
+		t.Fatalf("a later set-up's input before its read: %d held, %v replays refused; want dropped", n, rejects("replay"))
+	}
+	// A new set-up: its ticks from 1 again, answered at once.
+	if y, echo, err := r.readAt(1, e2, time.Second); err != nil || y != 1 || echo != e2 {
+		t.Fatalf("the new set-up's tick 1: y = %v, epoch %d, %v; want 1 (not advanced), %d", y, echo, err, uint64(e2))
+	}
+	if n := inputs(); n != 0 {
+		t.Errorf("%d inputs held after the new set-up's first read, want 0", n)
+	}
+	r.inputAt(1, 0.3, e1) // the earlier set-up's tick 1, replayed
+	r.inputAt(1, 0.25, e2)
+	if y, _, err := r.readAt(2, e2, time.Second); err != nil || y != 2 {
+		t.Fatalf("the new set-up's tick 2: y = %v, %v; want 2", y, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.with) != 2 || r.with[1] != 0.25 {
+		t.Fatalf("the plant advanced with %v, want [0.5 0.25]", r.with)
+	}
+	if rejects("replay") != 3 || metrics.Sum(r.m.Misses) != 0 {
+		t.Errorf("%v replays refused, %v misses (inputs held); want 3 and 0", rejects("replay"), metrics.Sum(r.m.Misses))
+	}
+}
+
+// TestEarlierReleasesRefusedAsVersion: a sensor of an earlier release reads
+// without the set-up epoch (epoch 0). Such reads are served, but an input
+// of a set-up epoch then is refused as the wire version, not a replay, and
+// so is a read without the epoch once the plant is read for one (a sensor
+// rolled back), and an input without one (an actuator of an earlier
+// release).
+func TestEarlierReleasesRefusedAsVersion(t *testing.T) {
+	const e1 = 1_800_000_000_000_000_000
+	r := newRig(t, time.Second)
+	version := func() float64 { return testutil.ToFloat64(r.m.Rejects.WithLabelValues("version")) }
+	if y, echo, err := r.readAt(1, 0, time.Second); err != nil || y != 0 || echo != 0 {
+		t.Fatalf("an earlier sensor's read: y = %v, epoch %d, %v; want 0, none", y, echo, err)
+	}
+	r.svc.onInput(r.sealedInput(1, 0.5, e1))
+	if version() != 1 {
+		t.Fatalf("an input of a set-up epoch to a plant read without one: %v version rejects, want 1", version())
+	}
+	if _, echo, err := r.readAt(2, e1, 2*time.Second); err != nil || echo != e1 { // the set-up's epoch now
+		t.Fatalf("a read of epoch %d: %v, echo %d", uint64(e1), err, echo)
+	}
+	r.svc.onInput(r.sealedInput(2, 0.5, 0))
+	r.svc.onRead(r.sealedRead(3)) // without the epoch
+	if version() != 3 || testutil.ToFloat64(r.m.Rejects.WithLabelValues("replay")) != 0 {
+		t.Errorf("%v version rejects, %v replay; want 3 and 0", version(), testutil.ToFloat64(r.m.Rejects.WithLabelValues("replay")))
 	}
 }
 

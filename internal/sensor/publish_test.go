@@ -94,12 +94,13 @@ func TestRefusedMeasurementIsAMiss(t *testing.T) {
 	now := time.Now().UnixNano()
 	measure := len(sealed(codec.RoleSensor, codec.Header{Kind: codec.KindMeasure, Loop: loop, Tick: tick, From: codec.RoleSensor, To: codec.RoleParty0},
 		codec.MeasurePayload{Y: codec.PutMatrix(f, share), SentUnixNano: now}))
+	s.epoch = uint64(now) // as Setup sets it: the reads carry it, the answers echo it
 	reply := func(tick uint64) []byte {
 		return sealed(codec.RolePlant, codec.Header{Kind: codec.KindPlantY, Loop: loop, Tick: tick, From: codec.RolePlant, To: codec.RoleSensor},
-			codec.PlantYPayload{Y: make([]float64, p)})
+			codec.PlantYPayload{Y: make([]float64, p), Epoch: s.epoch})
 	}
 	others := max(len(reply(tick)),
-		len(sealed(codec.RoleSensor, codec.Header{Kind: codec.KindPlantY, Loop: loop, Tick: tick, From: codec.RoleSensor, To: codec.RolePlant}, nil)),
+		len(sealed(codec.RoleSensor, codec.Header{Kind: codec.KindPlantY, Loop: loop, Tick: tick, From: codec.RoleSensor, To: codec.RolePlant}, codec.PlantReadPayload{Epoch: s.epoch})),
 		len(sealed(codec.RoleSensor, codec.Header{Kind: codec.KindTick, Loop: loop, Tick: tick, From: codec.RoleSensor, To: codec.RoleActuator}, codec.TickPayload{SentUnixNano: now})))
 	if others >= measure-8 {
 		t.Fatalf("a measurement share seals to %d bytes, the reads, answers and notices up to %d: no max_payload between", measure, others)

@@ -142,14 +142,14 @@ func (s *Sensor) resume(ctx context.Context) (bool, error) {
 	if ok, why := resumable(rec, s.digest(), s.sealer.PeerKeys(setupRoles...), s.params()); !ok {
 		// The parties and the actuator read their set-up at start only: a
 		// new one reaches them when they restart.
-		s.opt.Log.Warn(why+"; starting a new set-up (a new epoch, ticks from 1): restart the parties, the actuator and the plant of this loop too", "loop", s.opt.Loop)
+		s.opt.Log.Warn(why+"; starting a new set-up (a new epoch, ticks from 1): restart the parties and the actuator of this loop too (the plant takes the new set-up's ticks at its first read)", "loop", s.opt.Loop)
 		return false, nil
 	}
 	s.epoch, s.next = rec.Epoch, rec.NextTick+resumeMargin
 	// The parties and dealers hold the set-up's items per message: keep it,
 	// and size the queue with it again.
 	if k := max(1, rec.ItemsPerMsg); k != s.opt.ItemsPerMsg {
-		s.opt.Log.Warn("DUET_ITEMS_PER_MSG is not applied to the set-up resumed: it keeps the offline items per stream message it was made with, which its parties and dealers hold; the value configured takes effect with the next new set-up (a changed controller, DUET_MASK or DUET_COMPRESS, or new keys)",
+		s.opt.Log.Warn("DUET_ITEMS_PER_MSG is not applied to the set-up resumed: it keeps the offline items per stream message it was made with, which its parties and dealers hold; the value configured takes effect with the next new set-up (a changed controller, DUET_MASK, DUET_COMPRESS or DUET_SETUP_GENERATION, or new keys)",
 			"loop", s.opt.Loop, "items_per_msg", k, "configured", s.opt.ItemsPerMsg)
 		s.opt.ItemsPerMsg = k
 		if err := s.ensureQueue(ctx); err != nil {
@@ -222,7 +222,7 @@ func (s *Sensor) setupGone(ctx context.Context) error {
 			why = "was created again"
 		}
 		if why != "" {
-			return fmt.Errorf("sensor: loop %s: %w: %s %s since the set-up was made (a NATS server restarted on memory storage, DUET_FILE_STORE=false, or it was deleted): exiting, so that the sensor is restarted and sets the loop up again; restart the loop's actuator and plant too once it has", s.opt.Loop, errSetupGone, c.what, why)
+			return fmt.Errorf("sensor: loop %s: %w: %s %s since the set-up was made (a NATS server restarted on memory storage, DUET_FILE_STORE=false, or it was deleted): exiting, so that the sensor is restarted and sets the loop up again; restart the loop's actuator too once it has", s.opt.Loop, errSetupGone, c.what, why)
 		}
 	}
 	s.recordFailed.Store(false)

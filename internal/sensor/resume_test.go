@@ -8,9 +8,11 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -302,6 +304,65 @@ func TestSetupGenerationStartsANewSetup(t *testing.T) {
 	}
 	if s := setUp(0); s.epoch == second.epoch {
 		t.Fatalf("generation 0 against the stored 1: epoch %d, the stored one resumed; want a new set-up", s.epoch)
+	}
+}
+
+// The plant's answer must echo the set-up epoch the read carries: a new
+// set-up numbers its ticks from 1 again, and an earlier set-up's answer of
+// the same tick, replayed, would be taken for the plant's. One of another
+// epoch is refused as a replay, one without (a plant of an earlier
+// release) as the wire version, each counted.
+func TestPlantAnswerOfAnotherSetupRefused(t *testing.T) {
+	sealers := testkeys.Sealers(t)
+	m := metrics.New("sensor")
+	nc := natstest.Conn(t)
+	s, err := New(nc, sealers[codec.RoleSensor], Options{Loop: "p", Controller: pendulumController(t), Variant: mpc.PerTick,
+		Compress: true, Metrics: m, Log: slog.New(slog.DiscardHandler), PlantWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.epoch = 1_800_000_000_000_000_000
+	var answer atomic.Uint64 // the epoch the plant answers with
+	var asked atomic.Uint64  // the epoch the last read carried
+	if _, err := nc.Subscribe(bus.PlantYSubject("p"), func(msg *nats.Msg) {
+		h, body, err := sealers[codec.RolePlant].Open(msg.Data)
+		var rp codec.PlantReadPayload
+		if err == nil {
+			err = codec.Unmarshal(body, &rp)
+		}
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		asked.Store(rp.Epoch)
+		b, _ := codec.Marshal(codec.PlantYPayload{Y: make([]float64, s.rz.Params.P), Epoch: answer.Load()})
+		env, _ := sealers[codec.RolePlant].Seal(codec.Header{Kind: codec.KindPlantY, Loop: "p", Tick: h.Tick, From: codec.RolePlant, To: codec.RoleSensor}, b)
+		msg.Respond(env)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		epoch  uint64
+		reason string // "": answered
+	}{{s.epoch, ""}, {s.epoch - 1, "replay"}, {0, "version"}, {s.epoch + 1, "replay"}, {s.epoch, ""}} {
+		answer.Store(c.epoch)
+		tick := uint64(i + 1)
+		_, err := s.readPlant(t.Context(), tick)
+		if asked.Load() != s.epoch {
+			t.Errorf("tick %d: the read carried epoch %d, want the set-up's %d", tick, asked.Load(), s.epoch)
+		}
+		if c.reason == "" {
+			if err != nil {
+				t.Errorf("tick %d: an answer of the set-up's epoch refused: %v", tick, err)
+			}
+			continue
+		}
+		if err == nil || codec.Reason(err) != c.reason {
+			t.Errorf("tick %d: an answer of epoch %d (the set-up's %d): %v, want refused as %s", tick, c.epoch, s.epoch, err, c.reason)
+		}
+	}
+	if r, v := testutil.ToFloat64(m.Rejects.WithLabelValues("replay")), testutil.ToFloat64(m.Rejects.WithLabelValues("version")); r != 2 || v != 1 {
+		t.Errorf("rejects: %v replay, %v version; want 2 and 1", r, v)
 	}
 }
 

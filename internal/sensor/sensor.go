@@ -577,9 +577,17 @@ func (s *Sensor) publish(kind codec.Kind, to codec.Role, subj string, tick uint6
 	return nil
 }
 
-// readPlant asks the plant for y_t (request/reply, sealed both ways).
+// readPlant asks the plant for y_t (request/reply, sealed both ways). The
+// read carries the set-up epoch and the answer must echo it
+// (codec.PlantReadPayload): a new set-up numbers its ticks from 1 again,
+// and an earlier set-up's answer of the same tick, replayed by a broker
+// that kept it, would be taken for the plant's.
 func (s *Sensor) readPlant(ctx context.Context, t uint64) ([]float64, error) {
-	env, err := s.sealer.Seal(codec.Header{Kind: codec.KindPlantY, Loop: s.opt.Loop, Tick: t, From: codec.RoleSensor, To: codec.RolePlant}, nil)
+	req, err := codec.Marshal(codec.PlantReadPayload{Epoch: s.epoch})
+	if err != nil {
+		return nil, err
+	}
+	env, err := s.sealer.Seal(codec.Header{Kind: codec.KindPlantY, Loop: s.opt.Loop, Tick: t, From: codec.RoleSensor, To: codec.RolePlant}, req)
 	if err != nil {
 		return nil, err
 	}
@@ -602,6 +610,14 @@ func (s *Sensor) readPlant(ctx context.Context, t uint64) ([]float64, error) {
 	}
 	var yp codec.PlantYPayload
 	if err := codec.Unmarshal(body, &yp); err != nil {
+		s.opt.Metrics.Reject(err)
+		return nil, err
+	}
+	if yp.Epoch != s.epoch {
+		err := fmt.Errorf("%w: plant answer of set-up epoch %d, this set-up's is %d (an earlier set-up's answer replayed)", codec.ErrReplay, yp.Epoch, s.epoch)
+		if yp.Epoch == 0 {
+			err = fmt.Errorf("%w: plant answer without the set-up epoch: a plant of an earlier release; upgrade it with the sensor", codec.ErrVersion)
+		}
 		s.opt.Metrics.Reject(err)
 		return nil, err
 	}

@@ -40,7 +40,7 @@ func nilFast(v any) bool {
 	switch v {
 	case (*MeasurePayload)(nil), (*MulPayload)(nil), (*TruncPayload)(nil),
 		(*OutputPayload)(nil), (*TickPayload)(nil), (*ItemMsg)(nil),
-		(*MaterialPayload)(nil), (*PlantYPayload)(nil), (*PlantUPayload)(nil),
+		(*MaterialPayload)(nil), (*PlantReadPayload)(nil), (*PlantYPayload)(nil), (*PlantUPayload)(nil),
 		(*MatrixWire)(nil), (*StateRecord)(nil), (*MaskYPayload)(nil), (*MeasureMaskedPayload)(nil):
 		return true
 	}

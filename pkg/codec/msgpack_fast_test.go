@@ -16,7 +16,7 @@ import (
 var fastTypes = []reflect.Type{
 	reflect.TypeFor[MeasurePayload](), reflect.TypeFor[MulPayload](), reflect.TypeFor[TruncPayload](),
 	reflect.TypeFor[OutputPayload](), reflect.TypeFor[TickPayload](), reflect.TypeFor[ItemMsg](),
-	reflect.TypeFor[MaterialPayload](), reflect.TypeFor[PlantYPayload](), reflect.TypeFor[PlantUPayload](),
+	reflect.TypeFor[MaterialPayload](), reflect.TypeFor[PlantReadPayload](), reflect.TypeFor[PlantYPayload](), reflect.TypeFor[PlantUPayload](),
 	reflect.TypeFor[MatrixWire](), reflect.TypeFor[StateRecord](),
 	reflect.TypeFor[MaskYPayload](), reflect.TypeFor[MeasureMaskedPayload](),
 }
@@ -209,10 +209,12 @@ func (g gen) value(i int) any {
 		return &ItemMsg{Loop: g.loop(), Epoch: g.uint64(), Nonce: g.nonce(), P0: g.bytes(), P1: g.bytes()}
 	case reflect.TypeFor[MaterialPayload]():
 		return &MaterialPayload{Nonce: g.nonce(), U: g.matrix(), V: g.matrix(), W: g.matrix(), M: g.matrix(), L: g.matrix()}
+	case reflect.TypeFor[PlantReadPayload]():
+		return &PlantReadPayload{Epoch: g.uint64()}
 	case reflect.TypeFor[PlantYPayload]():
-		return &PlantYPayload{Y: g.floats()}
+		return &PlantYPayload{Y: g.floats(), Epoch: g.uint64()}
 	case reflect.TypeFor[PlantUPayload]():
-		return &PlantUPayload{U: g.floats(), FailSafe: g.IntN(2) == 0}
+		return &PlantUPayload{U: g.floats(), FailSafe: g.IntN(2) == 0, Epoch: g.uint64()}
 	case reflect.TypeFor[MatrixWire]():
 		m := g.matrix()
 		return &m

@@ -134,9 +134,25 @@ type TickPayload struct {
 	SentUnixNano int64 `msgpack:"sent"`
 }
 
+// PlantReadPayload (KindPlantY, sensor -> plant: the request) asks the
+// plant for its measurement at the envelope's tick. Epoch is the sensor's
+// set-up epoch: a new set-up numbers its ticks from 1 again, so the plant
+// takes a read of a later epoch as a new set-up (its tick numbers start
+// afresh) and refuses one of an earlier epoch, and echoes the epoch in its
+// answer (PlantYPayload.Epoch). A sensor of an earlier release sends an
+// empty body: epoch 0.
+type PlantReadPayload struct {
+	Epoch uint64 `msgpack:"epoch"`
+}
+
 // PlantYPayload (KindPlantY, plant -> sensor) is a plant measurement.
 type PlantYPayload struct {
 	Y []float64 `msgpack:"y"`
+	// Epoch is the read's (PlantReadPayload), which the sensor checks: a
+	// broker that kept an earlier set-up's answers could otherwise replay
+	// one as the answer to a read of the same tick number. Omitted when
+	// zero.
+	Epoch uint64 `msgpack:"epoch,omitempty"`
 }
 
 func (p *PlantYPayload) validate() error { return finite("y", p.Y) }
@@ -145,6 +161,10 @@ func (p *PlantYPayload) validate() error { return finite("y", p.Y) }
 type PlantUPayload struct {
 	U        []float64 `msgpack:"u"`
 	FailSafe bool      `msgpack:"failsafe"`
+	// Epoch is the actuator's set-up epoch: the plant takes inputs of the
+	// set-up it is read for only, so that an earlier set-up's inputs,
+	// replayed, are refused. Omitted when zero.
+	Epoch uint64 `msgpack:"epoch,omitempty"`
 }
 
 func (p *PlantUPayload) validate() error { return finite("u", p.U) }

@@ -213,25 +213,14 @@ func (p *MulPayload) unmarshalView(data []byte) error {
 }
 
 func (p MaskYPayload) encodedLen() int {
-	n := 1 + keyLen("item") + uintLen(p.Item) + keyLen("v") + p.V.encodedLen()
-	if p.Epoch != 0 {
-		n += keyLen("epoch") + uintLen(p.Epoch)
-	}
-	return n
+	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("v") + p.V.encodedLen() + epochLen(p.Epoch)
 }
 
 func (p MaskYPayload) appendMsgpack(b []byte) []byte {
-	if p.Epoch == 0 {
-		b = append(b, mpFixMap|2)
-	} else {
-		b = append(b, mpFixMap|3)
-	}
+	b = append(b, mpFixMap|byte(2+epochFields(p.Epoch)))
 	b = appendUint(appendKey(b, "item"), p.Item)
 	b = p.V.appendMsgpack(appendKey(b, "v"))
-	if p.Epoch != 0 {
-		b = appendUint(appendKey(b, "epoch"), p.Epoch)
-	}
-	return b
+	return appendEpoch(b, p.Epoch)
 }
 
 func (p *MaskYPayload) unmarshalMsgpack(data []byte) error {
@@ -250,11 +239,7 @@ func (p *MaskYPayload) unmarshalView(data []byte) error {
 	d.mapHeader("MaskYPayload", n)
 	v.Item = d.uint("item")
 	v.V = d.matrix("v")
-	if n > 2 {
-		if v.Epoch = d.uint("epoch"); v.Epoch == 0 && d.err == nil {
-			d.fail(d.r.errf("epoch", "zero written out: not in canonical form"))
-		}
-	}
+	v.Epoch = d.epoch(n > 2)
 	if err := d.end(); err != nil {
 		return err
 	}
@@ -492,19 +477,40 @@ func (m *ItemMsg) parsePrefix(data []byte, known string) (int, error) {
 	return d.r.off, nil
 }
 
+func (p PlantReadPayload) encodedLen() int { return 1 + keyLen("epoch") + uintLen(p.Epoch) }
+
+func (p PlantReadPayload) appendMsgpack(b []byte) []byte {
+	return appendUint(appendKey(append(b, mpFixMap|1), "epoch"), p.Epoch)
+}
+
+func (p *PlantReadPayload) unmarshalMsgpack(data []byte) error {
+	d := newDecoder(data)
+	var v PlantReadPayload
+	d.mapHeader("PlantReadPayload", 1)
+	v.Epoch = d.uint("epoch")
+	if err := d.end(); err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
 func (p PlantYPayload) encodedLen() int {
-	return 1 + keyLen("y") + floatsLen(p.Y)
+	return 1 + keyLen("y") + floatsLen(p.Y) + epochLen(p.Epoch)
 }
 
 func (p PlantYPayload) appendMsgpack(b []byte) []byte {
-	return appendFloats(appendKey(append(b, mpFixMap|1), "y"), p.Y)
+	b = appendFloats(appendKey(append(b, mpFixMap|byte(1+epochFields(p.Epoch))), "y"), p.Y)
+	return appendEpoch(b, p.Epoch)
 }
 
 func (p *PlantYPayload) unmarshalMsgpack(data []byte) error {
 	d := newDecoder(data)
 	var v PlantYPayload
-	d.mapHeader("PlantYPayload", 1)
+	n := optionalFields(data, 1, 1)
+	d.mapHeader("PlantYPayload", n)
 	v.Y = d.floats("y")
+	v.Epoch = d.epoch(n > 1)
 	if err := d.end(); err != nil {
 		return err
 	}
@@ -516,21 +522,23 @@ func (p *PlantYPayload) unmarshalMsgpack(data []byte) error {
 }
 
 func (p PlantUPayload) encodedLen() int {
-	return 1 + keyLen("u") + floatsLen(p.U) + keyLen("failsafe") + 1
+	return 1 + keyLen("u") + floatsLen(p.U) + keyLen("failsafe") + 1 + epochLen(p.Epoch)
 }
 
 func (p PlantUPayload) appendMsgpack(b []byte) []byte {
-	b = append(b, mpFixMap|2)
+	b = append(b, mpFixMap|byte(2+epochFields(p.Epoch)))
 	b = appendFloats(appendKey(b, "u"), p.U)
-	return appendBool(appendKey(b, "failsafe"), p.FailSafe)
+	return appendEpoch(appendBool(appendKey(b, "failsafe"), p.FailSafe), p.Epoch)
 }
 
 func (p *PlantUPayload) unmarshalMsgpack(data []byte) error {
 	d := newDecoder(data)
 	var v PlantUPayload
-	d.mapHeader("PlantUPayload", 2)
+	n := optionalFields(data, 2, 1)
+	d.mapHeader("PlantUPayload", n)
 	v.U = d.floats("u")
 	v.FailSafe = d.bool("failsafe")
+	v.Epoch = d.epoch(n > 2)
 	if err := d.end(); err != nil {
 		return err
 	}
@@ -539,6 +547,43 @@ func (p *PlantUPayload) unmarshalMsgpack(data []byte) error {
 	}
 	*p = v
 	return nil
+}
+
+// An optional epoch field ("epoch,omitempty": MaskYPayload, PlantYPayload,
+// PlantUPayload), written only when not zero.
+
+func epochFields(e uint64) int {
+	if e == 0 {
+		return 0
+	}
+	return 1
+}
+
+func epochLen(e uint64) int {
+	if e == 0 {
+		return 0
+	}
+	return keyLen("epoch") + uintLen(e)
+}
+
+func appendEpoch(b []byte, e uint64) []byte {
+	if e == 0 {
+		return b
+	}
+	return appendUint(appendKey(b, "epoch"), e)
+}
+
+// epoch reads the optional epoch field if the map holds it (there): a zero
+// written out is refused, as the encoder never writes one.
+func (d *decoder) epoch(there bool) uint64 {
+	if !there {
+		return 0
+	}
+	e := d.uint("epoch")
+	if e == 0 && d.err == nil {
+		d.fail(d.r.errf("epoch", "zero written out: not in canonical form"))
+	}
+	return e
 }
 
 // fields is the number of fields StateRecord encodes (hwm_idx is omitted
