@@ -102,7 +102,8 @@ type Actuator struct {
 	forgotten uint64
 	last      []float64
 	lastApp   uint64
-	// lastFailSafe: the last input applied was a fail-safe (shutdown).
+	// lastFailSafe: the last input applied was a fail-safe (read by
+	// shutdown).
 	lastFailSafe bool
 	// noticed: the highest tick the sensor's notices announced (0: none
 	// yet); announced bounds the output shares' ticks by it and lastApp,
@@ -198,14 +199,6 @@ func (a *Actuator) startWatchdog() {
 	a.mu.Unlock()
 }
 
-// stop ends the actuator's timers (stopLocked) without the fail-safe that
-// shutdown applies as Run returns (for tests).
-func (a *Actuator) stop() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.stopLocked()
-}
-
 // shutdown stops the actuator as Run returns (stopLocked), and first
 // applies the fail-safe once if the plant is driven by an input it sent:
 // the plant holds the last input it was sent, and an actuator stopped on
@@ -216,16 +209,18 @@ func (a *Actuator) stop() {
 // watchdog's), or none was. The tick it takes is the next after the last
 // applied, or the latest the sensor announced if later (ticks still
 // pending: the plant has read that one, and takes an input of a tick it
-// has passed for none). Not counted as a miss nor reported to
+// has passed for none; in the few milliseconds between a read and its
+// notice, DUET_NOTICE_DELAY, the plant may have read the next, and then
+// holds the last input instead). Not counted as a miss nor reported to
 // Options.OnApply: no tick missed. With the hold fail-safe it sends the
-// last input again, which changes nothing. The service's connection
+// last input again: the plant holds the same input, but its next read
+// finds one and neither waits nor counts a miss. The service's connection
 // drains, and so delivers it, after Run returns.
 func (a *Actuator) shutdown() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.lastApp > 0 && !a.lastFailSafe && !a.stopped {
 		t, u := max(a.lastApp+1, a.noticed), a.failSafeLocked()
-		a.lastApp = t
 		if err := a.publishLocked(t, u, true); err == nil {
 			a.opt.Log.Info("stopping: fail-safe applied", "loop", a.opt.Loop, "tick", t, "failsafe", a.opt.FailSafe)
 		}

@@ -314,6 +314,14 @@ func TestShutdownAppliesFailSafe(t *testing.T) {
 	}
 }
 
+// stop ends the actuator's timers (stopLocked) without the fail-safe that
+// shutdown applies as Run returns.
+func (a *Actuator) stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stopLocked()
+}
+
 // plantInput waits for the next input sent to the plant and opens it.
 func (r *rig) plantInput(t *testing.T, inputs chan *nats.Msg) (codec.Header, codec.PlantUPayload) {
 	t.Helper()

@@ -58,11 +58,11 @@ type Service struct {
 	// epoch is the set-up epoch of the reads (codec.PlantReadPayload):
 	// a read of a later one starts the tick numbers afresh (newSetup), one
 	// of an earlier one is refused, and inputs are taken of this epoch
-	// only. read1: a read has been admitted (before it, no epoch is known
-	// and inputs are dropped).
-	epoch  uint64
-	read1  bool
-	closed bool // Run has ended: waiting reads return
+	// only. epochKnown: a read has been admitted (before it, no epoch is
+	// known and inputs are dropped).
+	epoch      uint64
+	epochKnown bool
+	closed     bool // Run has ended: waiting reads return
 	// diverged is closed when the plant's measurement is first found not
 	// finite (once): Run then ends with errDiverged.
 	diverged     chan struct{}
@@ -147,14 +147,22 @@ func (s *Service) onInput(m *nats.Msg) {
 		s.reject("input", err)
 		return
 	}
+	if err := s.admitInput(h, up); err != nil {
+		s.reject("input", err)
+	}
+}
+
+// admitInput stores an opened input, or drops it (nil: counted nowhere),
+// or returns why it is refused (reject, which the caller makes without mu).
+func (s *Service) admitInput(h codec.Header, up codec.PlantUPayload) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case !s.read1:
+	case !s.epochKnown:
 		// No read has told the plant the set-up yet (restarted): an input
 		// before its tick's read, a fail-safe, which no read would use.
 		s.opt.Log.Debug("plant: input before the first read: dropped", "loop", s.opt.Loop, "tick", h.Tick, "epoch", up.Epoch)
-		return
+		return nil
 	case up.Epoch > s.epoch && s.epoch != 0:
 		// The actuator's set-up is newer than the reads' (authentic: its
 		// epoch came from its set-up record): the sensor's next read
@@ -162,28 +170,23 @@ func (s *Service) onInput(m *nats.Msg) {
 		if ok, notLogged := s.logs.Allow("later epoch"); ok {
 			s.opt.Log.Warn("plant: input of a later set-up than the sensor's reads: dropped until a read of that set-up comes (is the sensor running the new set-up?)", "loop", s.opt.Loop, "tick", h.Tick, "epoch", up.Epoch, "read_epoch", s.epoch, "repeats_not_logged", notLogged)
 		}
-		return
-	case up.Epoch == s.epoch:
-		err = s.guard.Check(h)
-		if err == nil {
-			err = s.guard.Accept(h) // only a valid input advances the guard
-		}
-	case up.Epoch == 0:
-		err = fmt.Errorf("%w: an input without the set-up epoch: an actuator of an earlier release; upgrade it with the plant and the sensor", codec.ErrVersion)
-	case s.epoch == 0:
-		err = fmt.Errorf("%w: the reads carry no set-up epoch: a sensor of an earlier release; upgrade it with the plant and the actuator", codec.ErrVersion)
-	default:
-		err = fmt.Errorf("%w: an input of set-up epoch %d, the plant is read for epoch %d (an earlier set-up's input replayed)", codec.ErrReplay, up.Epoch, s.epoch)
+		return nil
+	case up.Epoch == 0 && s.epoch != 0:
+		return fmt.Errorf("%w: an input without the set-up epoch: an actuator of an earlier release; upgrade it with the plant and the sensor", codec.ErrVersion)
+	case up.Epoch != s.epoch && s.epoch == 0:
+		return fmt.Errorf("%w: the reads carry no set-up epoch: a sensor of an earlier release; upgrade it with the plant and the actuator", codec.ErrVersion)
+	case up.Epoch != s.epoch:
+		return fmt.Errorf("%w: an input of set-up epoch %d, the plant is read for epoch %d (an earlier set-up's input replayed)", codec.ErrReplay, up.Epoch, s.epoch)
 	}
-	if err != nil {
-		s.reject("input", err)
-		return
+	if err := s.guard.Accept(h); err != nil { // only a valid input advances the guard
+		return err
 	}
 	s.inputs[h.Tick] = up.U
 	if len(s.inputs) > maxInputs {
 		s.pruneInputs(h.Tick)
 	}
 	s.cond.Broadcast()
+	return nil
 }
 
 // maxInputs bounds the inputs held (40 s of the pendulum's ticks). A read
@@ -227,7 +230,7 @@ func (s *Service) onRead(m *nats.Msg) {
 	// Claimed on that goroutine, two reads queued together could take the
 	// lock in either order, and the earlier would be refused as a replay.
 	s.mu.Lock()
-	if s.read1 && rp.Epoch < s.epoch {
+	if s.epochKnown && rp.Epoch < s.epoch {
 		at := s.epoch
 		s.mu.Unlock()
 		err := fmt.Errorf("%w: a read of set-up epoch %d, the plant is read for epoch %d (an earlier set-up's read replayed; or a new set-up made on a clock behind the earlier one's: restart the plant)", codec.ErrReplay, rp.Epoch, at)
@@ -237,13 +240,13 @@ func (s *Service) onRead(m *nats.Msg) {
 		s.reject("read", err)
 		return
 	}
-	if !s.read1 || rp.Epoch > s.epoch {
+	if !s.epochKnown || rp.Epoch > s.epoch {
 		s.newSetup(rp.Epoch)
 	}
 	if at := s.reading; h.Tick <= at { // reading >= lastT: a tick read or being read
 		s.mu.Unlock()
 		// Not answered: the sensor's read times out (DUET_PLANT_WAIT).
-		s.reject("read", fmt.Errorf("%w: a read of tick %d, the plant has read tick %d or is reading it (a sensor of an earlier release that made a new set-up: restart the plant)", codec.ErrReplay, h.Tick, at))
+		s.reject("read", fmt.Errorf("%w: a read of tick %d, the plant has read tick %d or is reading it (a replay; or a sensor of an earlier release, whose reads carry no epoch, that made a new set-up: restart the plant)", codec.ErrReplay, h.Tick, at))
 		return
 	}
 	// One read at a time advances the plant: a read that comes while an
@@ -267,11 +270,11 @@ func (s *Service) onRead(m *nats.Msg) {
 // which are the earlier set-up's. Before, a new set-up's reads were refused
 // as replays until the plant was restarted.
 func (s *Service) newSetup(epoch uint64) {
-	if s.read1 {
+	if s.epochKnown {
 		s.opt.Log.Info("plant: read for a new set-up: tick numbers start afresh", "loop", s.opt.Loop, "epoch", epoch, "earlier_epoch", s.epoch)
 	}
-	s.epoch, s.read1 = epoch, true
-	s.guard = codec.NewReplayGuard()
+	s.epoch, s.epochKnown = epoch, true
+	s.guard.Reset(s.opt.Loop)
 	s.reading, s.lastT, s.waitUntil = 0, 0, time.Time{}
 	clear(s.inputs)
 	s.cond.Broadcast()

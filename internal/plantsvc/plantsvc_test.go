@@ -91,17 +91,7 @@ func (r *rig) read(tick uint64, timeout time.Duration) (float64, error) {
 // the epoch the answer echoed; while the service has not yet subscribed (no
 // responders), it asks again.
 func (r *rig) readAt(tick, epoch uint64, timeout time.Duration) (float64, uint64, error) {
-	var body []byte
-	if epoch != 0 {
-		var err error
-		if body, err = codec.Marshal(codec.PlantReadPayload{Epoch: epoch}); err != nil {
-			r.t.Fatal(err)
-		}
-	}
-	env, err := r.sensor.Seal(codec.Header{Kind: codec.KindPlantY, Loop: "loop1", Tick: tick, From: codec.RoleSensor, To: codec.RolePlant}, body)
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	env := r.sealedReadAt(tick, epoch).Data
 	msg, err := r.nc.Request(bus.PlantYSubject("loop1"), env, timeout)
 	for end := time.Now().Add(5 * time.Second); errors.Is(err, nats.ErrNoResponders) && time.Now().Before(end); {
 		time.Sleep(10 * time.Millisecond)
@@ -392,10 +382,21 @@ func TestEarlierReleasesRefusedAsVersion(t *testing.T) {
 	}
 }
 
-// sealedRead is the sensor's read of tick as the plant's subscription
+// sealedRead is an earlier release's read of tick (sealedReadAt's epoch 0).
+func (r *rig) sealedRead(tick uint64) *nats.Msg { return r.sealedReadAt(tick, 0) }
+
+// sealedReadAt is the sensor's read of tick of set-up epoch (none for 0, as
+// a sensor of an earlier release reads) as the plant's subscription
 // delivers it.
-func (r *rig) sealedRead(tick uint64) *nats.Msg {
-	env, err := r.sensor.Seal(codec.Header{Kind: codec.KindPlantY, Loop: "loop1", Tick: tick, From: codec.RoleSensor, To: codec.RolePlant}, nil)
+func (r *rig) sealedReadAt(tick, epoch uint64) *nats.Msg {
+	var body []byte
+	if epoch != 0 {
+		var err error
+		if body, err = codec.Marshal(codec.PlantReadPayload{Epoch: epoch}); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	env, err := r.sensor.Seal(codec.Header{Kind: codec.KindPlantY, Loop: "loop1", Tick: tick, From: codec.RoleSensor, To: codec.RolePlant}, body)
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -76,36 +76,50 @@ func (p *MeasurePayload) unmarshalView(data []byte) error {
 
 // instanceFields is what a payload's Inc and Peer (omitted when zero) add
 // to its field count, and instanceLen to its length.
-func instanceFields(inc, peer uint64) int {
-	n := 0
-	if inc != 0 {
-		n++
-	}
-	if peer != 0 {
-		n++
-	}
-	return n
-}
+func instanceFields(inc, peer uint64) int { return optFields(inc) + optFields(peer) }
 
-func instanceLen(inc, peer uint64) int {
-	n := 0
-	if inc != 0 {
-		n += keyLen("inc") + uintLen(inc)
-	}
-	if peer != 0 {
-		n += keyLen("peer") + uintLen(peer)
-	}
-	return n
-}
+func instanceLen(inc, peer uint64) int { return optUintLen("inc", inc) + optUintLen("peer", peer) }
 
 func appendInstance(b []byte, inc, peer uint64) []byte {
-	if inc != 0 {
-		b = appendUint(appendKey(b, "inc"), inc)
+	return appendOptUint(appendOptUint(b, "inc", inc), "peer", peer)
+}
+
+// An optional unsigned field ("name,omitempty": the instance numbers,
+// StateRecord's hwm_idx, the epochs of MaskYPayload, PlantYPayload and
+// PlantUPayload), written only when not zero.
+
+func optFields(v uint64) int {
+	if v == 0 {
+		return 0
 	}
-	if peer != 0 {
-		b = appendUint(appendKey(b, "peer"), peer)
+	return 1
+}
+
+func optUintLen(key string, v uint64) int {
+	if v == 0 {
+		return 0
 	}
-	return b
+	return keyLen(key) + uintLen(v)
+}
+
+func appendOptUint(b []byte, key string, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	return appendUint(appendKey(b, key), v)
+}
+
+// optUint reads the optional field key if the map holds it (there): a zero
+// written out is refused, as the encoder never writes one.
+func (d *decoder) optUint(key string, there bool) uint64 {
+	if !there {
+		return 0
+	}
+	v := d.uint(key)
+	if v == 0 && d.err == nil {
+		d.fail(d.r.errf(key, "zero written out: not in canonical form"))
+	}
+	return v
 }
 
 // optionalFields returns the field count of a map of base fields and up to
@@ -131,16 +145,8 @@ func (d *decoder) instance(what string, n, base int) (inc, peer uint64) {
 // readInstance is instance without the field count's check (for a payload
 // with more optional fields after them).
 func (d *decoder) readInstance(n, base int) (inc, peer uint64) {
-	if n > base && d.next("inc") {
-		if inc = d.uint("inc"); inc == 0 && d.err == nil {
-			d.fail(d.r.errf("inc", "zero written out: not in canonical form"))
-		}
-	}
-	if n > base && d.next("peer") {
-		if peer = d.uint("peer"); peer == 0 && d.err == nil {
-			d.fail(d.r.errf("peer", "zero written out: not in canonical form"))
-		}
-	}
+	inc = d.optUint("inc", n > base && d.next("inc"))
+	peer = d.optUint("peer", n > base && d.next("peer"))
 	return inc, peer
 }
 
@@ -213,14 +219,14 @@ func (p *MulPayload) unmarshalView(data []byte) error {
 }
 
 func (p MaskYPayload) encodedLen() int {
-	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("v") + p.V.encodedLen() + epochLen(p.Epoch)
+	return 1 + keyLen("item") + uintLen(p.Item) + keyLen("v") + p.V.encodedLen() + optUintLen("epoch", p.Epoch)
 }
 
 func (p MaskYPayload) appendMsgpack(b []byte) []byte {
-	b = append(b, mpFixMap|byte(2+epochFields(p.Epoch)))
+	b = append(b, mpFixMap|byte(2+optFields(p.Epoch)))
 	b = appendUint(appendKey(b, "item"), p.Item)
 	b = p.V.appendMsgpack(appendKey(b, "v"))
-	return appendEpoch(b, p.Epoch)
+	return appendOptUint(b, "epoch", p.Epoch)
 }
 
 func (p *MaskYPayload) unmarshalMsgpack(data []byte) error {
@@ -239,7 +245,7 @@ func (p *MaskYPayload) unmarshalView(data []byte) error {
 	d.mapHeader("MaskYPayload", n)
 	v.Item = d.uint("item")
 	v.V = d.matrix("v")
-	v.Epoch = d.epoch(n > 2)
+	v.Epoch = d.optUint("epoch", n > 2)
 	if err := d.end(); err != nil {
 		return err
 	}
@@ -496,12 +502,12 @@ func (p *PlantReadPayload) unmarshalMsgpack(data []byte) error {
 }
 
 func (p PlantYPayload) encodedLen() int {
-	return 1 + keyLen("y") + floatsLen(p.Y) + epochLen(p.Epoch)
+	return 1 + keyLen("y") + floatsLen(p.Y) + optUintLen("epoch", p.Epoch)
 }
 
 func (p PlantYPayload) appendMsgpack(b []byte) []byte {
-	b = appendFloats(appendKey(append(b, mpFixMap|byte(1+epochFields(p.Epoch))), "y"), p.Y)
-	return appendEpoch(b, p.Epoch)
+	b = appendFloats(appendKey(append(b, mpFixMap|byte(1+optFields(p.Epoch))), "y"), p.Y)
+	return appendOptUint(b, "epoch", p.Epoch)
 }
 
 func (p *PlantYPayload) unmarshalMsgpack(data []byte) error {
@@ -510,7 +516,7 @@ func (p *PlantYPayload) unmarshalMsgpack(data []byte) error {
 	n := optionalFields(data, 1, 1)
 	d.mapHeader("PlantYPayload", n)
 	v.Y = d.floats("y")
-	v.Epoch = d.epoch(n > 1)
+	v.Epoch = d.optUint("epoch", n > 1)
 	if err := d.end(); err != nil {
 		return err
 	}
@@ -522,13 +528,13 @@ func (p *PlantYPayload) unmarshalMsgpack(data []byte) error {
 }
 
 func (p PlantUPayload) encodedLen() int {
-	return 1 + keyLen("u") + floatsLen(p.U) + keyLen("failsafe") + 1 + epochLen(p.Epoch)
+	return 1 + keyLen("u") + floatsLen(p.U) + keyLen("failsafe") + 1 + optUintLen("epoch", p.Epoch)
 }
 
 func (p PlantUPayload) appendMsgpack(b []byte) []byte {
-	b = append(b, mpFixMap|byte(2+epochFields(p.Epoch)))
+	b = append(b, mpFixMap|byte(2+optFields(p.Epoch)))
 	b = appendFloats(appendKey(b, "u"), p.U)
-	return appendEpoch(appendBool(appendKey(b, "failsafe"), p.FailSafe), p.Epoch)
+	return appendOptUint(appendBool(appendKey(b, "failsafe"), p.FailSafe), "epoch", p.Epoch)
 }
 
 func (p *PlantUPayload) unmarshalMsgpack(data []byte) error {
@@ -538,7 +544,7 @@ func (p *PlantUPayload) unmarshalMsgpack(data []byte) error {
 	d.mapHeader("PlantUPayload", n)
 	v.U = d.floats("u")
 	v.FailSafe = d.bool("failsafe")
-	v.Epoch = d.epoch(n > 2)
+	v.Epoch = d.optUint("epoch", n > 2)
 	if err := d.end(); err != nil {
 		return err
 	}
@@ -549,50 +555,10 @@ func (p *PlantUPayload) unmarshalMsgpack(data []byte) error {
 	return nil
 }
 
-// An optional epoch field ("epoch,omitempty": MaskYPayload, PlantYPayload,
-// PlantUPayload), written only when not zero.
-
-func epochFields(e uint64) int {
-	if e == 0 {
-		return 0
-	}
-	return 1
-}
-
-func epochLen(e uint64) int {
-	if e == 0 {
-		return 0
-	}
-	return keyLen("epoch") + uintLen(e)
-}
-
-func appendEpoch(b []byte, e uint64) []byte {
-	if e == 0 {
-		return b
-	}
-	return appendUint(appendKey(b, "epoch"), e)
-}
-
-// epoch reads the optional epoch field if the map holds it (there): a zero
-// written out is refused, as the encoder never writes one.
-func (d *decoder) epoch(there bool) uint64 {
-	if !there {
-		return 0
-	}
-	e := d.uint("epoch")
-	if e == 0 && d.err == nil {
-		d.fail(d.r.errf("epoch", "zero written out: not in canonical form"))
-	}
-	return e
-}
-
 // fields is the number of fields StateRecord encodes (hwm_idx is omitted
 // when zero, serials when empty).
 func (r StateRecord) fields() int {
-	n := 8
-	if r.HWMIdx != 0 {
-		n++
-	}
+	n := 8 + optFields(r.HWMIdx)
 	if len(r.Serials) != 0 {
 		n++
 	}
@@ -602,10 +568,8 @@ func (r StateRecord) fields() int {
 func (r StateRecord) encodedLen() int {
 	n := 1 + keyLen("instance") + uintLen(r.Instance) + keyLen("epoch") + uintLen(r.Epoch) +
 		keyLen("version") + uintLen(r.Version) + keyLen("tick") + uintLen(r.Tick) + keyLen("hwm") + uintLen(r.HWM) +
-		keyLen("x") + r.X.encodedLen() + keyLen("prev") + r.Prev.encodedLen() + keyLen("has_prev") + 1
-	if r.HWMIdx != 0 {
-		n += keyLen("hwm_idx") + uintLen(r.HWMIdx)
-	}
+		keyLen("x") + r.X.encodedLen() + keyLen("prev") + r.Prev.encodedLen() + keyLen("has_prev") + 1 +
+		optUintLen("hwm_idx", r.HWMIdx)
 	if len(r.Serials) != 0 {
 		n += keyLen("serials") + binHeaderLen(len(r.Serials)) + len(r.Serials)
 	}
@@ -619,9 +583,7 @@ func (r StateRecord) appendMsgpack(b []byte) []byte {
 	b = appendUint(appendKey(b, "version"), r.Version)
 	b = appendUint(appendKey(b, "tick"), r.Tick)
 	b = appendUint(appendKey(b, "hwm"), r.HWM)
-	if r.HWMIdx != 0 {
-		b = appendUint(appendKey(b, "hwm_idx"), r.HWMIdx)
-	}
+	b = appendOptUint(b, "hwm_idx", r.HWMIdx)
 	b = r.X.appendMsgpack(appendKey(b, "x"))
 	b = r.Prev.appendMsgpack(appendKey(b, "prev"))
 	b = appendBool(appendKey(b, "has_prev"), r.HasPrev)
@@ -642,11 +604,7 @@ func (r *StateRecord) unmarshalMsgpack(data []byte) error {
 	v.Version = d.uint("version")
 	v.Tick = d.uint("tick")
 	v.HWM = d.uint("hwm")
-	if n > 8 && d.next("hwm_idx") {
-		if v.HWMIdx = d.uint("hwm_idx"); v.HWMIdx == 0 && d.err == nil {
-			d.fail(d.r.errf("hwm_idx", "zero written out: not in canonical form"))
-		}
-	}
+	v.HWMIdx = d.optUint("hwm_idx", n > 8 && d.next("hwm_idx"))
 	v.X = d.matrix("x")
 	v.Prev = d.matrix("prev")
 	v.HasPrev = d.bool("has_prev")
