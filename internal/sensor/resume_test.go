@@ -222,15 +222,36 @@ func setupBucket(t *testing.T) jetstream.KeyValue {
 // measurements in a field the parties did not compute in. The same
 // parameters resume.
 func TestResumeChecksResolvedParams(t *testing.T) {
+	var logs bytes.Buffer
+	setUp := resumeRig(t, "p", &logs)
+	first := setUp(0, "")
+	if s := setUp(0, ""); s.epoch != first.epoch {
+		t.Fatalf("the same parameters: epoch %d, want the stored set-up's %d resumed\n%s", s.epoch, first.epoch, logs.String())
+	}
+	other := "2^255-19"
+	if first.rz.Params.Field.Name() == other {
+		other = "2^127-1"
+	}
+	logs.Reset()
+	if s := setUp(0, other); s.epoch == first.epoch || !strings.Contains(logs.String(), "parameters resolved from the controller") {
+		t.Fatalf("modulus %s against the stored %s: epoch %d (stored %d), want a new set-up, saying why\n%s",
+			other, first.rz.Params.Field.Name(), s.epoch, first.epoch, logs.String())
+	}
+}
+
+// resumeRig returns a function that sets loop up with the pendulum
+// controller, one sensor identity and record key for every call (so that
+// each call after the first finds the stored set-up), of generation gen and,
+// unless "", another modulus than the one resolved; it logs into logs.
+func resumeRig(t *testing.T, loop string, logs *bytes.Buffer) func(gen uint64, modulus string) *Sensor {
 	cs := pendulumController(t)
 	nc := natstest.Conn(t)
 	sealer := testkeys.Sealers(t)[codec.RoleSensor]
 	key := [32]byte{8}
-	var logs bytes.Buffer
-	setUp := func(modulus string) *Sensor {
+	return func(gen uint64, modulus string) *Sensor {
 		t.Helper()
-		s, err := New(nc, sealer, Options{Loop: "p", Controller: cs, Variant: mpc.PerTick, Compress: true, StateKey: &key,
-			Log: slog.New(slog.NewTextHandler(&logs, nil))})
+		s, err := New(nc, sealer, Options{Loop: loop, Controller: cs, Variant: mpc.PerTick, Compress: true, StateKey: &key, Generation: gen,
+			Log: slog.New(slog.NewTextHandler(logs, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -244,19 +265,6 @@ func TestResumeChecksResolvedParams(t *testing.T) {
 		}
 		return s
 	}
-	first := setUp("")
-	if s := setUp(""); s.epoch != first.epoch {
-		t.Fatalf("the same parameters: epoch %d, want the stored set-up's %d resumed\n%s", s.epoch, first.epoch, logs.String())
-	}
-	other := "2^255-19"
-	if first.rz.Params.Field.Name() == other {
-		other = "2^127-1"
-	}
-	logs.Reset()
-	if s := setUp(other); s.epoch == first.epoch || !strings.Contains(logs.String(), "parameters resolved from the controller") {
-		t.Fatalf("modulus %s against the stored %s: epoch %d (stored %d), want a new set-up, saying why\n%s",
-			other, first.rz.Params.Field.Name(), s.epoch, first.epoch, logs.String())
-	}
 }
 
 // DUET_SETUP_GENERATION forces a new set-up: a sensor of another
@@ -265,24 +273,10 @@ func TestResumeChecksResolvedParams(t *testing.T) {
 // digests as before the generation existed, so that upgrading a sensor
 // resumes its stored set-up.
 func TestSetupGenerationStartsANewSetup(t *testing.T) {
-	cs := pendulumController(t)
-	nc := natstest.Conn(t)
-	sealer := testkeys.Sealers(t)[codec.RoleSensor]
-	key := [32]byte{9}
 	var logs bytes.Buffer
-	setUp := func(gen uint64) *Sensor {
-		t.Helper()
-		s, err := New(nc, sealer, Options{Loop: "g", Controller: cs, Variant: mpc.PerTick, Compress: true, StateKey: &key, Generation: gen,
-			Log: slog.New(slog.NewTextHandler(&logs, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Setup(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	first := setUp(0)
+	setUp := resumeRig(t, "g", &logs)
+	cs := pendulumController(t)
+	first := setUp(0, "")
 	old, _ := json.Marshal(struct {
 		C any
 		V string
@@ -291,18 +285,18 @@ func TestSetupGenerationStartsANewSetup(t *testing.T) {
 	if first.digest() != sha256.Sum256(old) {
 		t.Error("generation 0 changes the digest: an upgraded sensor would not resume its stored set-up")
 	}
-	if s := setUp(0); s.epoch != first.epoch {
+	if s := setUp(0, ""); s.epoch != first.epoch {
 		t.Fatalf("the same generation: epoch %d, want the stored set-up's %d resumed\n%s", s.epoch, first.epoch, logs.String())
 	}
 	logs.Reset()
-	second := setUp(1)
+	second := setUp(1, "")
 	if second.epoch == first.epoch || !strings.Contains(logs.String(), "DUET_SETUP_GENERATION changed") {
 		t.Fatalf("generation 1 against the stored 0: epoch %d (stored %d), want a new set-up, saying why\n%s", second.epoch, first.epoch, logs.String())
 	}
-	if s := setUp(1); s.epoch != second.epoch {
+	if s := setUp(1, ""); s.epoch != second.epoch {
 		t.Fatalf("generation 1 again: epoch %d, want generation 1's set-up %d resumed\n%s", s.epoch, second.epoch, logs.String())
 	}
-	if s := setUp(0); s.epoch == second.epoch {
+	if s := setUp(0, ""); s.epoch == second.epoch {
 		t.Fatalf("generation 0 against the stored 1: epoch %d, the stored one resumed; want a new set-up", s.epoch)
 	}
 }
