@@ -28,11 +28,15 @@ import (
 
 // Options configure the plant service.
 type Options struct {
-	Loop    string
-	Plant   plant.Plant
-	Wait    time.Duration // how long a read waits for the previous tick's input
-	Log     *slog.Logger
-	Metrics *metrics.Set
+	Loop  string
+	Plant plant.Plant
+	Wait  time.Duration // how long a read waits for the previous tick's input
+	// HoldReads, when positive, bounds the reads in a row that hold the
+	// last input (none came): from the next on the plant is advanced with
+	// zero input, until an input comes (DUET_HOLD_READS).
+	HoldReads int
+	Log       *slog.Logger
+	Metrics   *metrics.Set
 	// OnStep, if set, is called after each read answered with the tick, the
 	// input that advanced the plant to it and the measurement returned.
 	OnStep func(tick uint64, u, y []float64)
@@ -45,11 +49,13 @@ type Service struct {
 	opt    Options
 	guard  *codec.ReplayGuard
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	inputs  map[uint64][]float64
-	lastU   []float64
-	lastT   uint64 // last tick read
+	mu     sync.Mutex
+	cond   *sync.Cond
+	inputs map[uint64][]float64
+	lastU  []float64
+	lastT  uint64 // last tick read
+	// held: the reads in a row that found no input (Options.HoldReads).
+	held    int
 	reading uint64 // the latest read started: an earlier one still waiting gives way
 	// waitUntil is when the input for lastT is given up and the last one
 	// held: set by the first read that waits for it and kept by the reads
@@ -275,7 +281,7 @@ func (s *Service) newSetup(epoch uint64) {
 	}
 	s.epoch, s.epochKnown = epoch, true
 	s.guard.Reset(s.opt.Loop)
-	s.reading, s.lastT, s.waitUntil = 0, 0, time.Time{}
+	s.reading, s.lastT, s.waitUntil, s.held = 0, 0, time.Time{}, 0
 	clear(s.inputs)
 	s.cond.Broadcast()
 }
@@ -365,9 +371,21 @@ func (s *Service) read(m *nats.Msg, t, epoch uint64) {
 		if s.givenUp(t, epoch) {
 			return
 		}
-		if !ok {
+		if ok {
+			s.held = 0
+		} else {
 			u = s.lastU
 			s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
+			if s.held++; s.opt.HoldReads > 0 && s.held > s.opt.HoldReads {
+				// No input for HoldReads reads: nothing drives the plant
+				// (the actuator crashed, or cut off from it), so no
+				// fail-safe of the actuator's comes; zero, as a device's
+				// own watchdog would, rather than the last input for ever.
+				u = make([]float64, len(s.lastU))
+				if s.held == s.opt.HoldReads+1 {
+					s.opt.Log.Warn("plant: no input for many reads in a row: advancing with zero input until one comes", "loop", s.opt.Loop, "tick", t, "reads", s.opt.HoldReads)
+				}
+			}
 		}
 		s.opt.Plant.Step(u)
 		applied = append([]float64(nil), u...) // OnStep's, after mu: not lastU, which the next read overwrites

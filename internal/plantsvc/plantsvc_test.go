@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -379,6 +380,39 @@ func TestEarlierReleasesRefusedAsVersion(t *testing.T) {
 	r.svc.onRead(r.sealedRead(3)) // without the epoch
 	if version() != 3 || testutil.ToFloat64(r.m.Rejects.WithLabelValues("replay")) != 0 {
 		t.Errorf("%v version rejects, %v replay; want 3 and 0", version(), testutil.ToFloat64(r.m.Rejects.WithLabelValues("replay")))
+	}
+}
+
+// TestHoldBounded: with no input for HoldReads advances in a row (the
+// actuator crashed, or cut off from the plant, so that no fail-safe of its
+// own comes), the plant advances with zero input instead of the last one,
+// until an input comes, which it then holds again. Before, it held the last
+// input for ever.
+func TestHoldBounded(t *testing.T) {
+	r := newRig(t, 10*time.Millisecond)
+	r.svc.opt.HoldReads = 3
+	if _, err := r.read(1, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.svc.onInput(r.sealedInput(1, 0.5, 0))    // delivered before the read that uses it
+	for tick := uint64(2); tick <= 7; tick++ { // tick 2 with 0.5, then none
+		if _, err := r.read(tick, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.svc.onInput(r.sealedInput(7, 0.9, 0))
+	for tick := uint64(8); tick <= 9; tick++ { // tick 8 with 0.9, then none
+		if _, err := r.read(tick, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if want := []float64{0.5, 0.5, 0.5, 0.5, 0, 0, 0.9, 0.9}; !slices.Equal(r.with, want) {
+		t.Fatalf("the plant advanced with %v, want %v: three advances holding 0.5, then zero until 0.9 came", r.with, want)
+	}
+	if n := metrics.Sum(r.m.Misses); n != 6 {
+		t.Errorf("%v advances without an input counted, want 6", n)
 	}
 }
 
