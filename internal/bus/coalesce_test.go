@@ -40,13 +40,18 @@ func tcpPair(t *testing.T, every time.Duration) (*coalescingConn, *countingConn,
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	// The listener is closed once its one connection is accepted, not as
+	// tcpPair returns: closed before the accept, it resets the connection
+	// waiting in its queue, and the client's first write failed with
+	// "connection reset by peer" (a CI run, once).
+	t.Cleanup(func() { _ = ln.Close() })
 	var got bytes.Buffer
 	var mu sync.Mutex
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		s, err := ln.Accept()
+		_ = ln.Close()
 		if err != nil {
 			return
 		}
