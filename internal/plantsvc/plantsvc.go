@@ -177,12 +177,11 @@ func (s *Service) admitInput(h codec.Header, up codec.PlantUPayload) error {
 			s.opt.Log.Warn("plant: input of a later set-up than the sensor's reads: dropped until a read of that set-up comes (is the sensor running the new set-up?)", "loop", s.opt.Loop, "tick", h.Tick, "epoch", up.Epoch, "read_epoch", s.epoch, "repeats_not_logged", notLogged)
 		}
 		return nil
-	case up.Epoch == 0 && s.epoch != 0:
-		return fmt.Errorf("%w: an input without the set-up epoch: an actuator of an earlier release; upgrade it with the plant and the sensor", codec.ErrVersion)
 	case up.Epoch != s.epoch && s.epoch == 0:
 		return fmt.Errorf("%w: the reads carry no set-up epoch: a sensor of an earlier release; upgrade it with the plant and the actuator", codec.ErrVersion)
-	case up.Epoch != s.epoch:
-		return fmt.Errorf("%w: an input of set-up epoch %d, the plant is read for epoch %d (an earlier set-up's input replayed)", codec.ErrReplay, up.Epoch, s.epoch)
+	}
+	if err := codec.SameEpoch("an input", up.Epoch, s.epoch, "an actuator of an earlier release; upgrade it with the plant and the sensor"); err != nil {
+		return err
 	}
 	if err := s.guard.Accept(h); err != nil { // only a valid input advances the guard
 		return err
@@ -239,9 +238,9 @@ func (s *Service) onRead(m *nats.Msg) {
 	if s.epochKnown && rp.Epoch < s.epoch {
 		at := s.epoch
 		s.mu.Unlock()
-		err := fmt.Errorf("%w: a read of set-up epoch %d, the plant is read for epoch %d (an earlier set-up's read replayed; or a new set-up made on a clock behind the earlier one's: restart the plant)", codec.ErrReplay, rp.Epoch, at)
-		if rp.Epoch == 0 {
-			err = fmt.Errorf("%w: a read without the set-up epoch, the plant is read for epoch %d: a sensor of an earlier release (rolled back: restart the plant too)", codec.ErrVersion, at)
+		err := codec.SameEpoch("a read", rp.Epoch, at, "a sensor of an earlier release (rolled back: restart the plant too)")
+		if errors.Is(err, codec.ErrReplay) {
+			err = fmt.Errorf("%w; or a new set-up made on a clock behind the earlier one's: restart the plant", err)
 		}
 		s.reject("read", err)
 		return

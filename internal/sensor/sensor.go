@@ -613,11 +613,7 @@ func (s *Sensor) readPlant(ctx context.Context, t uint64) ([]float64, error) {
 		s.opt.Metrics.Reject(err)
 		return nil, err
 	}
-	if yp.Epoch != s.epoch {
-		err := fmt.Errorf("%w: plant answer of set-up epoch %d, this set-up's is %d (an earlier set-up's answer replayed)", codec.ErrReplay, yp.Epoch, s.epoch)
-		if yp.Epoch == 0 {
-			err = fmt.Errorf("%w: plant answer without the set-up epoch: a plant of an earlier release; upgrade it with the sensor", codec.ErrVersion)
-		}
+	if err := codec.SameEpoch("the plant's answer", yp.Epoch, s.epoch, "a plant of an earlier release; upgrade it with the sensor"); err != nil {
 		s.opt.Metrics.Reject(err)
 		return nil, err
 	}

@@ -114,13 +114,9 @@ func (s *Sensor) onMaskY(m *nats.Msg) {
 	s.masks.mu.Lock()
 	defer s.masks.mu.Unlock()
 	if err := s.masks.guard.Admit(h, body, &mp, func() error {
-		switch {
-		case mp.Epoch == 0 && s.epoch != 0:
-			return fmt.Errorf("%w: a mask share without its set-up epoch (a party of an earlier release: the ticks run in three hops until it is upgraded)", codec.ErrVersion)
-		case mp.Epoch != s.epoch:
-			// An earlier set-up's (ticks start from 1 again in a new one),
-			// replayed: its mask has padded a measurement already.
-			return fmt.Errorf("%w: a mask share of set-up epoch %d, this set-up's is %d", codec.ErrReplay, mp.Epoch, s.epoch)
+		// Of an earlier set-up, its mask has padded a measurement already.
+		if err := codec.SameEpoch("a mask share", mp.Epoch, s.epoch, "a party of an earlier release; the ticks run in three hops until it is upgraded"); err != nil {
+			return err
 		}
 		return mp.V.DecodeInto(prm.Field, v)
 	}); err != nil {

@@ -56,6 +56,21 @@ func NotBefore(what string, sent int64, epoch uint64) error {
 	return nil
 }
 
+// SameEpoch refuses a message carrying the set-up epoch got where this
+// set-up's is want: one without (0, a sender of an earlier release; older
+// says what to do) as the wire version, one of another epoch as an earlier
+// set-up's, replayed (a new set-up numbers its ticks from 1 again). what
+// names the message in the error.
+func SameEpoch(what string, got, want uint64, older string) error {
+	switch {
+	case got == want:
+		return nil
+	case got == 0:
+		return fmt.Errorf("%w: %s without the set-up epoch: %s", ErrVersion, what, older)
+	}
+	return fmt.Errorf("%w: %s of set-up epoch %d, this set-up's is %d: an earlier set-up's, replayed", ErrReplay, what, got, want)
+}
+
 // Reach is the furthest tick such a receiver takes: ReachAhead beyond
 // latest, the newest tick it knows the sensor sent (which it learnt at at),
 // plus one tick a millisecond, the sensor's shortest period, since then, for

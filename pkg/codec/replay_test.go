@@ -199,3 +199,16 @@ func TestReplayGuardRestore(t *testing.T) {
 		t.Errorf("loop b after Restore of loop a: %v", err)
 	}
 }
+
+// SameEpoch: the set-up's epoch passes; none (a sender of an earlier
+// release) is the wire version; another is an earlier set-up's, a replay.
+func TestSameEpoch(t *testing.T) {
+	for _, c := range []struct {
+		got, want uint64
+		err       error
+	}{{7, 7, nil}, {0, 0, nil}, {0, 7, ErrVersion}, {6, 7, ErrReplay}, {8, 7, ErrReplay}} {
+		if err := SameEpoch("x", c.got, c.want, "upgrade it"); !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
+			t.Errorf("SameEpoch(%d, %d) = %v, want %v", c.got, c.want, err, c.err)
+		}
+	}
+}
