@@ -77,7 +77,7 @@ func benchTickCPU(b *testing.B, cs mpc.ControllerSpec, v mpc.Variant) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		items[i], _ = codec.Marshal(codec.ItemMsg{Loop: loop, Epoch: 1, Nonce: it.Nonce, P1: env})
+		items[i], _ = codec.Marshal(codec.ItemMsg{Loop: loop, Epoch: 1, Nonce: it.Nonce, P0: it.Tag[:], P1: env})
 	}
 	guards := [4]*codec.ReplayGuard{codec.NewReplayGuard(), codec.NewReplayGuard(), codec.NewReplayGuard(), codec.NewReplayGuard()}
 	y := make([]float64, prm.P)
@@ -147,6 +147,9 @@ func benchTickCPU(b *testing.B, cs mpc.ControllerSpec, v mpc.Variant) {
 			must(err)
 			var mat mpc.TickMaterial
 			if j == 0 {
+				if !p0.CheckTag(it.Nonce, [mpc.ItemTagLen]byte(it.P0)) {
+					b.Fatal("party0: the item's tag does not match its nonce")
+				}
 				mat, err = p0.Expand(it.Nonce)
 			} else {
 				_, body, err2 := seal[codec.RoleParty1].OpenScratch(&pb[1].item, it.P1)

@@ -625,7 +625,8 @@ type queue struct {
 	// material's matrix entries, its encoding, and each party's sealed
 	// share, which MarshalAppend copies into the stream message.
 	mat, body, seal0, seal1 []byte
-	msgLen                  int // the last stream message's length, to size the next
+	tag                     [mpc.ItemTagLen]byte // a compressed item's, for party0
+	msgLen                  int                  // the last stream message's length, to size the next
 	// The payloads being encoded, kept here so that handing them to the
 	// codec (as an interface) does not move a copy to the heap per item.
 	pm  codec.MaterialPayload
@@ -796,6 +797,10 @@ func (d *Dealer) item(q *queue, b []byte) ([]byte, error) {
 		if msg.P0, err = seal(&q.seal0, codec.RoleParty0, *it.P0); err != nil {
 			return nil, err
 		}
+	} else {
+		// Compressed: party0 checks the nonce by its tag.
+		q.tag = it.Tag
+		msg.P0 = q.tag[:]
 	}
 	if msg.P1, err = seal(&q.seal1, codec.RoleParty1, it.P1); err != nil {
 		return nil, err

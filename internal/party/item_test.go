@@ -2,12 +2,15 @@ package party
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -378,7 +381,7 @@ func TestMaterialRecycling(t *testing.T) {
 	y := mpc.NewMatrix(prm.P, 1)
 	decoded := func(n byte) mpc.TickMaterial {
 		t.Helper()
-		it := item{rawItem: rawItem{seq: uint64(n), nonce: [16]byte{n}}}
+		it := item{rawItem: tagged(seed, rawItem{seq: uint64(n), nonce: [16]byte{n}})}
 		w.decode(&it)
 		if it.err != nil {
 			t.Fatal(it.err)
@@ -499,13 +502,103 @@ func TestItemSerialCrossCheck(t *testing.T) {
 func TestP0RefusesStrippedItem(t *testing.T) {
 	prm := pendulumParams(t)
 	w := &worker{id: 0, prm: prm, expander: mpc.NewExpander(prm, [32]byte{1})}
-	r := rawItem{seq: 1 << 8, nonce: mpc.ItemSerial{Instance: 5, Counter: 1}.Nonce()}
+	r := tagged([32]byte{1}, rawItem{seq: 1 << 8, nonce: mpc.ItemSerial{Instance: 5, Counter: 1}.Nonce()})
 	var m mpc.TickMaterial
 	if err := w.material(r, &m); err != nil {
 		t.Fatalf("compressed set-up: %v, want the nonce expanded", err)
 	}
+	untagged := r
+	untagged.tagged = false
+	if err := w.material(untagged, &m); !errors.Is(err, codec.ErrVersion) {
+		t.Fatalf("compressed set-up, item without a tag: %v, want it refused as an earlier release's", err)
+	}
+	forged := r
+	forged.nonce[11]++
+	if err := w.material(forged, &m); !errors.Is(err, codec.ErrAuth) {
+		t.Fatalf("compressed set-up, nonce changed: %v, want it refused as forged", err)
+	}
 	w.p0Sealed = true
 	if err := w.material(r, &m); !errors.Is(err, codec.ErrMalformed) {
 		t.Fatalf("set-up without compression, item without party0's share: %v, want it refused as malformed", err)
+	}
+}
+
+// tagged gives a compressed item party0's tag of its nonce under seed, as
+// the dealer does.
+func tagged(seed [32]byte, r rawItem) rawItem {
+	r.tag, r.tagged = mpc.ItemTag(seed, r.nonce), true
+	return r
+}
+
+// TestForgedNonceRefusedByTag: party0 takes a compressed item's nonce only
+// with the dealer's tag of it. The broker rewrites the nonce of party0's
+// copy of items (it travels in the clear): to the live dealer's last
+// counter, and to 300 new dealer instances, more than party0 remembers.
+// Each is refused as forged (auth) before it is expanded or recorded, an
+// item without a tag as an earlier release's (version), and the dealer's
+// next genuine item is taken. Before the tag, the forged nonces were
+// recorded as used, and every later genuine item of the dealer was refused
+// as a replay.
+func TestForgedNonceRefusedByTag(t *testing.T) {
+	const loop, epoch = "tagged", 3
+	prm := pendulumParams(t)
+	sess := mpc.NewSession([32]byte{'f', 'o', 'r', 'g', 'e'})
+	d, err := mpc.NewDealer(prm, sess, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New("party0")
+	w := &worker{s: &Service{opt: Options{ID: 0, Metrics: m, ItemWait: time.Millisecond, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}},
+		id: 0, loop: loop, epoch: epoch, perMsg: 1, prm: prm, expander: mpc.NewExpander(prm, sess.P0Seed()), items: make(chan []rawItem, 400)}
+	var seq uint64
+	publish := func(nonce [16]byte, tag []byte) {
+		seq++ // one item per stream message, as trimmed by the consumer
+		w.items <- w.trimItems(itemMsgs(t, codec.ItemMsg{Loop: loop, Epoch: epoch, Nonce: nonce, P0: tag, P1: []byte{1}}), seq)
+	}
+	next := func() mpc.Item {
+		t.Helper()
+		it, err := d.Next(mpc.NewPRG([32]byte{9}, [16]byte{byte(seq)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return it
+	}
+	take := func(want mpc.Item) {
+		t.Helper()
+		_, serial, mat, err := w.takeItem(context.Background(), true)
+		if err != nil {
+			t.Fatalf("taking %x: %v", want.Nonce, err)
+		}
+		exp, _ := mpc.ExpandP0(prm, sess.P0Seed(), want.Nonce)
+		if serial != codec.Serial(want.Nonce) || !mat.Triple.V.Equal(exp.Triple.V) {
+			t.Fatalf("took %x, want the genuine item %x expanded", serial, want.Nonce)
+		}
+	}
+
+	g1 := next()
+	publish(g1.Nonce, g1.Tag[:])
+	take(g1)
+
+	g2 := next()
+	sr, _ := mpc.SerialOf(g2.Nonce)
+	high := mpc.ItemSerial{Instance: sr.Instance, Counter: math.MaxUint32}.Nonce()
+	publish(high, g2.Tag[:]) // a genuine item's tag on a forged nonce
+	for i := range 300 {
+		forged := mpc.ItemSerial{Instance: sr.Instance + uint64(i+1)<<20, Counter: 1}.Nonce()
+		tag := mpc.ItemTag([32]byte{byte(i)}, forged) // under a seed not party0's
+		publish(forged, tag[:])
+	}
+	publish(high, nil) // no tag: a dealer of an earlier release
+	publish(g2.Nonce, g2.Tag[:])
+	take(g2)
+	g3 := next()
+	publish(g3.Nonce, g3.Tag[:])
+	take(g3)
+
+	if a, v := testutil.ToFloat64(m.Rejects.WithLabelValues("auth")), testutil.ToFloat64(m.Rejects.WithLabelValues("version")); a != 301 || v != 1 {
+		t.Errorf("rejects: %.0f auth, %.0f version; want 301 forged, 1 without a tag", a, v)
+	}
+	if len(w.serials.last) != 1 || w.serials.floor != 0 || w.serials.last[0] != (serialMark{sr.Instance, sr.Counter + 1}) {
+		t.Errorf("party0's item serials %+v (floor %d); want the dealer's alone, at g3's counter %d", w.serials.last, w.serials.floor, sr.Counter+1)
 	}
 }

@@ -43,7 +43,12 @@ type rawItem struct {
 	seq   uint64
 	env   []byte   // this party's sealed material (nil: P0 expands its seed)
 	nonce [16]byte // the item's nonce, as the dealer published it
-	err   error
+	// tag is a compressed item's tag of its nonce (mpc.ItemTag), which P0
+	// checks before it expands the item (material); tagged says the item
+	// came with one (a dealer of an earlier release sends none).
+	tag    [mpc.ItemTagLen]byte
+	tagged bool
+	err    error
 	// items is how many items an error stands for: a message refused
 	// whole carries its items' count, so that duet_items_discarded_total
 	// counts items, not messages (0: one).
@@ -98,7 +103,12 @@ func (w *worker) trimItems(data []byte, seq uint64) []rawItem {
 	for i, it := range its {
 		out[i] = rawItem{seq: itemID(seq, i), nonce: it.Nonce, env: it.P1}
 		if w.id == 0 {
-			out[i].env = it.P0 // empty with seed compression: expanded from the seed
+			out[i].env = it.P0
+			if !w.p0Sealed && len(it.P0) == mpc.ItemTagLen {
+				// Seed compression: the nonce's tag, the share
+				// expanded from the seed.
+				out[i].tag, out[i].tagged, out[i].env = [mpc.ItemTagLen]byte(it.P0), true, nil
+			}
 		}
 		own += len(out[i].env)
 	}
@@ -487,6 +497,15 @@ func (w *worker) material(r rawItem, m *mpc.TickMaterial) error {
 			// expanded, the genuine nonce would give material party1 does
 			// not have, under a serial both agree on.
 			return fmt.Errorf("%w: item without party0 material in a set-up without seed compression", codec.ErrMalformed)
+		}
+		// The nonce travels in the clear: checked by its tag before it is
+		// expanded, and so before takeItem records it as used (a forged
+		// one recorded would have the dealer's genuine items refused).
+		if !r.tagged {
+			return fmt.Errorf("%w: compressed offline item without its nonce's tag (from a dealer of an earlier release?)", codec.ErrVersion)
+		}
+		if !w.expander.CheckTag(r.nonce, r.tag) {
+			return fmt.Errorf("%w: compressed offline item whose nonce %x does not match its tag (changed on the way)", codec.ErrAuth, r.nonce)
 		}
 		return w.expander.ExpandInto(r.nonce, m)
 	}

@@ -352,7 +352,7 @@ func TestGivenUpTickItemPersisted(t *testing.T) {
 	w.expander = mpc.NewExpander(w.prm, [32]byte{1})
 	w.items = make(chan []rawItem, 1)
 	nonce := mpc.ItemSerial{Instance: 5, Counter: 1}.Nonce()
-	w.items <- []rawItem{{seq: itemID(3, 1), nonce: nonce}}
+	w.items <- []rawItem{tagged([32]byte{1}, rawItem{seq: itemID(3, 1), nonce: nonce})}
 	seq, _, _, err := w.takeItem(ctx, true)
 	if err != nil {
 		t.Fatal(err)
@@ -376,7 +376,7 @@ func TestGivenUpTickItemPersisted(t *testing.T) {
 	// With the after queue (PersistDelay), the given-up tick's write goes
 	// with the other loops' writes, not synchronously at the next start.
 	w.s.after = newAfterQueue(time.Millisecond)
-	w.items <- []rawItem{{seq: itemID(4, 1), nonce: mpc.ItemSerial{Instance: 5, Counter: 2}.Nonce()}}
+	w.items <- []rawItem{tagged([32]byte{1}, rawItem{seq: itemID(4, 1), nonce: mpc.ItemSerial{Instance: 5, Counter: 2}.Nonce()})}
 	if seq, _, _, err = w.takeItem(ctx, true); err != nil {
 		t.Fatal(err)
 	}

@@ -38,10 +38,15 @@ const maxDealerInstances = 256
 //
 // The serial is sealed into each party's share of the item and checked
 // against the item's nonce (material), except P0's seed-compressed items,
-// which carry no envelope: P0 then checks the nonce it expands, so it never
-// uses one twice either. A forged one gives it material P1 does not have;
-// the parties compare serials in the tick's exchange (sameItem), so that
-// tick is abandoned as an item mismatch. With compression off, an item
+// which carry no envelope: P0 then checks the nonce by its tag (the
+// dealer's, under P0's seed) before it expands it, and records the nonce it
+// expands, so it never uses one twice either. Before the tag, a forged
+// nonce was recorded too (it must be: P0's message reveals something of its
+// V), and one with a high counter, or a few hundred with new instances,
+// had P0 refuse the dealers' genuine items until a new set-up. The parties
+// also compare serials in the tick's exchange (sameItem): a tick on items
+// that differ (a broker that swaps one party's) is abandoned as an item
+// mismatch. With compression off, an item
 // whose P0 envelope the broker stripped would have P0 expand the genuine
 // nonce as if it were compressed, under a serial both agree on: P0 refuses
 // such an item (material, worker.p0Sealed).

@@ -94,9 +94,11 @@ func (w MaterialPayload) MaterialInto(p mpc.Params, m *mpc.TickMaterial) error {
 
 // ItemMsg is one dealer item. P0 and P1 are sealed
 // envelopes (KindMaterial, dealer -> party i) of each party's
-// MaterialPayload; with seed compression P0 is empty and party0 expands its
-// share with mpc.ExpandP0 from Nonce. ItemMsg itself is not sealed: it holds
-// nothing but the envelopes and public routing data.
+// MaterialPayload; with seed compression P0 is instead the nonce's tag
+// (mpc.ItemTag, mpc.ItemTagLen bytes; empty from dealers of releases before
+// it), which party0 checks before it expands its share with mpc.ExpandP0
+// from Nonce. ItemMsg itself is not sealed: it holds nothing but the
+// envelopes, the tag and public routing data.
 type ItemMsg struct {
 	Loop  string   `msgpack:"loop"`
 	Epoch uint64   `msgpack:"epoch"`

@@ -3,6 +3,7 @@ package mpc
 import (
 	"crypto/cipher"
 	"crypto/sha256"
+	"crypto/subtle"
 	"io"
 	"sync"
 )
@@ -13,8 +14,15 @@ import (
 // Seed compression: P0's shares are uniform in Z_q whatever the secret, so the
 // dealer derives them from an AES-CTR stream under a per-session seed that P0
 // also holds, keyed by the item's nonce. Such an item carries only P1's
-// shares (the corrections) and the nonce; P0 regenerates its part with
-// ExpandP0. P1 never learns the seed.
+// shares (the corrections), the nonce and the nonce's tag; P0 checks the
+// tag (Expander.CheckTag) and regenerates its part with ExpandP0. P1 never
+// learns the seed.
+//
+// The tag is what makes the nonce P0's to trust: in the stream it travels
+// in the clear, so without it the broker could hand P0 any nonce, and P0,
+// which records every nonce it expands as used (its T = ξ − V reveals
+// something of that V), would be made to refuse the dealer's genuine items
+// of that serial and below for good.
 
 // Session holds the per-session secret shared by the client (sensor) and the
 // dealer replicas. Everything else is derived from it with domain separation.
@@ -73,13 +81,39 @@ func (s *Session) FixedUShares(prm Params) (u0, u1 Matrix, err error) {
 }
 
 // Item is one tick's dealer material for both parties. With seed compression
-// P0 is nil and P0's material is ExpandP0(prm, seed, Nonce). Nonce is the
-// item's serial (ItemSerial.Nonce): unique to the item, in the order its
-// Dealer drew it.
+// P0 is nil, P0's material is ExpandP0(prm, seed, Nonce) and Tag is
+// ItemTag(seed, Nonce). Nonce is the item's serial (ItemSerial.Nonce):
+// unique to the item, in the order its Dealer drew it.
 type Item struct {
 	Nonce [16]byte
+	Tag   [ItemTagLen]byte // compressed items only
 	P0    *TickMaterial
 	P1    TickMaterial
+}
+
+// ItemTagLen is the length of a compressed item's tag.
+const ItemTagLen = 16
+
+// tagCipher is the key schedule of the tags of P0's seed: AES-256 under a
+// key derived from the seed apart from the keystream's key (the seed
+// itself). A tag is the nonce enciphered: the nonce is one block, so this
+// is a PRF on it, and a tag for a nonce the dealer did not draw cannot be
+// made without the seed.
+func tagCipher(p0Seed [32]byte) cipher.Block {
+	h := sha256.New()
+	h.Write([]byte("duet/v1/p0-item-tag"))
+	h.Write(p0Seed[:])
+	var k [32]byte
+	h.Sum(k[:0])
+	return seedCipher(k)
+}
+
+// ItemTag is the tag of the compressed item with this nonce under P0's
+// seed: what the Dealer puts in Item.Tag.
+func ItemTag(p0Seed [32]byte, nonce [16]byte) [ItemTagLen]byte {
+	var t [ItemTagLen]byte
+	tagCipher(p0Seed).Encrypt(t[:], nonce[:])
+	return t
 }
 
 // Dealer generates Items for one loop. Several dealers built from the same
@@ -96,6 +130,8 @@ type Dealer struct {
 	// key schedule, a copy of it for the library's stream and a 1 KB
 	// buffer per item.
 	p0Blk cipher.Block
+	// tagBlk makes the compressed items' tags (tagCipher).
+	tagBlk cipher.Block
 	// serial numbers the items this Dealer draws (Item.Nonce).
 	serial serials
 }
@@ -112,6 +148,7 @@ func NewDealer(prm Params, s *Session, compress bool) (*Dealer, error) {
 	d := &Dealer{prm: prm, compress: compress, p0Seed: s.P0Seed()}
 	if compress {
 		d.p0Blk = seedCipher(d.p0Seed)
+		d.tagBlk = tagCipher(d.p0Seed)
 	}
 	if prm.Variant == FixedMask {
 		u, err := s.FixedU(prm)
@@ -141,6 +178,7 @@ func (d *Dealer) Next(r io.Reader) (Item, error) {
 		defer prgPool.Put(p)
 		p.ctr.reset(d.p0Blk, it.Nonce)
 		r0 = p
+		d.tagBlk.Encrypt(it.Tag[:], it.Nonce[:])
 	}
 	m0, m1, err := genMaterial(d.prm, r, r0, d.fixedU)
 	if err != nil {
@@ -182,12 +220,25 @@ func ExpandP0(prm Params, p0Seed [32]byte, nonce [16]byte) (TickMaterial, error)
 type Expander struct {
 	prm Params
 	blk cipher.Block
+	tag cipher.Block
 	r0  prg
+	// in and want are CheckTag's blocks, kept so that passing them to
+	// the cipher (an interface) allocates nothing.
+	in, want [ItemTagLen]byte
 }
 
 // NewExpander returns an expander of P0's material under p0Seed.
 func NewExpander(prm Params, p0Seed [32]byte) *Expander {
-	return &Expander{prm: prm, blk: seedCipher(p0Seed)}
+	return &Expander{prm: prm, blk: seedCipher(p0Seed), tag: tagCipher(p0Seed)}
+}
+
+// CheckTag reports whether tag is the Dealer's tag of the item with this
+// nonce (Item.Tag), in constant time. P0 checks it before it expands the
+// item or records its nonce as used.
+func (e *Expander) CheckTag(nonce [16]byte, tag [ItemTagLen]byte) bool {
+	e.in = nonce
+	e.tag.Encrypt(e.want[:], e.in[:])
+	return subtle.ConstantTimeCompare(e.want[:], tag[:]) == 1
 }
 
 // Expand regenerates P0's material of the item with this nonce: the same
@@ -230,12 +281,12 @@ func MaterialElems(prm Params) int {
 }
 
 // DealerBytesPerTick is the payload a dealer ships per tick (both parties,
-// before encryption and framing): with compression only P1's shares and the
-// 16-byte nonce travel.
+// before encryption and framing): with compression only P1's shares, the
+// 16-byte nonce and its 16-byte tag travel.
 func DealerBytesPerTick(prm Params, compress bool) int {
 	b := MaterialElems(prm) * prm.Field.ByteLen()
 	if compress {
-		return b + 16
+		return b + 16 + ItemTagLen
 	}
 	return 2*b + 16
 }

@@ -158,6 +158,61 @@ func TestExpandP0(t *testing.T) {
 
 // TestDealerNeverReuses: consecutive items have different nonces and
 // different V (the fixed-mask variant is secure only if V never repeats).
+// TestItemTag: a compressed item carries its nonce's tag under P0's seed,
+// which the Expander of that seed accepts and no other; a changed nonce or
+// tag fails, an uncompressed item carries none, and checking allocates
+// nothing (P0 checks an item per tick).
+func TestItemTag(t *testing.T) {
+	prm := dealerParams(t)[0]
+	sess := NewSession([32]byte{'t', 'a', 'g'})
+	d, err := NewDealer(prm, sess, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := NewExpander(prm, sess.P0Seed())
+	other := NewExpander(prm, NewSession([32]byte{'o'}).P0Seed())
+	seen := map[[ItemTagLen]byte]bool{}
+	for range 50 {
+		it, err := d.Next(seeded(7))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if it.Tag != ItemTag(sess.P0Seed(), it.Nonce) {
+			t.Fatalf("item %x: tag %x, want ItemTag's %x", it.Nonce, it.Tag, ItemTag(sess.P0Seed(), it.Nonce))
+		}
+		if seen[it.Tag] || it.Tag == ([ItemTagLen]byte{}) {
+			t.Fatalf("item %x: tag %x zero or repeated", it.Nonce, it.Tag)
+		}
+		seen[it.Tag] = true
+		if !ex.CheckTag(it.Nonce, it.Tag) {
+			t.Fatalf("item %x: its own tag refused", it.Nonce)
+		}
+		if other.CheckTag(it.Nonce, it.Tag) {
+			t.Fatalf("item %x: tag accepted under another seed", it.Nonce)
+		}
+		forged := it.Nonce
+		forged[11]++ // the next counter of the same dealer
+		if ex.CheckTag(forged, it.Tag) {
+			t.Fatalf("nonce %x accepted with the tag of %x", forged, it.Nonce)
+		}
+		bad := it.Tag
+		bad[15] ^= 1
+		if ex.CheckTag(it.Nonce, bad) {
+			t.Fatalf("item %x: a tag with one bit changed accepted", it.Nonce)
+		}
+	}
+	plain, err := NewDealer(prm, sess, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it, err := plain.Next(seeded(8)); err != nil || it.Tag != ([ItemTagLen]byte{}) {
+		t.Fatalf("uncompressed item: tag %x (%v), want none", it.Tag, err)
+	}
+	if n := testing.AllocsPerRun(20, func() { _ = ex.CheckTag([16]byte{1}, [ItemTagLen]byte{2}) }); n != 0 {
+		t.Errorf("CheckTag: %.0f allocations, want 0", n)
+	}
+}
+
 func TestDealerNeverReuses(t *testing.T) {
 	for _, prm := range dealerParams(t) {
 		for _, compress := range []bool{false, true} {
@@ -206,11 +261,12 @@ func TestDealerBytesPerTick(t *testing.T) {
 		elems, compress, plain int
 	}{
 		// Per tick: U 4x5, V 5, W 4, M 3, L 3 = 35 elements per party.
-		{pendulumParams(m127, PerTick), 35, 35*16 + 16, 2*35*16 + 16},
-		{pendulumParams(p255, PerTick), 35, 35*32 + 16, 2*35*32 + 16},
+		// Compressed: P1's shares, the nonce and its tag.
+		{pendulumParams(m127, PerTick), 35, 35*16 + 32, 2*35*16 + 16},
+		{pendulumParams(p255, PerTick), 35, 35*32 + 32, 2*35*32 + 16},
 		// Fixed mask: no U, 15 elements.
-		{pendulumParams(m127, FixedMask), 15, 15*16 + 16, 2*15*16 + 16},
-		{pendulumParams(p255, FixedMask), 15, 15*32 + 16, 2*15*32 + 16},
+		{pendulumParams(m127, FixedMask), 15, 15*16 + 32, 2*15*16 + 16},
+		{pendulumParams(p255, FixedMask), 15, 15*32 + 32, 2*15*32 + 16},
 	} {
 		name := paramsName(tc.prm)
 		if got := MaterialElems(tc.prm); got != tc.elems {
