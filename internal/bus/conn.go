@@ -105,6 +105,29 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 	return nc, nil
 }
 
+// WaitConnected returns once nc is connected, ctx's error if ctx ends first,
+// or nats.ErrConnectionClosed if nc is closed meanwhile. A connection made
+// by Connect may still be trying its first server (RetryOnFailedConnect):
+// until it has connected, what the server tells (its max_payload) is not
+// known.
+func WaitConnected(ctx context.Context, nc *nats.Conn) error {
+	ch := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	defer nc.RemoveStatusListener(ch)
+	for {
+		switch {
+		case nc.IsConnected():
+			return nil
+		case nc.IsClosed():
+			return nats.ErrConnectionClosed
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
 // reconnectWatch is how often watchReconnect reads the connection's last
 // error (a variable for the tests).
 var reconnectWatch = time.Second

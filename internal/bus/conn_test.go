@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,36 @@ func TestEnsureOfflineQueue(t *testing.T) {
 	c, err := st.Consumer(ctx, ConsumerName(0))
 	if err != nil || c.CachedInfo().Config.AckPolicy != jetstream.AckExplicitPolicy {
 		t.Errorf("the old consumer was changed or removed: %v", err)
+	}
+}
+
+// WaitConnected returns at once on a connection that is up, and on one
+// still trying its first server when its context ends or the connection is
+// closed (the sensor's test TestItemSizeCheckedOnceConnected has the server
+// come up).
+func TestWaitConnected(t *testing.T) {
+	if err := WaitConnected(t.Context(), natstest.Conn(t)); err != nil {
+		t.Errorf("a connection that is up: %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0") // a port nothing listens on
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + l.Addr().String()
+	l.Close()
+	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if err := WaitConnected(ctx, nc); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("no server, the context ended: %v, want its error", err)
+	}
+	time.AfterFunc(50*time.Millisecond, nc.Close)
+	if err := WaitConnected(t.Context(), nc); !errors.Is(err, nats.ErrConnectionClosed) {
+		t.Errorf("no server, the connection closed: %v, want nats.ErrConnectionClosed", err)
 	}
 }
 
