@@ -18,8 +18,8 @@ type Config struct {
 	Controller  string        `envconfig:"CONTROLLER" default:"examples/qube-servo2/controller.json" desc:"controller spec file (JSON)"`
 	Mask        string        `envconfig:"MASK" default:"per-tick" desc:"Protocol 1 variant: per-tick (the paper's) or fixed"`
 	Compress    bool          `envconfig:"COMPRESS" default:"true" desc:"dealers seed-compress P0's material"`
-	Period      time.Duration `envconfig:"PERIOD" default:"40ms" desc:"tick period (1ms..1m)"`
-	QueueMax    int64         `envconfig:"QUEUE_MAX" default:"2000" desc:"offline queue capacity in items, at least 16 (backpressure for dealers)"`
+	Period      time.Duration `envconfig:"PERIOD" default:"40ms" desc:"tick period (1ms..1m); it must equal the sample time the controller was designed for and the plant's period (period_ms in the plant service's DUET_PLANT spec)"`
+	QueueMax    int64         `envconfig:"QUEUE_MAX" default:"2000" desc:"offline queue capacity in items, at least 16 (backpressure for dealers); keep it well above the dealers' DUET_LOW_WATER, or every refill finds the queue full"`
 	ItemsPerMsg int           `envconfig:"ITEMS_PER_MSG" default:"8" desc:"offline items per stream message (1..128; 1 while a party or dealer still runs a release without multi-item messages). A set-up the sensor resumes keeps the value it was made with, and says so at warning level: a new value takes effect with the next new set-up"`
 	FileStore   bool          `envconfig:"FILE_STORE" default:"false" desc:"JetStream file storage for the queue and set-up records (the set-up records' bucket, duet-setup, is shared by the sensors of every loop: set it alike on all)"`
 	TwoHop      bool          `envconfig:"TWO_HOP" default:"false" desc:"the two-hop tick: when both parties have sent their shares of the next item's measurement mask, send them ȳ minus the mask instead of shares of ȳ, so the tick needs no exchange after the measurement (docs/two-hop-design.md); set on the sensor and both parties"`
