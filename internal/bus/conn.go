@@ -302,6 +302,25 @@ func EnsureSetupBucket(ctx context.Context, js jetstream.JetStream, replicas int
 	return kv, nil
 }
 
+// WarnReplicaChange logs a warning if the KV bucket exists with another
+// replica count than replicas, the one configured (variable names its
+// setting): opening it with CreateOrUpdateKeyValue, as the sensor and the
+// parties do, then changes the replicas of the bucket every process that
+// shares it uses. The change is still made (an operator may mean it); a
+// process started with another value by mistake is named in the log
+// instead of changing the bucket silently. A bucket not there yet, or a
+// server that does not answer, is left to the create.
+func WarnReplicaChange(ctx context.Context, js jetstream.JetStream, log *slog.Logger, bucket string, replicas int, variable string) {
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return
+	}
+	if have := max(1, st.CachedInfo().Config.Replicas); have != max(1, replicas) {
+		log.Warn("the bucket has another replica count than configured: changing it to the configured one, for every process that shares the bucket; set the variable alike on all",
+			"bucket", bucket, "replicas", have, "configured", max(1, replicas), "variable", variable)
+	}
+}
+
 // WaitSetupBucket waits until the bucket exists (created by the sensor).
 // Errors other than its absence (JetStream not enabled, not permitted, not
 // answering) are retried too, and logged with log (if not nil) once a

@@ -1,8 +1,10 @@
 package bus
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -63,6 +65,35 @@ func TestEnsureOfflineQueue(t *testing.T) {
 	c, err := st.Consumer(ctx, ConsumerName(0))
 	if err != nil || c.CachedInfo().Config.AckPolicy != jetstream.AckExplicitPolicy {
 		t.Errorf("the old consumer was changed or removed: %v", err)
+	}
+}
+
+// A bucket opened with another replica count than it has is warned of,
+// naming the bucket, both counts and the variable, before CreateOrUpdate
+// changes it; one with the same count, or not there yet, is not. (The
+// change itself needs a cluster: a single server refuses more than one
+// replica, so only the warning is tested.)
+func TestWarnReplicaChange(t *testing.T) {
+	ctx := t.Context()
+	js := jetStream(t)
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	WarnReplicaChange(ctx, js, log, SetupBucket, 3, "DUET_REPLICAS")
+	if buf.Len() != 0 {
+		t.Errorf("no bucket yet: logged %q", buf.String())
+	}
+	if _, err := EnsureSetupBucket(ctx, js, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	WarnReplicaChange(ctx, js, log, SetupBucket, 1, "DUET_REPLICAS")
+	if buf.Len() != 0 {
+		t.Errorf("the same replica count: logged %q", buf.String())
+	}
+	WarnReplicaChange(ctx, js, log, SetupBucket, 3, "DUET_REPLICAS")
+	for _, want := range []string{"level=WARN", "bucket=" + SetupBucket, "replicas=1", "configured=3", "variable=DUET_REPLICAS"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("another replica count: logged %q, want %s in it", buf.String(), want)
+		}
 	}
 }
 

@@ -279,6 +279,7 @@ func (s *Sensor) Setup(ctx context.Context) error {
 	if err := s.ensureQueue(ctx); err != nil {
 		return err
 	}
+	bus.WarnReplicaChange(ctx, s.js, s.opt.Log, bus.SetupBucket, s.opt.Replicas, "DUET_REPLICAS")
 	kv, err := bus.EnsureSetupBucket(ctx, s.js, s.opt.Replicas, s.opt.FileStore)
 	if err != nil {
 		return s.storageErr(err)
