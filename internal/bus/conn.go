@@ -105,6 +105,29 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 	return nc, nil
 }
 
+// WaitConnected returns once nc is connected, ctx's error if ctx ends first,
+// or nats.ErrConnectionClosed if nc is closed meanwhile. A connection made
+// by Connect may still be trying its first server (RetryOnFailedConnect):
+// until it has connected, what the server tells (its max_payload) is not
+// known.
+func WaitConnected(ctx context.Context, nc *nats.Conn) error {
+	ch := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	defer nc.RemoveStatusListener(ch)
+	for {
+		switch {
+		case nc.IsConnected():
+			return nil
+		case nc.IsClosed():
+			return nats.ErrConnectionClosed
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
 // reconnectWatch is how often watchReconnect reads the connection's last
 // error (a variable for the tests).
 var reconnectWatch = time.Second
@@ -277,6 +300,25 @@ func EnsureSetupBucket(ctx context.Context, js jetstream.JetStream, replicas int
 		return nil, fmt.Errorf("kv %s: %w", SetupBucket, err)
 	}
 	return kv, nil
+}
+
+// WarnReplicaChange logs a warning if the KV bucket exists with another
+// replica count than replicas, the one configured (variable names its
+// setting): opening it with CreateOrUpdateKeyValue, as the sensor and the
+// parties do, then changes the replicas of the bucket every process that
+// shares it uses. The change is still made (an operator may mean it); a
+// process started with another value by mistake is named in the log
+// instead of changing the bucket silently. A bucket not there yet, or a
+// server that does not answer, is left to the create.
+func WarnReplicaChange(ctx context.Context, js jetstream.JetStream, log *slog.Logger, bucket string, replicas int, variable string) {
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return
+	}
+	if have := max(1, st.CachedInfo().Config.Replicas); have != max(1, replicas) {
+		log.Warn("the bucket has another replica count than configured: changing it to the configured one, for every process that shares the bucket; set the variable alike on all",
+			"bucket", bucket, "replicas", have, "configured", max(1, replicas), "variable", variable)
+	}
 }
 
 // WaitSetupBucket waits until the bucket exists (created by the sensor).

@@ -1,8 +1,11 @@
 package bus
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +65,65 @@ func TestEnsureOfflineQueue(t *testing.T) {
 	c, err := st.Consumer(ctx, ConsumerName(0))
 	if err != nil || c.CachedInfo().Config.AckPolicy != jetstream.AckExplicitPolicy {
 		t.Errorf("the old consumer was changed or removed: %v", err)
+	}
+}
+
+// A bucket opened with another replica count than it has is warned of,
+// naming the bucket, both counts and the variable, before CreateOrUpdate
+// changes it; one with the same count, or not there yet, is not. (The
+// change itself needs a cluster: a single server refuses more than one
+// replica, so only the warning is tested.)
+func TestWarnReplicaChange(t *testing.T) {
+	ctx := t.Context()
+	js := jetStream(t)
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	WarnReplicaChange(ctx, js, log, SetupBucket, 3, "DUET_REPLICAS")
+	if buf.Len() != 0 {
+		t.Errorf("no bucket yet: logged %q", buf.String())
+	}
+	if _, err := EnsureSetupBucket(ctx, js, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	WarnReplicaChange(ctx, js, log, SetupBucket, 1, "DUET_REPLICAS")
+	if buf.Len() != 0 {
+		t.Errorf("the same replica count: logged %q", buf.String())
+	}
+	WarnReplicaChange(ctx, js, log, SetupBucket, 3, "DUET_REPLICAS")
+	for _, want := range []string{"level=WARN", "bucket=" + SetupBucket, "replicas=1", "configured=3", "variable=DUET_REPLICAS"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("another replica count: logged %q, want %s in it", buf.String(), want)
+		}
+	}
+}
+
+// WaitConnected returns at once on a connection that is up, and on one
+// still trying its first server when its context ends or the connection is
+// closed (the sensor's test TestItemSizeCheckedOnceConnected has the server
+// come up).
+func TestWaitConnected(t *testing.T) {
+	if err := WaitConnected(t.Context(), natstest.Conn(t)); err != nil {
+		t.Errorf("a connection that is up: %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0") // a port nothing listens on
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + l.Addr().String()
+	l.Close()
+	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if err := WaitConnected(ctx, nc); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("no server, the context ended: %v, want its error", err)
+	}
+	time.AfterFunc(50*time.Millisecond, nc.Close)
+	if err := WaitConnected(t.Context(), nc); !errors.Is(err, nats.ErrConnectionClosed) {
+		t.Errorf("no server, the connection closed: %v, want nats.ErrConnectionClosed", err)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 type Config struct {
 	config.Common
 	Name     string        `envconfig:"NAME" default:"" desc:"replica name for logs (default: host name)"`
-	LowWater int           `envconfig:"LOW_WATER" default:"750" desc:"refill a loop's queue when it holds fewer items, at least 1 (750 = 30 s of 40 ms ticks)"`
+	LowWater int           `envconfig:"LOW_WATER" default:"750" desc:"refill a loop's queue when it holds fewer items, at least 1 (750 = 30 s of 40 ms ticks); keep it well below the sensor's DUET_QUEUE_MAX, or every refill finds the queue full"`
 	Batch    int           `envconfig:"BATCH" default:"64" desc:"items published per refill round, 1..100000, rounded up to whole stream messages, and at most what the queue has room for (a replica refills a batch at a time, re-checking the depth in between)"`
 	Poll     time.Duration `envconfig:"POLL" default:"50ms" desc:"shortest interval between a loop's queue depth checks (while the queue nears its low-water mark); more than 0"`
 	PollMax  time.Duration `envconfig:"POLL_MAX" default:"1s" desc:"longest interval between a loop's queue depth checks (while its parties take no items); at least DUET_POLL, at most 1m"`

@@ -240,7 +240,7 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 			// each. Said once a minute, with the remedy.
 			if time.Since(w.gapLogged) >= time.Minute {
 				w.gapLogged = time.Now()
-				w.s.opt.Log.Error("the parties' states are more than one update apart: no tick can complete; one party lost its state record (deleted, purged or not opened) or restored an old one. Set the loop up again: change the sensor's DUET_SETUP_GENERATION (or delete its resume record, nats kv del "+bus.SetupBucket+" "+bus.SetupKey(w.loop, codec.RoleSensor)+"), restart the sensor, then the parties and the actuator",
+				w.s.opt.Log.Error("the parties' states are more than one update apart: no tick can complete; one party lost its state record (deleted, purged or not opened) or restored an old one. Set the loop up again: change the sensor's DUET_SETUP_GENERATION and restart the sensor (or stop the sensor, delete its resume record, nats kv del "+bus.SetupBucket+" "+bus.SetupKey(w.loop, codec.RoleSensor)+", and start it: a running sensor writes the record again), then restart the parties and the actuator",
 					"party", w.id, "loop", w.loop, "tick", t, "own", w.version, "peer", mp.version)
 			}
 		} else {

@@ -858,7 +858,7 @@ func TestStateGapLoggedWithRemedy(t *testing.T) {
 	if n := strings.Count(out, "more than one update apart"); n != 2 {
 		t.Errorf("the gap logged %d times over 3 ticks, want once at each party:\n%s", n, out)
 	}
-	if !strings.Contains(out, "DUET_SETUP_GENERATION") || !strings.Contains(out, "nats kv del "+bus.SetupBucket+" "+rigLoop+".sensor") || !strings.Contains(out, "level=ERROR") {
+	if !strings.Contains(out, "DUET_SETUP_GENERATION") || !strings.Contains(out, "stop the sensor, delete its resume record, nats kv del "+bus.SetupBucket+" "+rigLoop+".sensor") || !strings.Contains(out, "level=ERROR") {
 		t.Errorf("the gap's log names no remedy or is not an error:\n%s", out)
 	}
 	if strings.Contains(out, "state version mismatch") {

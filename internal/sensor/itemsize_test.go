@@ -2,14 +2,22 @@ package sensor
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/natstest"
 	"github.com/duet-mpc/duet/internal/testkeys"
+	"github.com/duet-mpc/duet/internal/testlog"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -34,6 +42,59 @@ func TestItemOverMaxPayloadRefused(t *testing.T) {
 	}
 	if _, err := New(nc, sealer, Options{Loop: "pendulum", Controller: cs, Variant: mpc.PerTick, Compress: true}); err != nil {
 		t.Fatalf("a compressed item through a 1,024-byte max_payload: %v", err)
+	}
+}
+
+// A sensor started before its NATS server (bus.Connect retries the first
+// connection) knows no max_payload when New runs, which then cannot refuse
+// the loop: Setup waits for the connection, saying so, and refuses it
+// then, naming the limit. Before, the check was skipped and the dealers
+// failed every refill. The wait ends with the context (SIGTERM).
+func TestItemSizeCheckedOnceConnected(t *testing.T) {
+	cs := pendulumController(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the server started below
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	nc, err := bus.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port), "sensor-test", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if nc.IsConnected() {
+		t.Fatal("connected before the server started")
+	}
+	var logs testlog.Buffer
+	s, err := New(nc, testkeys.Sealers(t)[codec.RoleSensor], Options{Loop: "pendulum", Controller: cs, Variant: mpc.PerTick, Compress: false,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatalf("New with the first connection still tried: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	err = s.Setup(ctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Setup with no server, its context ended: %v, want the context's error", err)
+	}
+	if !strings.Contains(logs.String(), "waiting for the NATS connection") {
+		t.Errorf("the wait is not logged:\n%s", logs.String())
+	}
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoSigs: true, NoLog: true, MaxPayload: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	defer ns.Shutdown()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("embedded NATS server did not start")
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	// The pendulum's uncompressed item: 1,136 bytes of payload.
+	if err := s.Setup(ctx); err == nil || !strings.Contains(err.Error(), "max_payload of 1024") {
+		t.Fatalf("an uncompressed item through a 1,024-byte max_payload, the server up after New: %v", err)
 	}
 }
 

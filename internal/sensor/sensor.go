@@ -128,6 +128,9 @@ type Sensor struct {
 	bucketCreated, queueCreated time.Time
 	recordFailed                atomic.Bool
 	setupLooked                 time.Time
+	// material is an offline item's material in bytes, checked against the
+	// server's max_payload (checkItemSize).
+	material int
 }
 
 // New resolves the controller (sizing the modulus) and prepares the sensor.
@@ -171,7 +174,8 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 	}
 	// An item is one stream message at the least: one the server or the
 	// services cannot carry would leave the dealers failing every refill and
-	// the loop with no item, so the set-up is refused here, naming the limit.
+	// the loop with no item, so the set-up is refused here, naming the limit
+	// (against the server's max_payload once it is known: checkItemSize).
 	material := mpc.DealerBytesPerTick(rz.Params, opt.Compress)
 	if why := bus.ItemTooLarge(material, bus.ItemOverhead, nc.MaxPayload()); why != "" {
 		return nil, fmt.Errorf("sensor: loop %s: %s", opt.Loop, why)
@@ -198,7 +202,7 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sensor{nc: nc, js: js, sealer: sealer, opt: opt, rz: rz, rng: mpc.NewPRG(key, [16]byte{}),
+	return &Sensor{nc: nc, js: js, sealer: sealer, opt: opt, rz: rz, material: material, rng: mpc.NewPRG(key, [16]byte{}),
 		fc: opt.Controller.NewFloatController(), logs: bus.NewLogLimit()}, nil
 }
 
@@ -243,15 +247,39 @@ func (s *Sensor) Resolved() mpc.Resolved { return s.rz }
 // Epoch is the set-up epoch (set by Setup; read it after).
 func (s *Sensor) Epoch() uint64 { return s.epoch }
 
+// checkItemSize refuses the loop if its offline item is over the NATS
+// server's max_payload. New checks it when the connection is up; one whose
+// first connection is still being tried (bus.Connect retries it) knows no
+// max_payload yet (0), and the check was skipped: it waits here for the
+// connection (or ctx), saying so, and checks then.
+func (s *Sensor) checkItemSize(ctx context.Context) error {
+	if s.nc.MaxPayload() == 0 {
+		s.opt.Log.Info("waiting for the NATS connection: the set-up starts once it is up and the offline item's size is checked against the server's max_payload", "loop", s.opt.Loop)
+		if err := bus.WaitConnected(ctx, s.nc); err != nil {
+			return fmt.Errorf("sensor: loop %s: waiting for the NATS connection: %w", s.opt.Loop, err)
+		}
+	}
+	if why := bus.ItemTooLarge(s.material, bus.ItemOverhead, s.nc.MaxPayload()); why != "" {
+		return fmt.Errorf("sensor: loop %s: %s", s.opt.Loop, why)
+	}
+	return nil
+}
+
 // Setup is the offline phase: create the queue (consumers first), then write
 // the sealed set-up records for both parties, the actuator and the dealers.
+// It first checks the offline item's size against the server's max_payload
+// (checkItemSize), waiting for the connection if it is not up yet.
 func (s *Sensor) Setup(ctx context.Context) error {
 	prm := s.rz.Params
 	f := prm.Field
+	if err := s.checkItemSize(ctx); err != nil {
+		return err
+	}
 	s.epoch = uint64(time.Now().UnixNano())
 	if err := s.ensureQueue(ctx); err != nil {
 		return err
 	}
+	bus.WarnReplicaChange(ctx, s.js, s.opt.Log, bus.SetupBucket, s.opt.Replicas, "DUET_REPLICAS")
 	kv, err := bus.EnsureSetupBucket(ctx, s.js, s.opt.Replicas, s.opt.FileStore)
 	if err != nil {
 		return s.storageErr(err)
