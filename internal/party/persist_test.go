@@ -430,6 +430,30 @@ func TestLastWriteAtShutdown(t *testing.T) {
 	}
 }
 
+// TestNothingHandledAfterTheLastWrite: once the loop's last write is done
+// (lastWrite, as run stops), the dispatcher, which delivers until run has
+// returned, starts no tick on a measurement it handles inline, and the after
+// queue's run does nothing: the tick's item mark and update would not be
+// stored, and the party, restarted, would be an update behind the other.
+// Before, the measurement began a tick (taking an item) and the deferred work
+// staged and pre-opened the next item.
+func TestNothingHandledAfterTheLastWrite(t *testing.T) {
+	r := newTwoHopRig(t, 4)
+	r.persistState()
+	w := r.w[0]
+	w.live.Store(true) // in the event loop: the dispatcher may handle inline
+	w.lastWrite()
+	if queue := w.deliverInline(t.Context(), r.measureMsg(0, 1, r.y(), false, 0)); queue {
+		t.Fatal("a measurement after the last write was queued, not dropped")
+	}
+	if w.cur != 0 || w.st != idle || w.hwm != 0 || w.persist.dirty {
+		t.Fatalf("after the last write a measurement began a tick: tick %d, stage %v, item mark %#x, state unwritten %v", w.cur, w.st, w.hwm, w.persist.dirty)
+	}
+	if !w.deferred(t.Context()) || w.hasStaged || w.pre.ok || w.persist.dirty {
+		t.Fatalf("the after queue's run after the last write: staged %v, pre-opened %v, state unwritten %v; want nothing done", w.hasStaged, w.pre.ok, w.persist.dirty)
+	}
+}
+
 // TestFailedStartMarksExited: a loop whose start fails is marked exited, so
 // that the dispatcher drops its messages; before, they were queued for a
 // worker that never read them, and counted as overload once its queue was

@@ -261,6 +261,20 @@ func (r *twoHopRig) network() {
 // measure sends tick t's measurement y: masked for item if masked, else as
 // shares; then runs the network.
 func (r *twoHopRig) measure(tick uint64, y mpc.Matrix, masked bool, item uint64) {
+	r.t.Helper()
+	for i, w := range r.w {
+		if r.measureTo == nil || r.measureTo(i) {
+			r.lastMeasure[i] = r.measureMsg(i, tick, y, masked, item)
+			w.handle(context.Background(), r.lastMeasure[i])
+		}
+	}
+	r.network()
+}
+
+// measureMsg is tick t's measurement y for party i as the sensor sends it:
+// masked for item if masked (with the parties' mask shares last seen), else
+// as shares (party0's y, party1's zero).
+func (r *twoHopRig) measureMsg(i int, tick uint64, y mpc.Matrix, masked bool, item uint64) *nats.Msg {
 	t := r.t
 	t.Helper()
 	f := r.prm.Field
@@ -268,46 +282,40 @@ func (r *twoHopRig) measure(tick uint64, y mpc.Matrix, masked bool, item uint64)
 	if r.early {
 		sent = rigEpoch - 1
 	}
-	for i, w := range r.w {
-		var kind codec.Kind
-		var payload any
-		if masked {
-			vy := mpc.NewMatrix(r.prm.P, 1)
-			for j := 0; j < 2; j++ {
-				v, err := r.masks[j].V.Decode(f, r.prm.P, 1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				f.MatAdd(vy, vy, v)
+	var kind codec.Kind
+	var payload any
+	if masked {
+		vy := mpc.NewMatrix(r.prm.P, 1)
+		for j := 0; j < 2; j++ {
+			v, err := r.masks[j].V.Decode(f, r.prm.P, 1)
+			if err != nil {
+				t.Fatal(err)
 			}
-			ty := mpc.NewMatrix(r.prm.P, 1)
-			f.MatSub(ty, y, vy)
-			kind, payload = codec.KindMeasureMasked, codec.MeasureMaskedPayload{Item: item, T: codec.PutMatrix(f, ty), SentUnixNano: sent}
-		} else {
-			share := y.Clone()
-			if i == 1 {
-				share = mpc.NewMatrix(r.prm.P, 1) // y = y + 0
-			}
-			kind, payload = codec.KindMeasure, codec.MeasurePayload{Y: codec.PutMatrix(f, share), SentUnixNano: sent}
+			f.MatAdd(vy, vy, v)
 		}
-		body, err := codec.Marshal(payload)
-		if err != nil {
-			t.Fatal(err)
+		ty := mpc.NewMatrix(r.prm.P, 1)
+		f.MatSub(ty, y, vy)
+		kind, payload = codec.KindMeasureMasked, codec.MeasureMaskedPayload{Item: item, T: codec.PutMatrix(f, ty), SentUnixNano: sent}
+	} else {
+		share := y.Clone()
+		if i == 1 {
+			share = mpc.NewMatrix(r.prm.P, 1) // y = y + 0
 		}
-		env, err := r.sensor.Seal(codec.Header{Kind: kind, Loop: rigLoop, Tick: tick, From: codec.RoleSensor, To: codec.PartyRole(i)}, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.measureTo == nil || r.measureTo(i) {
-			subject := bus.MeasureSubject(rigLoop, i)
-			if r.measureSubject != "" {
-				subject = r.measureSubject
-			}
-			r.lastMeasure[i] = &nats.Msg{Subject: subject, Data: env}
-			w.handle(context.Background(), r.lastMeasure[i])
-		}
+		kind, payload = codec.KindMeasure, codec.MeasurePayload{Y: codec.PutMatrix(f, share), SentUnixNano: sent}
 	}
-	r.network()
+	body, err := codec.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := r.sensor.Seal(codec.Header{Kind: kind, Loop: rigLoop, Tick: tick, From: codec.RoleSensor, To: codec.PartyRole(i)}, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := bus.MeasureSubject(rigLoop, i)
+	if r.measureSubject != "" {
+		subject = r.measureSubject
+	}
+	return &nats.Msg{Subject: subject, Data: env}
 }
 
 // check requires tick's output shares to reconstruct the reference u for

@@ -138,6 +138,11 @@ type worker struct {
 	spare    []mpc.TickMaterial
 	restored bool
 	fenced   bool
+	// stopped: the loop's last write is done (lastWrite). Nothing is
+	// handled after it, by the dispatcher (which delivers until run has
+	// returned) or the after queue: a tick then would change the state, and
+	// take an item, with no write left to store them.
+	stopped bool
 
 	// A measurement that arrived while the previous tick was open, held
 	// until that tick ends (hold, release): its tick, and its share in
@@ -384,9 +389,12 @@ func (w *worker) stopWith(err error) {
 // service, no longer starts, and waits for a write in flight: restarted,
 // the party is then not an update behind the other (which would roll back,
 // a miss and the update lost).
+// It marks the loop stopped under the same lock (handle, deferred), so that
+// no tick starts after the write.
 func (w *worker) lastWrite() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.stopped = true
 	if w.persist == nil || w.fenced {
 		return
 	}
