@@ -2,6 +2,7 @@ package party
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -351,7 +352,15 @@ func (w *worker) run(ctx context.Context) error {
 			w.lastWrite()
 			return nil
 		case <-w.stop:
-			return *w.stopErr.Load() // stored before stop closed (stopWith)
+			err := *w.stopErr.Load() // stored before stop closed (stopWith)
+			if !errors.Is(err, ErrFenced) {
+				// Its offline consumer gone, or any reason but a fence
+				// (another instance holds the record: this one must not
+				// write), the loop stores what its last tick left for
+				// the after queue, which skips a loop that has exited.
+				w.lastWrite()
+			}
+			return err
 		case m := <-w.inbox:
 			if locked(func() { w.handle(ctx, m); w.queued.Add(-1) }) {
 				return ErrFenced
@@ -384,11 +393,12 @@ func (w *worker) stopWith(err error) {
 	})
 }
 
-// lastWrite stores, at a shutdown, the state a tick left for its deferred
-// write (Options.PersistDelay), which the after queue, stopped with the
-// service, no longer starts, and waits for a write in flight: restarted,
-// the party is then not an update behind the other (which would roll back,
-// a miss and the update lost).
+// lastWrite stores, as the loop stops (at a shutdown, or for any reason
+// but a fence: run), the state a tick left for its deferred write
+// (Options.PersistDelay), which the after queue no longer starts (it stops
+// with the service, and skips a loop that has exited), and waits for a
+// write in flight: restarted, the party is then not an update behind the
+// other (which would roll back, a miss and the update lost).
 // It marks the loop stopped under the same lock (handle, deferred), so that
 // no tick starts after the write.
 func (w *worker) lastWrite() {
