@@ -111,7 +111,7 @@ func (w *worker) deferred(ctx context.Context) bool {
 	if !w.mu.TryLock() {
 		return false
 	}
-	if !w.fenced {
+	if !w.fenced && !w.stopped { // nothing after the loop's last write (lastWrite)
 		w.inAfter = true // its messages join the batch's (Service.sendAfter)
 		w.afterTick(ctx)
 		w.inAfter = false

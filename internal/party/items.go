@@ -394,12 +394,14 @@ func (w *worker) stageItem() {
 }
 
 // nextItem takes the next usable item: the one pre-opened for the two-hop
-// tick, else the next from the queue (takeItem), waiting for it.
+// tick, else the next from the queue (takeItem), waiting for it on the
+// worker's goroutine only: on the shared dispatcher (inline) a wait would
+// hold every loop up, and the tick is handed over instead (handOver).
 func (w *worker) nextItem(ctx context.Context) (uint64, codec.Serial, mpc.TickMaterial, error) {
 	if seq, serial, mat, ok := w.takePre(); ok {
 		return seq, serial, mat, nil
 	}
-	return w.takeItem(ctx, true)
+	return w.takeItem(ctx, !w.inline)
 }
 
 var errNoItem = errors.New("party: no offline item available")

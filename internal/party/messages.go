@@ -63,7 +63,7 @@ func (w *worker) reject(err error) {
 // handle runs the state machine on one inbound message (or releaseMsg),
 // then starts a held measurement's tick if the open tick has ended.
 func (w *worker) handle(ctx context.Context, m *nats.Msg) {
-	if w.fenced { // the loop is stopping: nothing more is handled
+	if w.fenced || w.stopped { // the loop is stopping: nothing more is handled
 		return
 	}
 	if m == releaseMsg {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/duet-mpc/duet/internal/bus"
 	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/natstest"
 	"github.com/duet-mpc/duet/pkg/codec"
@@ -427,6 +428,113 @@ func TestLastWriteAtShutdown(t *testing.T) {
 	w.lastWrite()
 	if _, rec := storedRecord(t, w); rec.Version != 2 {
 		t.Fatalf("stored version %d after the last write, want 2", rec.Version)
+	}
+}
+
+// TestLastWriteWhenTheLoopStops: a loop that stops for another reason than
+// a shutdown (its offline consumer gone) stores the update its last tick
+// left for the deferred write, as a shutdown does; before, it returned
+// without, and the after queue skips a loop that has exited. A fenced loop
+// writes nothing: another instance holds the record.
+func TestLastWriteWhenTheLoopStops(t *testing.T) {
+	nc := natstest.Conn(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	prm := pendulumParams(t)
+	f := prm.Field
+	setups, err := bus.EnsureSetupBucket(ctx, js, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sensor := testSealer(t, codec.RoleSensor)
+	for _, c := range []struct {
+		loop    string
+		fence   bool
+		version uint64 // stored once the loop has stopped
+	}{
+		{"stop-consumer-gone", false, 1},
+		{"stop-fenced", true, 0},
+	} {
+		if _, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: c.loop, MaxMsgs: 100}, 1, false); err != nil {
+			t.Fatal(err)
+		}
+		r, cols := prm.PhiShape()
+		body, err := codec.Marshal(codec.SetupPayload{Epoch: rigEpoch, Params: codec.PutParams(prm), Phi: codec.PutMatrix(f, mpc.NewMatrix(r, cols)),
+			X0: codec.PutMatrix(f, mpc.NewMatrix(prm.N, 1)), Stream: bus.OfflineStream(c.loop)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, err := sensor.Seal(codec.Header{Kind: codec.KindSetup, Loop: c.loop, Tick: rigEpoch, From: codec.RoleSensor, To: codec.RoleParty1}, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := setups.Put(ctx, bus.SetupKey(c.loop, codec.RoleParty1), env); err != nil {
+			t.Fatal(err)
+		}
+		key := testStateKey
+		s, err := New(nc, testSealer(t, codec.RoleParty1), Options{ID: 1, Loops: []string{c.loop}, StateKey: &key, StateStorage: jetstream.MemoryStorage,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New("party1")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := newWorker(s, c.loop)
+		done := make(chan error, 1)
+		go func() { done <- w.run(ctx) }()
+		waitUntil(t, "the loop in its event loop", w.live.Load)
+		// A tick completes (finish): the state updated, its write left for
+		// the after queue.
+		w.mu.Lock()
+		x := mpc.NewMatrix(prm.N, 1)
+		x.Data[0] = f.FromInt64(2)
+		if err := w.p.SetState(x); err != nil {
+			t.Fatal(err)
+		}
+		w.version, w.persist.dirty = 1, true
+		w.fenced = c.fence
+		w.mu.Unlock()
+		if c.fence {
+			w.stopWith(ErrFenced)
+		} else {
+			w.consumerGone(jetstream.ErrConsumerDeleted)
+		}
+		select {
+		case err := <-done:
+			if err == nil || errors.Is(err, ErrFenced) != c.fence {
+				t.Fatalf("%s: the loop stopped with %v", c.loop, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: the loop did not stop within 20 s", c.loop)
+		}
+		if _, rec := storedRecord(t, w); rec.Version != c.version {
+			t.Errorf("%s: stored version %d once the loop stopped, want %d", c.loop, rec.Version, c.version)
+		}
+	}
+}
+
+// TestNothingHandledAfterTheLastWrite: once the loop's last write is done
+// (lastWrite, as run stops), the dispatcher, which delivers until run has
+// returned, starts no tick on a measurement it handles inline, and the after
+// queue's run does nothing: the tick's item mark and update would not be
+// stored, and the party, restarted, would be an update behind the other.
+// Before, the measurement began a tick (taking an item) and the deferred work
+// staged and pre-opened the next item.
+func TestNothingHandledAfterTheLastWrite(t *testing.T) {
+	r := newTwoHopRig(t, 4)
+	r.persistState()
+	w := r.w[0]
+	w.live.Store(true) // in the event loop: the dispatcher may handle inline
+	w.lastWrite()
+	if queue := w.deliverInline(t.Context(), r.measureMsg(0, 1, r.y(), false, 0)); queue {
+		t.Fatal("a measurement after the last write was queued, not dropped")
+	}
+	if w.cur != 0 || w.st != idle || w.hwm != 0 || w.persist.dirty {
+		t.Fatalf("after the last write a measurement began a tick: tick %d, stage %v, item mark %#x, state unwritten %v", w.cur, w.st, w.hwm, w.persist.dirty)
+	}
+	if !w.deferred(t.Context()) || w.hasStaged || w.pre.ok || w.persist.dirty {
+		t.Fatalf("the after queue's run after the last write: staged %v, pre-opened %v, state unwritten %v; want nothing done", w.hasStaged, w.pre.ok, w.persist.dirty)
 	}
 }
 

@@ -2,6 +2,7 @@ package party
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -122,6 +123,12 @@ func (w *worker) onMeasure(ctx context.Context, t uint64, fromHold bool) {
 	}
 	seq, serial, mat, err := w.nextItem(ctx)
 	if err != nil {
+		if w.inline && errors.Is(err, errNoItem) {
+			// On the dispatcher, which does not wait for an item:
+			// canInline saw one, which was then refused or discarded.
+			w.handOver(t, fromHold)
+			return
+		}
 		w.s.opt.Metrics.LowWater.WithLabelValues(w.loop).Inc()
 		w.cur = t
 		w.miss(missNoItem, err.Error())
@@ -414,8 +421,25 @@ func (w *worker) hold(t uint64) {
 		w.heldY = mpc.NewMatrix(w.yBuf.Rows, w.yBuf.Cols)
 	}
 	w.yBuf, w.heldY = w.heldY, w.yBuf
-	w.held, w.heldT, w.heldSent = true, t, w.ySent
+	w.held, w.heldT, w.heldSent, w.heldFromHold = true, t, w.ySent, true
 	w.count(&w.ctrHeld, w.s.opt.Metrics.Held)
+}
+
+// handOver gives measurement t (in w.yBuf), whose tick the dispatcher
+// began but found no item for, to the worker's goroutine, which may wait
+// for one (ItemWait), as release does a held measurement's start: the
+// measurement is kept as a held one (not counted as held) and releaseMsg
+// queued; every later message of the loop queues behind it. fromHold is
+// the tick's own (onMeasure): one handed over is not taken for held. What
+// the tick's start did before the item (the open tick given up, the state
+// written, a pre-opened item dropped) is done again at no cost.
+func (w *worker) handOver(t uint64, fromHold bool) {
+	if w.heldY.Data == nil {
+		w.heldY = mpc.NewMatrix(w.yBuf.Rows, w.yBuf.Cols)
+	}
+	w.yBuf, w.heldY = w.heldY, w.yBuf
+	w.held, w.heldT, w.heldSent, w.heldFromHold = true, t, w.ySent, fromHold
+	w.queueRelease()
 }
 
 // peerPast reports whether the peer has begun a tick after the open one (its
@@ -454,27 +478,34 @@ var releaseMsg = &nats.Msg{}
 
 // release starts the held measurement's tick once the open tick has ended.
 // On the dispatcher (inline), a start that may wait (for the state write,
-// for an item: canInline) goes to the worker's goroutine instead.
+// for an item: canInline) goes to the worker's goroutine instead, as does
+// one that finds no item after all (handOver).
 func (w *worker) release(ctx context.Context) {
 	if !w.held || w.st != idle || w.releaseQueued {
 		return
 	}
 	if w.inline && !w.canInline(w.subjMeasure) {
-		w.queued.Add(1)
-		select {
-		case w.inbox <- releaseMsg:
-			w.releaseQueued = true
-		default:
-			w.queued.Add(-1)
-			w.s.opt.Metrics.Rejects.WithLabelValues("overload").Inc()
-			w.dropHeld("the worker's queue is full")
-		}
+		w.queueRelease()
 		return
 	}
 	w.held = false
 	w.yBuf, w.heldY = w.heldY, w.yBuf
 	w.ySent = w.heldSent
-	w.onMeasure(ctx, w.heldT, true)
+	w.onMeasure(ctx, w.heldT, w.heldFromHold)
+}
+
+// queueRelease queues releaseMsg for the worker's goroutine to start the
+// held measurement's tick; with the queue full, the measurement is given up.
+func (w *worker) queueRelease() {
+	w.queued.Add(1)
+	select {
+	case w.inbox <- releaseMsg:
+		w.releaseQueued = true
+	default:
+		w.queued.Add(-1)
+		w.s.opt.Metrics.Rejects.WithLabelValues("overload").Inc()
+		w.dropHeld("the worker's queue is full")
+	}
 }
 
 // dropHeld gives the held measurement's tick up.

@@ -261,6 +261,20 @@ func (r *twoHopRig) network() {
 // measure sends tick t's measurement y: masked for item if masked, else as
 // shares; then runs the network.
 func (r *twoHopRig) measure(tick uint64, y mpc.Matrix, masked bool, item uint64) {
+	r.t.Helper()
+	for i, w := range r.w {
+		if r.measureTo == nil || r.measureTo(i) {
+			r.lastMeasure[i] = r.measureMsg(i, tick, y, masked, item)
+			w.handle(context.Background(), r.lastMeasure[i])
+		}
+	}
+	r.network()
+}
+
+// measureMsg is tick t's measurement y for party i as the sensor sends it:
+// masked for item if masked (with the parties' mask shares last seen), else
+// as shares (party0's y, party1's zero).
+func (r *twoHopRig) measureMsg(i int, tick uint64, y mpc.Matrix, masked bool, item uint64) *nats.Msg {
 	t := r.t
 	t.Helper()
 	f := r.prm.Field
@@ -268,46 +282,40 @@ func (r *twoHopRig) measure(tick uint64, y mpc.Matrix, masked bool, item uint64)
 	if r.early {
 		sent = rigEpoch - 1
 	}
-	for i, w := range r.w {
-		var kind codec.Kind
-		var payload any
-		if masked {
-			vy := mpc.NewMatrix(r.prm.P, 1)
-			for j := 0; j < 2; j++ {
-				v, err := r.masks[j].V.Decode(f, r.prm.P, 1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				f.MatAdd(vy, vy, v)
+	var kind codec.Kind
+	var payload any
+	if masked {
+		vy := mpc.NewMatrix(r.prm.P, 1)
+		for j := 0; j < 2; j++ {
+			v, err := r.masks[j].V.Decode(f, r.prm.P, 1)
+			if err != nil {
+				t.Fatal(err)
 			}
-			ty := mpc.NewMatrix(r.prm.P, 1)
-			f.MatSub(ty, y, vy)
-			kind, payload = codec.KindMeasureMasked, codec.MeasureMaskedPayload{Item: item, T: codec.PutMatrix(f, ty), SentUnixNano: sent}
-		} else {
-			share := y.Clone()
-			if i == 1 {
-				share = mpc.NewMatrix(r.prm.P, 1) // y = y + 0
-			}
-			kind, payload = codec.KindMeasure, codec.MeasurePayload{Y: codec.PutMatrix(f, share), SentUnixNano: sent}
+			f.MatAdd(vy, vy, v)
 		}
-		body, err := codec.Marshal(payload)
-		if err != nil {
-			t.Fatal(err)
+		ty := mpc.NewMatrix(r.prm.P, 1)
+		f.MatSub(ty, y, vy)
+		kind, payload = codec.KindMeasureMasked, codec.MeasureMaskedPayload{Item: item, T: codec.PutMatrix(f, ty), SentUnixNano: sent}
+	} else {
+		share := y.Clone()
+		if i == 1 {
+			share = mpc.NewMatrix(r.prm.P, 1) // y = y + 0
 		}
-		env, err := r.sensor.Seal(codec.Header{Kind: kind, Loop: rigLoop, Tick: tick, From: codec.RoleSensor, To: codec.PartyRole(i)}, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.measureTo == nil || r.measureTo(i) {
-			subject := bus.MeasureSubject(rigLoop, i)
-			if r.measureSubject != "" {
-				subject = r.measureSubject
-			}
-			r.lastMeasure[i] = &nats.Msg{Subject: subject, Data: env}
-			w.handle(context.Background(), r.lastMeasure[i])
-		}
+		kind, payload = codec.KindMeasure, codec.MeasurePayload{Y: codec.PutMatrix(f, share), SentUnixNano: sent}
 	}
-	r.network()
+	body, err := codec.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := r.sensor.Seal(codec.Header{Kind: kind, Loop: rigLoop, Tick: tick, From: codec.RoleSensor, To: codec.PartyRole(i)}, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := bus.MeasureSubject(rigLoop, i)
+	if r.measureSubject != "" {
+		subject = r.measureSubject
+	}
+	return &nats.Msg{Subject: subject, Data: env}
 }
 
 // check requires tick's output shares to reconstruct the reference u for
@@ -867,4 +875,77 @@ func TestStateGapLoggedWithRemedy(t *testing.T) {
 	if n := metrics.Sum(r.m[0].Misses); n != 3 {
 		t.Errorf("party0: %v misses, want 3", n)
 	}
+}
+
+// TestDispatcherDoesNotWaitForAnItem: a measurement the dispatcher handles
+// inline because an item seemed at hand (canInline) that was then not
+// usable (a junk message queued; the pre-opened item dropped for a gap in
+// the ticks, nothing queued) is handed over to the worker's goroutine, which
+// starts its tick as the measurement's own (not as a held one's), waiting
+// for an item if need be. Before, the tick waited for one (ItemWait) on the
+// shared dispatcher, every loop's messages with it, and missed (no_item).
+func TestDispatcherDoesNotWaitForAnItem(t *testing.T) {
+	// handedOver delivers party0's measurement of tick as the dispatcher
+	// does and requires it handed over: no miss, releaseMsg queued.
+	handedOver := func(t *testing.T, r *twoHopRig, tick uint64) {
+		t.Helper()
+		w := r.w[0]
+		w.live.Store(true) // in the event loop: the dispatcher may handle inline
+		if !w.canInline(w.subjMeasure) {
+			t.Fatal("an item seems at hand: the measurement must be handled inline")
+		}
+		if w.deliverInline(t.Context(), r.measureMsg(0, tick, r.y(), false, 0)) {
+			t.Fatal("the measurement was queued, not handled inline")
+		}
+		if n := metrics.Sum(r.m[0].Misses); n != 0 || !w.held || w.heldT != tick || w.queued.Load() != 1 || len(w.inbox) != 1 {
+			t.Fatalf("on the dispatcher: %v misses, held %v (tick %d), %d queued; want the measurement handed over to the worker's goroutine",
+				n, w.held, w.heldT, w.queued.Load())
+		}
+	}
+	// goroutine runs the worker's goroutine on its queue.
+	goroutine := func(w *worker) {
+		for len(w.inbox) > 0 {
+			w.mu.Lock()
+			w.handle(context.Background(), <-w.inbox)
+			w.queued.Add(-1)
+			w.mu.Unlock()
+		}
+	}
+	t.Run("a junk message queued", func(t *testing.T) {
+		r := newTwoHopRig(t, 1)
+		y, w := r.y(), r.w[0]
+		item := <-w.items
+		w.items <- []rawItem{{err: errors.New("a stream message without metadata")}}
+		handedOver(t, r, 1)
+		w.items <- item // the next pull
+		goroutine(w)
+		if w.cur != 1 || w.st != begun || w.curHeld {
+			t.Fatalf("on the worker's goroutine: tick %d, stage %v, started as held %v; want tick 1 begun as a measurement's", w.cur, w.st, w.curHeld)
+		}
+		r.measureTo = func(i int) bool { return i == 1 }
+		r.measure(1, y, false, 0)
+		r.check(1, y, itemID(1, 0)) // party0's share of y kept through the hand-over
+		for i := range r.w {
+			if n := metrics.Sum(r.m[i].Misses); n != 0 || r.w[i].version != 1 {
+				t.Errorf("party%d: %v misses, version %d; want tick 1 completed", i, n, r.w[i].version)
+			}
+		}
+	})
+	t.Run("the pre-opened item dropped for a gap", func(t *testing.T) {
+		r := newTwoHopRig(t, 1)
+		r.between() // each party pre-opens the one item
+		w := r.w[0]
+		if !w.pre.ok || len(w.items) != 0 || w.hasStaged {
+			t.Fatalf("pre-opened %v, %d queued, staged %v; want the one item pre-opened", w.pre.ok, len(w.items), w.hasStaged)
+		}
+		handedOver(t, r, 2) // tick 1 never came: not with the pre-opened item (onMeasure)
+		if w.pre.ok {
+			t.Fatal("the pre-opened item was used after a gap in the ticks")
+		}
+		goroutine(w) // no item comes: its tick misses there
+		if w.cur != 2 || testutil.ToFloat64(r.m[0].Abandoned.WithLabelValues(rigLoop, missNoItem)) != 1 {
+			t.Fatalf("tick %d, %v no_item; want tick 2 started on the worker's goroutine and missed for want of an item",
+				w.cur, testutil.ToFloat64(r.m[0].Abandoned.WithLabelValues(rigLoop, missNoItem)))
+		}
+	})
 }

@@ -2,6 +2,7 @@ package party
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,6 +139,11 @@ type worker struct {
 	spare    []mpc.TickMaterial
 	restored bool
 	fenced   bool
+	// stopped: the loop's last write is done (lastWrite). Nothing is
+	// handled after it, by the dispatcher (which delivers until run has
+	// returned) or the after queue: a tick then would change the state, and
+	// take an item, with no write left to store them.
+	stopped bool
 
 	// A measurement that arrived while the previous tick was open, held
 	// until that tick ends (hold, release): its tick, and its share in
@@ -146,6 +152,9 @@ type worker struct {
 	// is in the inbox. inline: handle runs on the dispatcher (deliver).
 	held, curHeld, releaseQueued, inline bool
 	heldT                                uint64
+	// heldFromHold: the held measurement's tick starts as a held one's
+	// (curHeld); false for one handed over (handOver) that was not.
+	heldFromHold bool
 	// The sensor's stamps (SentUnixNano) of the measurement in yBuf
 	// (ySent), of the held one (heldSent), and of the open tick's (sent),
 	// which its output share carries to the actuator.
@@ -346,7 +355,15 @@ func (w *worker) run(ctx context.Context) error {
 			w.lastWrite()
 			return nil
 		case <-w.stop:
-			return *w.stopErr.Load() // stored before stop closed (stopWith)
+			err := *w.stopErr.Load() // stored before stop closed (stopWith)
+			if !errors.Is(err, ErrFenced) {
+				// Its offline consumer gone, or any reason but a fence
+				// (another instance holds the record: this one must not
+				// write), the loop stores what its last tick left for
+				// the after queue, which skips a loop that has exited.
+				w.lastWrite()
+			}
+			return err
 		case m := <-w.inbox:
 			if locked(func() { w.handle(ctx, m); w.queued.Add(-1) }) {
 				return ErrFenced
@@ -379,14 +396,18 @@ func (w *worker) stopWith(err error) {
 	})
 }
 
-// lastWrite stores, at a shutdown, the state a tick left for its deferred
-// write (Options.PersistDelay), which the after queue, stopped with the
-// service, no longer starts, and waits for a write in flight: restarted,
-// the party is then not an update behind the other (which would roll back,
-// a miss and the update lost).
+// lastWrite stores, as the loop stops (at a shutdown, or for any reason
+// but a fence: run), the state a tick left for its deferred write
+// (Options.PersistDelay), which the after queue no longer starts (it stops
+// with the service, and skips a loop that has exited), and waits for a
+// write in flight: restarted, the party is then not an update behind the
+// other (which would roll back, a miss and the update lost).
+// It marks the loop stopped under the same lock (handle, deferred), so that
+// no tick starts after the write.
 func (w *worker) lastWrite() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.stopped = true
 	if w.persist == nil || w.fenced {
 		return
 	}
@@ -409,9 +430,11 @@ func (w *worker) exit() {
 // all loops). It runs the state machine at once, on the dispatcher's
 // goroutine, when that cannot block: no earlier message of this loop is
 // waiting, the worker's goroutine is not inside a step, and, for a
-// measurement, the previous state write is acknowledged and an item is at
-// hand. Anything else goes to the worker's own queue, in order, for its
-// goroutine, which may wait (for an item, for a write's acknowledgement).
+// measurement, the previous state write is acknowledged and an item seems
+// at hand (canInline; a tick that finds none after all does not wait for
+// one there, but is handed over: handOver). Anything else goes to the
+// worker's own queue, in order, for its goroutine, which may wait (for an
+// item, for a write's acknowledgement).
 // Under load the dispatcher handles message after message without waking
 // a goroutine for each.
 func (w *worker) deliver(ctx context.Context, m *nats.Msg) {
@@ -460,9 +483,15 @@ func (w *worker) enqueue(m *nats.Msg) {
 	}
 }
 
-// canInline reports whether handling a message on subject cannot block
-// (under w.mu). Only a measurement can: the tick it starts waits for the
-// previous state write and for an offline item.
+// canInline reports whether a message on subject is to be handled on the
+// dispatcher (under w.mu). Only a measurement may wait: the tick it starts
+// waits for the previous state write and for an offline item. The write is
+// checked in full; the items only at a glance (a staged item may be a copy
+// its serial refuses, a queued message junk, a pre-opened item dropped for
+// a gap in the ticks): a tick on the dispatcher takes an item without
+// waiting (nextItem), and, finding none, hands the measurement over to the
+// worker's goroutine (handOver). The glance spares that detour when no item
+// can be at hand.
 func (w *worker) canInline(subject string) bool {
 	if subject != w.subjMeasure {
 		return true
@@ -486,8 +515,8 @@ func (w *worker) canInline(subject string) bool {
 	}
 	// The batch's items are in order: its last tells whether any is usable.
 	// One that holds none (a resynchronization has moved minSeq past them)
-	// would have the tick wait for the next pull (ItemWait) on the shared
-	// dispatcher, every loop with it.
+	// would have the tick handed over to the worker's goroutine once the
+	// dispatcher had discarded them.
 	if n := len(w.batch); n > 0 {
 		return w.usable(w.batch[n-1])
 	}
