@@ -104,6 +104,11 @@ type Service struct {
 	// the first loop that persists.
 	acksMu sync.Mutex
 	acks   *stateAcks
+
+	// replicasChecked: the state bucket's replica count is compared with
+	// DUET_STATE_REPLICAS once, by the first loop that opens the bucket
+	// (bus.WarnReplicaChange), not by each of hundreds.
+	replicasChecked sync.Once
 }
 
 // stateAcks returns the service's acknowledgement router, subscribing it on

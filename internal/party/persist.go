@@ -106,7 +106,9 @@ func (w *worker) openPersister(ctx context.Context) error {
 	if w.s.opt.StateKey == nil {
 		return nil
 	}
-	bus.WarnReplicaChange(ctx, w.s.js, w.s.opt.Log, StateBucket(w.id), max(1, w.s.opt.StateReplicas), "DUET_STATE_REPLICAS")
+	w.s.replicasChecked.Do(func() {
+		bus.WarnReplicaChange(ctx, w.s.js, w.s.opt.Log, StateBucket(w.id), max(1, w.s.opt.StateReplicas), "DUET_STATE_REPLICAS")
+	})
 	kv, err := w.s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: StateBucket(w.id), History: 1,
 		Storage: w.s.opt.StateStorage, Replicas: max(1, w.s.opt.StateReplicas)})
 	if api := (*jetstream.APIError)(nil); errors.As(err, &api) { // refused by the server

@@ -417,12 +417,18 @@ const holdBacklog = 64
 
 // hold keeps measurement t (in w.yBuf) for when the open tick ends.
 func (w *worker) hold(t uint64) {
+	w.keep(t, true)
+	w.count(&w.ctrHeld, w.s.opt.Metrics.Held)
+}
+
+// keep moves measurement t (in w.yBuf) into the held slot; its tick starts
+// as a held one's (curHeld) if fromHold.
+func (w *worker) keep(t uint64, fromHold bool) {
 	if w.heldY.Data == nil {
 		w.heldY = mpc.NewMatrix(w.yBuf.Rows, w.yBuf.Cols)
 	}
 	w.yBuf, w.heldY = w.heldY, w.yBuf
-	w.held, w.heldT, w.heldSent, w.heldFromHold = true, t, w.ySent, true
-	w.count(&w.ctrHeld, w.s.opt.Metrics.Held)
+	w.held, w.heldT, w.heldSent, w.heldFromHold = true, t, w.ySent, fromHold
 }
 
 // handOver gives measurement t (in w.yBuf), whose tick the dispatcher
@@ -434,11 +440,7 @@ func (w *worker) hold(t uint64) {
 // the tick's start did before the item (the open tick given up, the state
 // written, a pre-opened item dropped) is done again at no cost.
 func (w *worker) handOver(t uint64, fromHold bool) {
-	if w.heldY.Data == nil {
-		w.heldY = mpc.NewMatrix(w.yBuf.Rows, w.yBuf.Cols)
-	}
-	w.yBuf, w.heldY = w.heldY, w.yBuf
-	w.held, w.heldT, w.heldSent, w.heldFromHold = true, t, w.ySent, fromHold
+	w.keep(t, fromHold)
 	w.queueRelease()
 }
 

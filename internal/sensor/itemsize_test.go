@@ -35,7 +35,8 @@ func TestItemOverMaxPayloadRefused(t *testing.T) {
 	defer nc.Close()
 	sealer := testkeys.Sealers(t)[codec.RoleSensor]
 	// The pendulum's per-tick item: 1,136 bytes of payload uncompressed,
-	// 576 compressed (Measured results, Dealer).
+	// 592 compressed (mpc.DealerBytesPerTick: P1's shares, the nonce and
+	// its tag).
 	_, err = New(nc, sealer, Options{Loop: "pendulum", Controller: cs, Variant: mpc.PerTick, Compress: false})
 	if err == nil || !strings.Contains(err.Error(), "max_payload of 1024") {
 		t.Fatalf("an uncompressed item through a 1,024-byte max_payload: %v", err)

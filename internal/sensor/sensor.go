@@ -177,8 +177,8 @@ func New(nc *nats.Conn, sealer *codec.Sealer, opt Options) (*Sensor, error) {
 	// the loop with no item, so the set-up is refused here, naming the limit
 	// (against the server's max_payload once it is known: checkItemSize).
 	material := mpc.DealerBytesPerTick(rz.Params, opt.Compress)
-	if why := bus.ItemTooLarge(material, bus.ItemOverhead, nc.MaxPayload()); why != "" {
-		return nil, fmt.Errorf("sensor: loop %s: %s", opt.Loop, why)
+	if err := itemTooLarge(opt.Loop, material, nc.MaxPayload()); err != nil {
+		return nil, err
 	}
 	itemBytes := material + bus.ItemOverhead
 	// Large items go fewer to a stream message (the dealers do the same
@@ -254,13 +254,20 @@ func (s *Sensor) Epoch() uint64 { return s.epoch }
 // connection (or ctx), saying so, and checks then.
 func (s *Sensor) checkItemSize(ctx context.Context) error {
 	if s.nc.MaxPayload() == 0 {
-		s.opt.Log.Info("waiting for the NATS connection: the set-up starts once it is up and the offline item's size is checked against the server's max_payload", "loop", s.opt.Loop)
+		s.opt.Log.Warn("waiting for the NATS connection: the set-up starts once it is up and the offline item's size is checked against the server's max_payload", "loop", s.opt.Loop)
 		if err := bus.WaitConnected(ctx, s.nc); err != nil {
 			return fmt.Errorf("sensor: loop %s: waiting for the NATS connection: %w", s.opt.Loop, err)
 		}
 	}
-	if why := bus.ItemTooLarge(s.material, bus.ItemOverhead, s.nc.MaxPayload()); why != "" {
-		return fmt.Errorf("sensor: loop %s: %s", s.opt.Loop, why)
+	return itemTooLarge(s.opt.Loop, s.material, s.nc.MaxPayload())
+}
+
+// itemTooLarge refuses the loop's offline item of this much material if it
+// is over max_payload or duet's limit (bus.ItemTooLarge; max_payload 0:
+// not known yet, checked against duet's alone).
+func itemTooLarge(loop string, material int, maxPayload int64) error {
+	if why := bus.ItemTooLarge(material, bus.ItemOverhead, maxPayload); why != "" {
+		return fmt.Errorf("sensor: loop %s: %s", loop, why)
 	}
 	return nil
 }

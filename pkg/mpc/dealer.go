@@ -178,7 +178,11 @@ func (d *Dealer) Next(r io.Reader) (Item, error) {
 		defer prgPool.Put(p)
 		p.ctr.reset(d.p0Blk, it.Nonce)
 		r0 = p
-		d.tagBlk.Encrypt(it.Tag[:], it.Nonce[:])
+		// The tag, through the pooled stream's blocks: it.Tag passed to
+		// the cipher (an interface) would move it to the heap.
+		p.tagIn = it.Nonce
+		d.tagBlk.Encrypt(p.tagOut[:], p.tagIn[:])
+		it.Tag = p.tagOut
 	}
 	m0, m1, err := genMaterial(d.prm, r, r0, d.fixedU)
 	if err != nil {

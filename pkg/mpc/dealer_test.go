@@ -156,8 +156,6 @@ func TestExpandP0(t *testing.T) {
 	}
 }
 
-// TestDealerNeverReuses: consecutive items have different nonces and
-// different V (the fixed-mask variant is secure only if V never repeats).
 // TestItemTag: a compressed item carries its nonce's tag under P0's seed,
 // which the Expander of that seed accepts and no other; a changed nonce or
 // tag fails, an uncompressed item carries none, and checking allocates
@@ -213,6 +211,8 @@ func TestItemTag(t *testing.T) {
 	}
 }
 
+// TestDealerNeverReuses: consecutive items have different nonces and
+// different V (the fixed-mask variant is secure only if V never repeats).
 func TestDealerNeverReuses(t *testing.T) {
 	for _, prm := range dealerParams(t) {
 		for _, compress := range []bool{false, true} {

@@ -171,6 +171,9 @@ func (f *Field) FillSigned(r io.Reader, dst []Elem, b int) error {
 type prg struct {
 	ctr ctr
 	buf [randBuf]byte
+	// tagIn and tagOut are the Dealer's blocks for a compressed item's
+	// tag (Dealer.Next), kept here so that enciphering allocates nothing.
+	tagIn, tagOut [ItemTagLen]byte
 }
 
 // NewPRG returns a deterministic reader: the AES-256-CTR keystream under a
