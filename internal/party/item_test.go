@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/duet-mpc/duet/internal/metrics"
@@ -258,6 +259,39 @@ func TestTakeRawBatches(t *testing.T) {
 	}
 	if !w.canInline("other") {
 		t.Error("only a measurement can block")
+	}
+}
+
+// noMetaMsg is a stream message whose metadata cannot be read.
+type noMetaMsg struct{ jetstream.Msg }
+
+func (noMetaMsg) Metadata() (*jetstream.MsgMetadata, error) { return nil, jetstream.ErrNotJSMessage }
+func (noMetaMsg) Data() []byte                              { return []byte("junk") }
+
+// TestMessageWithoutMetadataRefused: a delivery of the offline consumer
+// whose metadata cannot be read (no stream sequence) is refused when taken,
+// counted as a malformed reject and a discarded item, and the next item is
+// taken. Before, it was discarded as an item at or below the high-water
+// mark (its id 0), with no reject counted.
+func TestMessageWithoutMetadataRefused(t *testing.T) {
+	r := newTwoHopRig(t, 1)
+	w, m := r.w[0], r.m[0]
+	item := <-w.items
+	w.items = make(chan []rawItem, 2)
+	w.items <- w.rawBatch(noMetaMsg{})
+	w.items <- item
+	seq, _, _, err := w.takeItem(t.Context(), false)
+	if err != nil || seq != itemID(1, 0) {
+		t.Fatalf("took item %d (%v), want item %d", seq, err, itemID(1, 0))
+	}
+	if n := testutil.ToFloat64(m.Rejects.WithLabelValues("malformed")); n != 1 {
+		t.Errorf("%v malformed rejects, want 1", n)
+	}
+	if n := metrics.Sum(m.Rejects); n != 1 {
+		t.Errorf("%v rejects in all, want 1", n)
+	}
+	if d, c := testutil.ToFloat64(m.ItemsDiscarded.WithLabelValues(rigLoop)), testutil.ToFloat64(m.ItemsConsumed.WithLabelValues(rigLoop)); d != 1 || c != 1 {
+		t.Errorf("%v discarded, %v consumed; want 1 and 1", d, c)
 	}
 }
 
