@@ -109,9 +109,11 @@ func (w *worker) preOpenNext(ctx context.Context) {
 		vy, err = w.p.MaskRows(mat)
 	}
 	if err != nil {
-		// The item is taken and unusable, as a material Begin refuses.
+		// The item is taken and unusable, as a material Begin refuses; no
+		// tick takes it: discarded, as a pre-opened item dropped is.
 		w.recycle(mat)
 		w.reject(err)
+		w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
 		return
 	}
 	w.pre = preOpen{ok: true, seq: seq, serial: serial, mat: mat, version: w.version}

@@ -594,6 +594,33 @@ func TestTwoHopSensorItemMismatch(t *testing.T) {
 	r.check(3, y, i0)
 }
 
+// TestRefusedPreOpeningDiscarded: an item taken for the pre-opening that the
+// party's computation refuses (here a fixed-mask party whose set-up is not
+// done) is counted as a reject and as a discarded item, as a pre-opened
+// item dropped is; before, it was counted consumed only.
+func TestRefusedPreOpeningDiscarded(t *testing.T) {
+	r := newTwoHopRig(t, 2)
+	w, m := r.w[0], r.m[0]
+	prm := r.prm
+	prm.Variant = mpc.FixedMask
+	rc, cc := prm.PhiShape()
+	p, err := mpc.NewParty(prm, 0, mpc.NewMatrix(rc, cc), mpc.NewMatrix(prm.N, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.p = p // PreBegin refuses every item: the set-up is not done
+	w.preOpenNext(t.Context())
+	if w.pre.ok {
+		t.Fatal("pre-opened an item PreBegin refused")
+	}
+	if c, d := testutil.ToFloat64(m.ItemsConsumed.WithLabelValues(rigLoop)), testutil.ToFloat64(m.ItemsDiscarded.WithLabelValues(rigLoop)); c != 1 || d != 1 {
+		t.Errorf("%v consumed, %v discarded; want the refused item counted in both", c, d)
+	}
+	if n := metrics.Sum(m.Rejects); n != 1 {
+		t.Errorf("%v rejects, want 1", n)
+	}
+}
+
 // TestTwoHopBacksOff: a sensor that keeps sending shares after both parties
 // announced their mask shares (its two-hop tick off) makes both parties stop
 // pre-opening after twoHopBackoff such ticks, but for the same probe ticks;
