@@ -621,6 +621,33 @@ func TestRefusedPreOpeningDiscarded(t *testing.T) {
 	}
 }
 
+// TestRuledOutPreOpeningTakesNoOtherItem: a masked measurement for the
+// pre-opened item, which a burn has since ruled out (set by hand here, as
+// dropHeld leaves it), is abandoned as item_mismatch with that item
+// discarded and no other taken: the next item from the queue is past the
+// sensor's and cannot be the tick's. Before, one was taken (after a wait
+// for it), counted consumed, and neither used nor discarded.
+func TestRuledOutPreOpeningTakesNoOtherItem(t *testing.T) {
+	r := newTwoHopRig(t, 4)
+	r.between() // each party pre-opens item 1
+	w, m := r.w[0], r.m[0]
+	if !w.pre.ok || w.pre.seq != itemID(1, 0) {
+		t.Fatalf("pre-opened %v item %d, want item %d", w.pre.ok, w.pre.seq, itemID(1, 0))
+	}
+	w.burn = 1
+	r.measureTo = func(i int) bool { return i == 0 }
+	r.measure(1, r.y(), true, r.masks[0].Item)
+	if n := testutil.ToFloat64(m.Abandoned.WithLabelValues(rigLoop, missItem)); n != 1 {
+		t.Errorf("%v ticks abandoned as item_mismatch, want 1", n)
+	}
+	if c, d := testutil.ToFloat64(m.ItemsConsumed.WithLabelValues(rigLoop)), testutil.ToFloat64(m.ItemsDiscarded.WithLabelValues(rigLoop)); c != 1 || d != 1 {
+		t.Errorf("%v consumed, %v discarded; want the pre-opened item only, discarded", c, d)
+	}
+	if w.hwm != itemID(1, 0) || w.burn != 0 || w.pre.ok {
+		t.Errorf("high-water mark %d, burn %d, pre-opened %v; want item %d the last taken, the burn spent, none pre-opened", w.hwm, w.burn, w.pre.ok, itemID(1, 0))
+	}
+}
+
 // TestTwoHopBacksOff: a sensor that keeps sending shares after both parties
 // announced their mask shares (its two-hop tick off) makes both parties stop
 // pre-opening after twoHopBackoff such ticks, but for the same probe ticks;
