@@ -331,6 +331,29 @@ func TestNoInlineWithoutAUsableItem(t *testing.T) {
 	}
 }
 
+// TestEarlyMessagesBeyondTheBufferCounted: the other party's Protocol 1
+// and 2 messages of ticks this party has not started are kept up to
+// maxPending of each kind; one more is dropped and counted as an overload
+// reject (it was dropped silently), the kept ones unchanged.
+func TestEarlyMessagesBeyondTheBufferCounted(t *testing.T) {
+	r := newTwoHopRig(t, 1)
+	w, m := r.w[1], r.m[1]
+	y := mpc.NewMatrix(r.prm.N, 1)
+	for tick := uint64(1); tick <= maxPending+1; tick++ {
+		w.onMul(tick, peerMul{item: itemID(tick, 0), msg: mpc.MulMsg{T: y}})
+		w.onTrunc(tick, peerTrunc{item: itemID(tick, 0), y: y})
+	}
+	if n := testutil.ToFloat64(m.Rejects.WithLabelValues("overload")); n != 2 {
+		t.Errorf("%v overload rejects, want 2 (one message of each kind beyond the buffer)", n)
+	}
+	if len(w.pendMul) != maxPending || len(w.pendTrunc) != maxPending {
+		t.Errorf("kept %d Protocol 1 and %d Protocol 2 messages, want %d of each", len(w.pendMul), len(w.pendTrunc), maxPending)
+	}
+	if _, ok := w.pendMul[maxPending+1]; ok {
+		t.Error("the message beyond the buffer was kept")
+	}
+}
+
 // A Protocol 1 message decoded ahead of its tick is kept as a copy: the
 // next message, decoded into the same matrices, does not change it.
 func TestEarlyMulKeepsItsOwnCopy(t *testing.T) {
