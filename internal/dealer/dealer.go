@@ -137,7 +137,7 @@ func (d *Dealer) Run(ctx context.Context) error {
 			default:
 			}
 		}
-		again, err := d.watch(ctx, &wg)
+		again, err := d.watch(ctx, &wg, !first)
 		if err != nil || !again {
 			return err
 		}
@@ -155,14 +155,16 @@ var recreateCheck = 5 * time.Second
 
 // watch registers the loops of the set-up records as they come, until ctx
 // ends (false, nil), the watch fails or its pull is refused (the error), or
-// the set-up stream is found recreated (true, nil): watched afresh then.
+// the set-up stream is found recreated (true, nil): watched afresh then,
+// with afresh set, and the loops whose records the recreated bucket does
+// not hold are no longer served (dropUnlisted).
 // The ordered consumer under the watch follows a stream deleted and created
 // again from the stream sequence it had reached, and a record written to
 // the new stream below that sequence (a new set-up's records, written in
 // the same order as before) would never come: the loop's generator of the
 // earlier epoch would go on filling the queue with items both parties
 // refuse.
-func (d *Dealer) watch(ctx context.Context, wg *sync.WaitGroup) (again bool, err error) {
+func (d *Dealer) watch(ctx context.Context, wg *sync.WaitGroup, afresh bool) (again bool, err error) {
 	created, err := d.setupCreated(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -177,6 +179,11 @@ func (d *Dealer) watch(ctx context.Context, wg *sync.WaitGroup) (again bool, err
 	stop := context.AfterFunc(ctx, records.Stop)
 	defer stop()
 	defer records.Stop()
+	if afresh {
+		// After the watch has begun: a record written from now on comes
+		// through it, and serves its loop again if it was dropped here.
+		d.dropUnlisted(ctx)
+	}
 	// wctx ends the wait for the next record too: a Stop that comes while
 	// the ordered consumer resets itself can be undone by the reset, which
 	// installs its new subscription after it.
@@ -361,12 +368,58 @@ func (d *Dealer) register(ctx context.Context, wg *sync.WaitGroup, key string, d
 	return nil
 }
 
+// dropUnlisted stops serving the loops whose dealer records the set-up
+// bucket, found recreated, does not hold: the watch of the new bucket
+// delivers its records, but no deletion of those that are gone, and their
+// generators went on (a loop whose stream is gone too counting publish
+// errors, and keeping DuetOfflinePublishFailing firing, for as long as the
+// dealer ran). A loop whose record the bucket holds, under any epoch, is
+// kept (its record, delivered by the watch, replaces its epoch if need be);
+// one whose record is written after the look is served again when the
+// watch delivers it. If the bucket cannot be listed, every loop is kept.
+func (d *Dealer) dropUnlisted(ctx context.Context) {
+	var info *jetstream.StreamInfo
+	stream, err := d.js.Stream(ctx, bus.SetupStream)
+	if err == nil {
+		info, err = stream.Info(ctx, jetstream.WithSubjectFilter(bus.DealerSetupFilter))
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			d.opt.Log.Warn("dealer: could not list the recreated set-up bucket's dealer records: every loop served is kept", "dealer", d.opt.Name, "err", err)
+		}
+		return
+	}
+	held := map[string]bool{}
+	for subj := range info.State.Subjects {
+		if key, ok := bus.SetupKeyOf(subj); ok {
+			held[key] = true
+		}
+	}
+	d.mu.Lock()
+	var gone []string
+	for key := range d.keys {
+		if !held[key] {
+			gone = append(gone, key)
+		}
+	}
+	d.mu.Unlock()
+	for _, key := range gone {
+		d.drop(key, slog.LevelWarn, "loop's set-up record is not in the recreated set-up bucket: no longer served (until its record is written again)")
+	}
+}
+
 // unregister stops serving the loop whose set-up record key was deleted or
 // purged (the loop removed by an operator): its generator would otherwise go
 // on filling a queue no party reads, and checking a stream that may be
 // gone, for as long as the dealer runs. A record written again registers
 // the loop anew.
 func (d *Dealer) unregister(key string) {
+	d.drop(key, slog.LevelInfo, "loop's set-up record removed: no longer served")
+}
+
+// drop stops serving the loop of set-up record key, if it is served, and
+// logs msg at level once.
+func (d *Dealer) drop(key string, level slog.Level, msg string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	loop, ok := d.keys[key]
@@ -380,7 +433,7 @@ func (d *Dealer) unregister(key string) {
 	delete(d.epoch, loop)
 	delete(d.keys, key)
 	d.opt.Metrics.QueueDepth.DeleteLabelValues(loop) // not a depth for good
-	d.opt.Log.Info("loop's set-up record removed: no longer served", "dealer", d.opt.Name, "loop", loop)
+	d.opt.Log.Log(context.Background(), level, msg, "dealer", d.opt.Name, "loop", loop)
 }
 
 // setDepth exports a loop's queue depth, found by the generator of epoch,

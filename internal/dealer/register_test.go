@@ -22,6 +22,7 @@ import (
 	"github.com/duet-mpc/duet/internal/metrics"
 	"github.com/duet-mpc/duet/internal/natstest"
 	"github.com/duet-mpc/duet/internal/testkeys"
+	"github.com/duet-mpc/duet/internal/testlog"
 	"github.com/duet-mpc/duet/pkg/codec"
 	"github.com/duet-mpc/duet/pkg/mpc"
 )
@@ -230,15 +231,18 @@ func TestRunFollowsTheDealerRecords(t *testing.T) {
 // serves the new epoch: the watch's ordered consumer, reset on the new
 // stream from its old position, would never deliver the record, and the
 // old epoch's generator would go on filling the queue with items the
-// parties refuse.
+// parties refuse. Loop b, whose record the new bucket does not hold, is no
+// longer served: before, its generator ran on for as long as the dealer.
 func TestRunFollowsARecreatedSetupBucket(t *testing.T) {
 	defer func(d time.Duration) { recreateCheck = d }(recreateCheck)
 	recreateCheck = 50 * time.Millisecond
 	ctx := t.Context()
 	ns, nc := natstest.Start(t)
 	js, kv := setupBucket(t, nc)
-	if _, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: "a", MaxMsgs: 1000}, 1, false); err != nil {
-		t.Fatal(err)
+	for _, loop := range []string{"a", "b"} {
+		if _, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: loop, MaxMsgs: 1000}, 1, false); err != nil {
+			t.Fatal(err)
+		}
 	}
 	sealers := testkeys.Sealers(t)
 	prm := pendulumParams(t, mpc.PerTick)
@@ -253,6 +257,7 @@ func TestRunFollowsARecreatedSetupBucket(t *testing.T) {
 	put(kv, bus.SetupKey("a", codec.RoleParty0), []byte("p0"))
 	put(kv, bus.SetupKey("a", codec.RoleParty1), []byte("p1"))
 	put(kv, bus.SetupKey("a", codec.RoleDealer), dealerRecord(t, sealers[codec.RoleSensor], prm, "a", 1))
+	put(kv, bus.SetupKey("b", codec.RoleDealer), dealerRecord(t, sealers[codec.RoleSensor], prm, "b", 1))
 	dnc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -282,15 +287,96 @@ func TestRunFollowsARecreatedSetupBucket(t *testing.T) {
 		}
 	}
 	waitEpoch(1, 5*time.Second)
+	served := func(loop string) bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.loops[loop] != nil
+	}
+	for end := time.Now().Add(5 * time.Second); !served("b"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("loop b not served")
+		}
+	}
 	if err := js.DeleteKeyValue(ctx, bus.SetupBucket); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // the watch's consumer finds its stream gone
 	_, kv = setupBucket(t, nc)
-	if seq := put(kv, bus.SetupKey("a", codec.RoleDealer), dealerRecord(t, sealers[codec.RoleSensor], prm, "a", 2)); seq >= 3 {
-		t.Fatalf("the new record is at stream sequence %d: the test needs it below the watch's position, 3", seq)
+	if seq := put(kv, bus.SetupKey("a", codec.RoleDealer), dealerRecord(t, sealers[codec.RoleSensor], prm, "a", 2)); seq >= 4 {
+		t.Fatalf("the new record is at stream sequence %d: the test needs it below the watch's position, 4", seq)
 	}
 	waitEpoch(2, 10*time.Second)
+	for end := time.Now().Add(10 * time.Second); served("b"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("loop b, whose record the recreated bucket does not hold, is still served")
+		}
+	}
+}
+
+// TestDropUnlistedKeepsListedLoops: after the set-up bucket is recreated,
+// a loop whose dealer record the bucket holds is kept, whatever the
+// record's epoch, and one whose record it does not hold is no longer
+// served, logged once at warning level; a bucket that cannot be listed
+// (not there) stops no loop.
+func TestDropUnlistedKeepsListedLoops(t *testing.T) {
+	ctx := t.Context()
+	_, nc := natstest.Start(t)
+	js, _ := setupBucket(t, nc)
+	sealers := testkeys.Sealers(t)
+	prm := pendulumParams(t, mpc.PerTick)
+	var logs testlog.Buffer
+	d := testDealer(t, nc, sealers[codec.RoleDealer], "d")
+	d.opt.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for _, loop := range []string{"a", "b", "c"} {
+		if _, err := bus.EnsureOfflineQueue(ctx, js, bus.OfflineQueue{Loop: loop, MaxMsgs: 1000}, 1, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.register(rctx, &wg, bus.SetupKey(loop, codec.RoleDealer), dealerRecord(t, sealers[codec.RoleSensor], prm, loop, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	served := func() []string {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return slices.Sorted(maps.Keys(d.loops))
+	}
+	// No bucket to list: every loop kept.
+	if err := js.DeleteKeyValue(ctx, bus.SetupBucket); err != nil {
+		t.Fatal(err)
+	}
+	d.dropUnlisted(ctx)
+	if got := served(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("serving %v with the bucket not there, want every loop kept", got)
+	}
+	// The recreated bucket holds a's record of the same epoch and b's of
+	// another; c's is not there.
+	_, kv := setupBucket(t, nc)
+	if _, err := kv.Put(ctx, bus.SetupKey("a", codec.RoleDealer), dealerRecord(t, sealers[codec.RoleSensor], prm, "a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, bus.SetupKey("b", codec.RoleDealer), dealerRecord(t, sealers[codec.RoleSensor], prm, "b", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, bus.SetupKey("c", codec.RoleParty0), []byte("another role's record")); err != nil {
+		t.Fatal(err)
+	}
+	d.dropUnlisted(ctx)
+	if got := served(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("serving %v, want a and b (their records held) and not c", got)
+	}
+	d.dropUnlisted(ctx) // c is dropped once, logged once
+	var dropped []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "not in the recreated set-up bucket") {
+			dropped = append(dropped, l)
+		}
+	}
+	if len(dropped) != 1 || !strings.Contains(dropped[0], "level=WARN") || !strings.Contains(dropped[0], "loop=c") {
+		t.Errorf("logged %q, want once, at warning level, for loop c", dropped)
+	}
 }
 
 // dealerRecord is the sensor's dealer set-up record of loop and epoch for

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/duet-mpc/duet/internal/metrics"
@@ -261,6 +262,39 @@ func TestTakeRawBatches(t *testing.T) {
 	}
 }
 
+// noMetaMsg is a stream message whose metadata cannot be read.
+type noMetaMsg struct{ jetstream.Msg }
+
+func (noMetaMsg) Metadata() (*jetstream.MsgMetadata, error) { return nil, jetstream.ErrNotJSMessage }
+func (noMetaMsg) Data() []byte                              { return []byte("junk") }
+
+// TestMessageWithoutMetadataRefused: a delivery of the offline consumer
+// whose metadata cannot be read (no stream sequence) is refused when taken,
+// counted as a malformed reject and a discarded item, and the next item is
+// taken. Before, it was discarded as an item at or below the high-water
+// mark (its id 0), with no reject counted.
+func TestMessageWithoutMetadataRefused(t *testing.T) {
+	r := newTwoHopRig(t, 1)
+	w, m := r.w[0], r.m[0]
+	item := <-w.items
+	w.items = make(chan []rawItem, 2)
+	w.items <- w.rawBatch(noMetaMsg{})
+	w.items <- item
+	seq, _, _, err := w.takeItem(t.Context(), false)
+	if err != nil || seq != itemID(1, 0) {
+		t.Fatalf("took item %d (%v), want item %d", seq, err, itemID(1, 0))
+	}
+	if n := testutil.ToFloat64(m.Rejects.WithLabelValues("malformed")); n != 1 {
+		t.Errorf("%v malformed rejects, want 1", n)
+	}
+	if n := metrics.Sum(m.Rejects); n != 1 {
+		t.Errorf("%v rejects in all, want 1", n)
+	}
+	if d, c := testutil.ToFloat64(m.ItemsDiscarded.WithLabelValues(rigLoop)), testutil.ToFloat64(m.ItemsConsumed.WithLabelValues(rigLoop)); d != 1 || c != 1 {
+		t.Errorf("%v discarded, %v consumed; want 1 and 1", d, c)
+	}
+}
+
 // TestNoInlineWithoutAUsableItem: a measurement is not handled on the
 // shared dispatcher when the items at hand cannot be used: all below
 // minSeq (a resynchronization skipped them) or at the high-water mark, a
@@ -294,6 +328,29 @@ func TestNoInlineWithoutAUsableItem(t *testing.T) {
 	w.minSeq = 5
 	if !w.canInline("m") {
 		t.Error("the pre-opened item usable: a measurement must be handled inline")
+	}
+}
+
+// TestEarlyMessagesBeyondTheBufferCounted: the other party's Protocol 1
+// and 2 messages of ticks this party has not started are kept up to
+// maxPending of each kind; one more is dropped and counted as an overload
+// reject (it was dropped silently), the kept ones unchanged.
+func TestEarlyMessagesBeyondTheBufferCounted(t *testing.T) {
+	r := newTwoHopRig(t, 1)
+	w, m := r.w[1], r.m[1]
+	y := mpc.NewMatrix(r.prm.N, 1)
+	for tick := uint64(1); tick <= maxPending+1; tick++ {
+		w.onMul(tick, peerMul{item: itemID(tick, 0), msg: mpc.MulMsg{T: y}})
+		w.onTrunc(tick, peerTrunc{item: itemID(tick, 0), y: y})
+	}
+	if n := testutil.ToFloat64(m.Rejects.WithLabelValues("overload")); n != 2 {
+		t.Errorf("%v overload rejects, want 2 (one message of each kind beyond the buffer)", n)
+	}
+	if len(w.pendMul) != maxPending || len(w.pendTrunc) != maxPending {
+		t.Errorf("kept %d Protocol 1 and %d Protocol 2 messages, want %d of each", len(w.pendMul), len(w.pendTrunc), maxPending)
+	}
+	if _, ok := w.pendMul[maxPending+1]; ok {
+		t.Error("the message beyond the buffer was kept")
 	}
 }
 

@@ -233,12 +233,7 @@ func (w *worker) consume(ctx context.Context) (stop func(), err error) {
 	// fence stops one loop while the service runs on), not only with ctx.
 	done := make(chan struct{})
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		var batch []rawItem
-		if meta, err := m.Metadata(); err != nil {
-			batch = []rawItem{{err: err}}
-		} else {
-			batch = w.trimItems(m.Data(), meta.Sequence.Stream)
-		}
+		batch := w.rawBatch(m)
 		select {
 		case items <- batch:
 		case <-ctx.Done():
@@ -253,6 +248,19 @@ func (w *worker) consume(ctx context.Context) (stop func(), err error) {
 		cc.Stop()
 		close(done)
 	}, nil
+}
+
+// rawBatch is a stream message's raw items, as the consumer queues them. A
+// message whose metadata cannot be read has no stream sequence: it is one
+// item of id 0 that carries the error (malformed), refused when taken
+// (takeItem). Before, it was discarded there as an item at or below the
+// high-water mark, with no reject counted.
+func (w *worker) rawBatch(m jetstream.Msg) []rawItem {
+	meta, err := m.Metadata()
+	if err != nil {
+		return []rawItem{{err: fmt.Errorf("%w: offline stream message without its metadata: %v", codec.ErrMalformed, err)}}
+	}
+	return w.trimItems(m.Data(), meta.Sequence.Stream)
 }
 
 // fromNewQueue starts a restored loop from the first item of a queue that
@@ -438,6 +446,14 @@ func (w *worker) takeItem(ctx context.Context, wait bool) (uint64, codec.Serial,
 			case <-ctx.Done():
 				return 0, codec.Serial{}, mpc.TickMaterial{}, ctx.Err()
 			}
+		}
+		if it.seq == 0 && it.err != nil {
+			// Refused before it had an id (rawBatch): below every mark, it
+			// would be discarded below as a copy, its reject never counted.
+			w.recycle(it.mat)
+			w.reject(it.err)
+			w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Add(float64(max(1, it.items)))
+			continue
 		}
 		if w.burn > 0 && it.seq > w.hwm && it.seq >= w.minSeq {
 			// An item for a held measurement's tick given up (dropHeld):

@@ -159,6 +159,17 @@ func (w *worker) started(t, seq uint64, serial codec.Serial, msg mpc.MulMsg) {
 	}
 }
 
+// dropEarly counts the other party's message of tick t, come before this
+// party started that tick, that finds maxPending such messages of its kind
+// kept already (this party has started none of their ticks: its
+// measurements lost or late, its ticks failing before they begin): dropped,
+// as an "overload" reject, as a message the full inbox drops is. Before, it
+// was dropped silently.
+func (w *worker) dropEarly(kind string, t uint64) {
+	w.s.opt.Metrics.Rejects.WithLabelValues("overload").Inc()
+	w.s.opt.Log.Debug("early message of the other party dropped: too many kept", "party", w.id, "loop", w.loop, "kind", kind, "tick", t, "cur", w.cur, "kept", maxPending)
+}
+
 // sendMul sends a Protocol 1 message to the other party.
 func (w *worker) sendMul(t, seq uint64, serial codec.Serial, version uint64, msg mpc.MulMsg) {
 	out := &w.out.mul
@@ -195,7 +206,11 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 			// The peer began a later tick: it has given the open one up.
 			w.abandonOpen("the peer began a later tick")
 		}
-		if t > w.cur && len(w.pendMul) < maxPending {
+		if t > w.cur {
+			if len(w.pendMul) >= maxPending {
+				w.dropEarly("Protocol 1", t)
+				return
+			}
 			// decodeMul's matrices are the worker's, overwritten by the
 			// next message: an early message keeps its own copy.
 			mp.msg.T = mp.msg.T.Clone()
@@ -344,7 +359,11 @@ const truncSpacing = 5
 
 func (w *worker) onTrunc(t uint64, tp peerTrunc) {
 	if t != w.cur || w.st != multiplied {
-		if t >= w.cur && len(w.pendTrunc) < maxPending {
+		if t >= w.cur {
+			if len(w.pendTrunc) >= maxPending {
+				w.dropEarly("Protocol 2", t)
+				return
+			}
 			w.pendTrunc[t] = tp
 		}
 		return

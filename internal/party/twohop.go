@@ -109,9 +109,11 @@ func (w *worker) preOpenNext(ctx context.Context) {
 		vy, err = w.p.MaskRows(mat)
 	}
 	if err != nil {
-		// The item is taken and unusable, as a material Begin refuses.
+		// The item is taken and unusable, as a material Begin refuses; no
+		// tick takes it: discarded, as a pre-opened item dropped is.
 		w.recycle(mat)
 		w.reject(err)
+		w.s.opt.Metrics.ItemsDiscarded.WithLabelValues(w.loop).Inc()
 		return
 	}
 	w.pre = preOpen{ok: true, seq: seq, serial: serial, mat: mat, version: w.version}
@@ -316,11 +318,15 @@ func (w *worker) onMeasureMasked(ctx context.Context, t, item uint64) {
 		return
 	}
 	preVersion := w.pre.version
-	seq, serial, mat, err := w.nextItem(ctx) // the pre-opened item
-	if err != nil || seq != item {
-		if err == nil {
-			w.recycle(mat)
-		}
+	// The pre-opened item, and no other: T_y is padded by its V_y. One ruled
+	// out since (a burn, as for the held measurement given up above) is
+	// discarded by takePre, and the tick cannot run. Before, nextItem then
+	// took the next item from the queue, which could never be the sensor's
+	// (it is past it): counted consumed, neither used nor discarded, after
+	// a wait for it on the worker's goroutine, and one item more skipped
+	// than the burn called for.
+	seq, serial, mat, ok := w.takePre()
+	if !ok {
 		w.cur = t
 		w.miss(missItem, "the pre-opened item was ruled out")
 		return

@@ -594,6 +594,60 @@ func TestTwoHopSensorItemMismatch(t *testing.T) {
 	r.check(3, y, i0)
 }
 
+// TestRefusedPreOpeningDiscarded: an item taken for the pre-opening that the
+// party's computation refuses (here a fixed-mask party whose set-up is not
+// done) is counted as a reject and as a discarded item, as a pre-opened
+// item dropped is; before, it was counted consumed only.
+func TestRefusedPreOpeningDiscarded(t *testing.T) {
+	r := newTwoHopRig(t, 2)
+	w, m := r.w[0], r.m[0]
+	prm := r.prm
+	prm.Variant = mpc.FixedMask
+	rc, cc := prm.PhiShape()
+	p, err := mpc.NewParty(prm, 0, mpc.NewMatrix(rc, cc), mpc.NewMatrix(prm.N, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.p = p // PreBegin refuses every item: the set-up is not done
+	w.preOpenNext(t.Context())
+	if w.pre.ok {
+		t.Fatal("pre-opened an item PreBegin refused")
+	}
+	if c, d := testutil.ToFloat64(m.ItemsConsumed.WithLabelValues(rigLoop)), testutil.ToFloat64(m.ItemsDiscarded.WithLabelValues(rigLoop)); c != 1 || d != 1 {
+		t.Errorf("%v consumed, %v discarded; want the refused item counted in both", c, d)
+	}
+	if n := metrics.Sum(m.Rejects); n != 1 {
+		t.Errorf("%v rejects, want 1", n)
+	}
+}
+
+// TestRuledOutPreOpeningTakesNoOtherItem: a masked measurement for the
+// pre-opened item, which a burn has since ruled out (set by hand here, as
+// dropHeld leaves it), is abandoned as item_mismatch with that item
+// discarded and no other taken: the next item from the queue is past the
+// sensor's and cannot be the tick's. Before, one was taken (after a wait
+// for it), counted consumed, and neither used nor discarded.
+func TestRuledOutPreOpeningTakesNoOtherItem(t *testing.T) {
+	r := newTwoHopRig(t, 4)
+	r.between() // each party pre-opens item 1
+	w, m := r.w[0], r.m[0]
+	if !w.pre.ok || w.pre.seq != itemID(1, 0) {
+		t.Fatalf("pre-opened %v item %d, want item %d", w.pre.ok, w.pre.seq, itemID(1, 0))
+	}
+	w.burn = 1
+	r.measureTo = func(i int) bool { return i == 0 }
+	r.measure(1, r.y(), true, r.masks[0].Item)
+	if n := testutil.ToFloat64(m.Abandoned.WithLabelValues(rigLoop, missItem)); n != 1 {
+		t.Errorf("%v ticks abandoned as item_mismatch, want 1", n)
+	}
+	if c, d := testutil.ToFloat64(m.ItemsConsumed.WithLabelValues(rigLoop)), testutil.ToFloat64(m.ItemsDiscarded.WithLabelValues(rigLoop)); c != 1 || d != 1 {
+		t.Errorf("%v consumed, %v discarded; want the pre-opened item only, discarded", c, d)
+	}
+	if w.hwm != itemID(1, 0) || w.burn != 0 || w.pre.ok {
+		t.Errorf("high-water mark %d, burn %d, pre-opened %v; want item %d the last taken, the burn spent, none pre-opened", w.hwm, w.burn, w.pre.ok, itemID(1, 0))
+	}
+}
+
 // TestTwoHopBacksOff: a sensor that keeps sending shares after both parties
 // announced their mask shares (its two-hop tick off) makes both parties stop
 // pre-opening after twoHopBackoff such ticks, but for the same probe ticks;
