@@ -352,6 +352,23 @@ func TestEarlyMessagesBeyondTheBufferCounted(t *testing.T) {
 	if _, ok := w.pendMul[maxPending+1]; ok {
 		t.Error("the message beyond the buffer was kept")
 	}
+	// This party passes the kept messages' ticks without starting them
+	// (each failed before it began, say its state not persisted): they are
+	// dropped, uncounted, to make room for a later tick's, but for tick
+	// cur's Protocol 2 message, which its tick may still take.
+	w.cur = maxPending
+	next := uint64(maxPending + 2)
+	w.onMul(next, peerMul{item: itemID(next, 0), msg: mpc.MulMsg{T: y}})
+	w.onTrunc(next, peerTrunc{item: itemID(next, 0), y: y})
+	if n := testutil.ToFloat64(m.Rejects.WithLabelValues("overload")); n != 2 {
+		t.Errorf("after the kept ticks were passed: %v overload rejects, want still 2", n)
+	}
+	_, mul := w.pendMul[next]
+	_, trunc := w.pendTrunc[next]
+	_, cur := w.pendTrunc[maxPending]
+	if !mul || !trunc || !cur || len(w.pendMul) != 1 || len(w.pendTrunc) != 2 {
+		t.Errorf("kept %d Protocol 1 and %d Protocol 2 messages (tick %d's: %v, %v; tick %d's Protocol 2: %v); want those three only", len(w.pendMul), len(w.pendTrunc), next, mul, trunc, maxPending, cur)
+	}
 }
 
 // A Protocol 1 message decoded ahead of its tick is kept as a copy: the

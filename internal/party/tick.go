@@ -3,6 +3,7 @@ package party
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -161,13 +162,35 @@ func (w *worker) started(t, seq uint64, serial codec.Serial, msg mpc.MulMsg) {
 
 // dropEarly counts the other party's message of tick t, come before this
 // party started that tick, that finds maxPending such messages of its kind
-// kept already (this party has started none of their ticks: its
-// measurements lost or late, its ticks failing before they begin): dropped,
+// kept already for ticks this party has not reached (its measurements lost
+// or late; those of ticks passed are dropped first: earlyFull): dropped,
 // as an "overload" reject, as a message the full inbox drops is. Before, it
 // was dropped silently.
 func (w *worker) dropEarly(kind string, t uint64) {
 	w.s.opt.Metrics.Rejects.WithLabelValues("overload").Inc()
-	w.s.opt.Log.Debug("early message of the other party dropped: too many kept", "party", w.id, "loop", w.loop, "kind", kind, "tick", t, "cur", w.cur, "kept", maxPending)
+	if w.s.opt.Log.Enabled(context.Background(), slog.LevelDebug) {
+		w.s.opt.Log.Debug("early message of the other party dropped: too many kept", "party", w.id, "loop", w.loop, "kind", kind, "tick", t, "cur", w.cur, "kept", maxPending)
+	}
+}
+
+// earlyFull reports whether the other party's early messages of one kind
+// (pend: pendMul or pendTrunc) fill the buffer, after dropping those no tick
+// can take any more: of ticks up to the open one for Protocol 1 (a tick
+// that began took its own), before it for Protocol 2 (last: its tick's own
+// may still come). clearPending drops them when a tick begins; ticks that
+// fail before they begin (the state not persisted, no item) leave them, and
+// eight of those would have every later early message dropped and counted
+// as an overload.
+func earlyFull[M any](pend map[uint64]M, cur uint64, last bool) bool {
+	if len(pend) < maxPending {
+		return false
+	}
+	for k := range pend {
+		if k < cur || (k == cur && !last) {
+			delete(pend, k)
+		}
+	}
+	return len(pend) >= maxPending
 }
 
 // sendMul sends a Protocol 1 message to the other party.
@@ -207,7 +230,7 @@ func (w *worker) onMul(t uint64, mp peerMul) {
 			w.abandonOpen("the peer began a later tick")
 		}
 		if t > w.cur {
-			if len(w.pendMul) >= maxPending {
+			if earlyFull(w.pendMul, w.cur, false) {
 				w.dropEarly("Protocol 1", t)
 				return
 			}
@@ -360,7 +383,7 @@ const truncSpacing = 5
 func (w *worker) onTrunc(t uint64, tp peerTrunc) {
 	if t != w.cur || w.st != multiplied {
 		if t >= w.cur {
-			if len(w.pendTrunc) >= maxPending {
+			if earlyFull(w.pendTrunc, w.cur, true) {
 				w.dropEarly("Protocol 2", t)
 				return
 			}

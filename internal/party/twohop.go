@@ -327,6 +327,10 @@ func (w *worker) onMeasureMasked(ctx context.Context, t, item uint64) {
 	// than the burn called for.
 	seq, serial, mat, ok := w.takePre()
 	if !ok {
+		// Both skip past the sensor's item, as for another item above:
+		// a burn left over would skip the item the other party takes next.
+		w.minSeq = max(w.minSeq, item+1)
+		w.burn = 0
 		w.cur = t
 		w.miss(missItem, "the pre-opened item was ruled out")
 		return

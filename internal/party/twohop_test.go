@@ -626,7 +626,9 @@ func TestRefusedPreOpeningDiscarded(t *testing.T) {
 // dropHeld leaves it), is abandoned as item_mismatch with that item
 // discarded and no other taken: the next item from the queue is past the
 // sensor's and cannot be the tick's. Before, one was taken (after a wait
-// for it), counted consumed, and neither used nor discarded.
+// for it), counted consumed, and neither used nor discarded. Both skip past
+// the sensor's item, as for a masked measurement of another item: a second
+// burn left over would skip the item the other party takes next.
 func TestRuledOutPreOpeningTakesNoOtherItem(t *testing.T) {
 	r := newTwoHopRig(t, 4)
 	r.between() // each party pre-opens item 1
@@ -634,7 +636,7 @@ func TestRuledOutPreOpeningTakesNoOtherItem(t *testing.T) {
 	if !w.pre.ok || w.pre.seq != itemID(1, 0) {
 		t.Fatalf("pre-opened %v item %d, want item %d", w.pre.ok, w.pre.seq, itemID(1, 0))
 	}
-	w.burn = 1
+	w.burn = 2
 	r.measureTo = func(i int) bool { return i == 0 }
 	r.measure(1, r.y(), true, r.masks[0].Item)
 	if n := testutil.ToFloat64(m.Abandoned.WithLabelValues(rigLoop, missItem)); n != 1 {
@@ -643,8 +645,8 @@ func TestRuledOutPreOpeningTakesNoOtherItem(t *testing.T) {
 	if c, d := testutil.ToFloat64(m.ItemsConsumed.WithLabelValues(rigLoop)), testutil.ToFloat64(m.ItemsDiscarded.WithLabelValues(rigLoop)); c != 1 || d != 1 {
 		t.Errorf("%v consumed, %v discarded; want the pre-opened item only, discarded", c, d)
 	}
-	if w.hwm != itemID(1, 0) || w.burn != 0 || w.pre.ok {
-		t.Errorf("high-water mark %d, burn %d, pre-opened %v; want item %d the last taken, the burn spent, none pre-opened", w.hwm, w.burn, w.pre.ok, itemID(1, 0))
+	if w.hwm != itemID(1, 0) || w.burn != 0 || w.pre.ok || w.minSeq != itemID(1, 0)+1 {
+		t.Errorf("high-water mark %d, burn %d, pre-opened %v, next item at least %d; want item %d the last taken, no burn left, none pre-opened, past it", w.hwm, w.burn, w.pre.ok, w.minSeq, itemID(1, 0))
 	}
 }
 
