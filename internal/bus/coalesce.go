@@ -133,7 +133,10 @@ func (c *coalescingConn) Write(p []byte) (int, error) {
 	}
 	c.pending = append(c.pending, p...)
 	if len(c.pending) >= coalesceMax {
-		c.tokens--
+		// Written at once, at a token if there is one: the bucket never
+		// goes below empty, so what is held next waits at most one
+		// interval (below), as promised.
+		c.tokens = max(c.tokens-1, 0)
 		_ = c.Conn.SetWriteDeadline(c.deadline)
 		return len(p), c.writeHeld()
 	}
@@ -166,9 +169,12 @@ func (c *coalescingConn) flushHeld() {
 	if c.closed || c.err != nil {
 		return
 	}
+	if len(c.pending) == 0 {
+		return // written meanwhile (coalesceMax): no call, no token
+	}
 	now := time.Now()
 	c.refill(now)
-	c.tokens--
+	c.tokens = max(c.tokens-1, 0)
 	_ = c.Conn.SetWriteDeadline(now.Add(heldWriteTimeout))
 	_ = c.writeHeld()
 }

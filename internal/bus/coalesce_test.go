@@ -168,6 +168,42 @@ func TestCoalesceHeldBytesGoOutByThemselves(t *testing.T) {
 	}
 }
 
+// A write held once the burst is spent waits at most one interval, however
+// the bucket was spent: held bytes that reach coalesceMax go out at once,
+// and the timer armed for them then fires on nothing. Before, each took a
+// token the bucket did not have, and the next held write waited (1 −
+// tokens) intervals: two here, more with each such flush.
+func TestCoalesceHoldsAtMostOneInterval(t *testing.T) {
+	c, cc, received := tcpPair(t, time.Hour) // no refill to speak of
+	for i := 0; i < coalesceBurst; i++ {
+		if _, err := c.Write([]byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Write([]byte{9}); err != nil { // held: the timer armed
+		t.Fatal(err)
+	}
+	if _, err := c.Write(make([]byte, coalesceMax)); err != nil { // over coalesceMax: written at once
+		t.Fatal(err)
+	}
+	if got := cc.writes.Load(); got != coalesceBurst+1 {
+		t.Fatalf("%d socket writes, want %d (the held bytes at coalesceMax written at once)", got, coalesceBurst+1)
+	}
+	c.flushHeld() // the armed timer fires with nothing held
+	if got := cc.writes.Load(); got != coalesceBurst+1 {
+		t.Fatalf("%d socket writes after the timer fired on nothing, want %d", got, coalesceBurst+1)
+	}
+	c.mu.Lock()
+	tokens := c.tokens
+	c.mu.Unlock()
+	if wait := 1 - tokens; wait > 1 {
+		t.Fatalf("the next held write would wait %.2f intervals (tokens %.2f), want at most one", wait, tokens)
+	}
+	if got := received(); len(got) != coalesceBurst+1+coalesceMax {
+		t.Fatalf("received %d bytes, want %d", len(got), coalesceBurst+1+coalesceMax)
+	}
+}
+
 // A held write that fails is reported by the next Write, and the socket is
 // closed so that the client's reader sees it and reconnects.
 func TestCoalesceHeldWriteFailure(t *testing.T) {
