@@ -200,6 +200,41 @@ func TestRunNKeepsTheStoredNextTick(t *testing.T) {
 	}
 }
 
+// A real-time tick the stored resume record does not cover sends nothing,
+// not even the actuator's notice, and spends no tick number: it is tried
+// again the next period, with the record's write asked for again. Before, its
+// notice went out, and a sensor restarted from the stored record (which
+// starts below it) had its notices refused by the actuator as replays and
+// its outputs as late, for as long as the writes had failed.
+func TestLaggingRecordSpendsNoTick(t *testing.T) {
+	key := [32]byte{11}
+	s, _ := setUpPendulum(t, Options{Loop: "lag", StateKey: &key, Period: time.Millisecond})
+	notices, err := s.nc.SubscribeSync(bus.TickSubject("lag"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := s.savedNext.Load() + resumeMargin // not covered: its writes failed, say
+	s.next = first
+	if err := s.RunN(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := notices.Pending(); n != 0 {
+		t.Errorf("%d tick notices sent for a tick the resume record does not cover, want none", n)
+	}
+	if s.next != first {
+		t.Errorf("next tick %d after the period, want %d again (no number spent)", s.next, first)
+	}
+	if m := testutil.ToFloat64(s.opt.Metrics.Misses.WithLabelValues("lag")); m != 1 {
+		t.Errorf("%v misses, want 1", m)
+	}
+	if got := s.savedNext.Load(); got != first {
+		t.Errorf("stored next tick %d, want %d (the write asked for again)", got, first)
+	}
+}
+
 // setupBucket is the set-up KV bucket, the resume record's, on a real
 // JetStream server.
 func setupBucket(t *testing.T) jetstream.KeyValue {

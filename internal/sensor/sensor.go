@@ -422,7 +422,7 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 				s.next, sent = t, sent-1
 				continue
 			}
-			s.missed(resume, "tick not sent: the resume record has not been stored for resumeMargin ticks", t, errRecordLags)
+			s.unsent(resume, t)
 			continue
 		}
 		y, err := s.readPlant(ctx, t)
@@ -553,6 +553,22 @@ func (s *Sensor) missed(resume chan uint64, why string, t uint64, err error) {
 	s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
 	s.warnLost(why, t, err)
 	s.lost(resume, t)
+}
+
+// unsent is real-time tick t not sent because the resume record lags
+// (resumeCovers): a miss, logged, and nothing sent, not even the actuator's
+// notice, and the number not spent: the next period tries t again, asking
+// for the record's write again. A sensor restarted from the stored record
+// starts below t, so a notice for t (as lost sends) would have had the
+// actuator apply the fail-safe for t and then refuse the restarted
+// sensor's notices up to t as replays and its outputs as late: the loop
+// applied nothing for as long as the writes had failed. With nothing sent,
+// the actuator's watchdog applies the fail-safe (DUET_WATCHDOG).
+func (s *Sensor) unsent(resume chan uint64, t uint64) {
+	s.opt.Metrics.Misses.WithLabelValues(s.opt.Loop).Inc()
+	s.warnLost("tick not sent: the resume record has not been stored for resumeMargin ticks", t, errRecordLags)
+	s.next = t
+	latest(resume, t)
 }
 
 // lost is a tick with no measurement sent (the plant did not answer, or its
