@@ -201,8 +201,17 @@ func (s *Sensor) setupGone(ctx context.Context) error {
 	if s.js == nil || !s.recordFailed.Load() || time.Since(s.setupLooked) < time.Second {
 		return nil
 	}
-	s.setupLooked = time.Now()
-	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	// The look runs on the tick loop: it waits at most four periods (and
+	// 100 ms at the least) for the server, and the next comes a second
+	// after it ends, so that a server slow to answer costs the loop a few
+	// periods a second, not all but one (before, each look waited up to a
+	// second and the next was due at once).
+	wait := time.Second
+	if p := s.opt.Period; p > 0 {
+		wait = min(wait, max(4*p, 100*time.Millisecond))
+	}
+	defer func() { s.setupLooked = time.Now() }()
+	lctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for _, c := range []struct {
 		stream, what string
