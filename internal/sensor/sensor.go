@@ -468,12 +468,9 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 		if s.opt.TwoHop {
 			s.awaitMask(ctx, s.lastSent)
 			item, vy, masked = s.takeMask(s.lastSent)
-			path := metrics.PathThreeHop
 			if masked {
 				f.MatSub(ty, yEnc, vy)
-				path = metrics.PathTwoHop
 			}
-			s.opt.Metrics.TickPaths.WithLabelValues(s.opt.Loop, path).Inc()
 		}
 		if !masked {
 			if err := f.ShareInto(s.rng, yEnc, y0, y1); err != nil {
@@ -503,6 +500,15 @@ func (s *Sensor) RunN(ctx context.Context, n uint64) error {
 			s.warnLost("measurement not published", t, err)
 		} else {
 			s.opt.Metrics.Ticks.WithLabelValues(s.opt.Loop).Inc()
+			if s.opt.TwoHop {
+				// Counted once sent: a tick not published is a miss, not
+				// a path taken.
+				path := metrics.PathThreeHop
+				if masked {
+					path = metrics.PathTwoHop
+				}
+				s.opt.Metrics.TickPaths.WithLabelValues(s.opt.Loop, path).Inc()
+			}
 		}
 		s.used(resume, t)
 		if !s.waitNotice(ctx) {
