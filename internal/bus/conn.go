@@ -43,8 +43,16 @@ func Connect(url, name string, log *slog.Logger, onReconnect func(), opts ...nat
 	watch := func(c *nats.Conn) {
 		if watching.CompareAndSwap(false, true) {
 			go func() {
-				defer watching.Store(false)
-				watchReconnect(c, every, attemptFailed)
+				for {
+					watchReconnect(c, every, attemptFailed)
+					watching.Store(false)
+					// A disconnection between the watcher's last look
+					// and the store found it still watching and started
+					// none: that outage is watched here.
+					if !c.IsReconnecting() || !watching.CompareAndSwap(false, true) {
+						return
+					}
+				}
 			}()
 		}
 	}
