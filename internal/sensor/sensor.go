@@ -294,6 +294,10 @@ func (s *Sensor) Setup(ctx context.Context) error {
 	s.kv = kv
 	if created, err := bus.StreamCreated(ctx, s.js, bus.SetupStream); err == nil {
 		s.bucketCreated = created
+	} else {
+		// Not fatal: the check that the bucket was not made again since
+		// (setupGone) is then off for this run, which is said here.
+		s.opt.Log.Warn("the set-up bucket's creation time could not be read: a bucket made again while this sensor runs will not be noticed", "loop", s.opt.Loop, "err", err)
 	}
 	if ok, err := s.resume(ctx); err != nil {
 		return err
